@@ -1,0 +1,175 @@
+"""Check a rowbeam bundle (or one event folder) against its contracts; build the QA report.
+
+Exit status of `python -m contracts check`: 0 publishable, 1 hard QA failure, 2 unusable input.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from . import CONTRACTS_VERSION
+from .arrays import decode_payload
+from .camera_checks import check_camera_event
+from .camera_modalities import CAMERA_MODALITIES, LABEL_MODALITIES
+from .errors import RowbeamError, UnusableInput
+from .files import resolve_inside, sha256_file
+from .schema import schema_errors
+
+MANIFEST = "manifest.json"
+BUNDLE = "bundle.json"
+MODALITY_CONTRACTS = {"rolling_shutter_camera": (CAMERA_MODALITIES, LABEL_MODALITIES)}
+INVARIANTS = {"rolling_shutter_camera": check_camera_event}
+
+
+class EventReport:
+    """Results of every check on one event."""
+
+    def __init__(self, manifest_path: Path):
+        self.path = manifest_path
+        self.sample_id = None
+        self.results = []
+
+    def add(self, name: str, ok: bool, message: str, severity: str | None = None, **values):
+        status = "pass" if ok else "fail"
+        if severity == "warn":
+            status = "pass" if ok else "warn"
+        entry = {"check": name, "status": status, "message": message}
+        if values:
+            entry["values"] = values
+        self.results.append(entry)
+
+    @property
+    def failed(self) -> bool:
+        return any(r["status"] == "fail" for r in self.results)
+
+    def to_json(self, root: Path) -> dict:
+        return {"manifest": str(self.path.relative_to(root)) if root in self.path.parents else str(self.path),
+                "sample_id": self.sample_id, "status": "fail" if self.failed else "pass",
+                "checks": self.results}
+
+
+def find_manifests(path: Path) -> tuple[Path, list[Path]]:
+    """(bundle root, manifests) for a bundle folder or a single event folder."""
+    if not path.exists():
+        raise UnusableInput(f"{path}: no such file or folder")
+    if path.is_file() and path.name == MANIFEST:
+        path = path.parent
+    if (path / MANIFEST).is_file():
+        root = next((p for p in path.parents if (p / BUNDLE).is_file()), path)
+        return root, [path / MANIFEST]
+    if (path / BUNDLE).is_file():
+        manifests = sorted((path / "events").glob(f"*/*/{MANIFEST}"))
+        if not manifests:
+            raise UnusableInput(f"{path}: bundle holds no events (events/<sensor>/<index>/{MANIFEST})")
+        return path, manifests
+    raise UnusableInput(f"{path}: not a rowbeam bundle (no {BUNDLE} or {MANIFEST})")
+
+
+def check_event(manifest_path: Path, root: Path) -> EventReport:
+    report = EventReport(manifest_path)
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        report.add("manifest_json", False, f"{manifest_path}: not valid JSON ({exc})")
+        return report
+    if isinstance(manifest, dict):
+        report.sample_id = manifest.get("sample_id")
+    errors = schema_errors(manifest, "rowbeam/sample@1")
+    if errors:
+        shown = "; ".join(errors[:3]) + (f" (+{len(errors) - 3} more)" if len(errors) > 3 else "")
+        report.add("schema", False, f"{manifest_path.name} violates rowbeam/sample@1: {shown}")
+        return report
+    report.add("schema", True, "manifest is valid rowbeam/sample@1")
+    sensor_type = manifest["sensor"]["type"]
+    arrays = _check_payloads(manifest, manifest_path.parent, root, sensor_type, report)
+    INVARIANTS[sensor_type](manifest, arrays, report.add)
+    return report
+
+
+def _check_payloads(manifest, base: Path, root: Path, sensor_type: str, report: EventReport) -> dict:
+    """Integrity and declared-contract checks for every modality; returns the decoded arrays."""
+    specs, required = MODALITY_CONTRACTS[sensor_type]
+    mods = manifest["modalities"]
+    missing = [m for m in required if m not in mods]
+    unknown = [m for m in mods if m not in specs]
+    report.add("modalities_present", not missing and not unknown,
+               (f"missing modalities {missing}" if missing else "") + (f" unknown modalities {unknown}" if unknown else "")
+               or "every required modality is declared")
+    W, H = manifest["calibration"]["image_size_px"]
+    exposure = manifest["event"].get("exposure_ns", 0)
+    arrays = {}
+    for name, entry in mods.items():
+        if name not in specs:
+            continue
+        expected = specs[name].entry(manifest["sensor"]["id"], W, H, exposure)
+        diffs = [f"{k}={entry.get(k)!r} (contract: {v!r})" for k, v in expected.items() if entry.get(k) != v]
+        if diffs:
+            report.add(f"contract:{name}", False, f"{name}: declared " + ", ".join(diffs))
+            continue
+        try:
+            path = resolve_inside(base, entry["uri"], root)
+            if not path.is_file():
+                raise RowbeamError(f"payload file {entry['uri']!r} does not exist")
+            size = path.stat().st_size
+            if size != entry["bytes"]:
+                raise RowbeamError(f"{entry['uri']}: {size} bytes, manifest declares {entry['bytes']} (truncated?)")
+            digest = sha256_file(path)
+            if digest != entry["sha256"]:
+                raise RowbeamError(f"{entry['uri']}: sha256 {digest[:12]}… does not match the manifest "
+                                   f"({entry['sha256'][:12]}…)")
+            array = decode_payload(path, entry)
+            if list(array.shape) != entry["shape"] or str(array.dtype) != entry["dtype"]:
+                raise RowbeamError(f"{entry['uri']}: decoded {array.dtype}{list(array.shape)}, "
+                                   f"manifest declares {entry['dtype']}{entry['shape']}")
+        except RowbeamError as exc:
+            report.add(f"payload:{name}", False, str(exc))
+            continue
+        report.add(f"payload:{name}", True, f"{name}: present, sha256 verified, decodes as declared")
+        arrays[name] = array
+    return arrays
+
+
+def check_bundle(path) -> dict:
+    """Check every event under `path`; return the QA report (rowbeam/qa_report@1)."""
+    t0 = time.perf_counter()
+    path = Path(path)
+    root, manifests = find_manifests(path)
+    events = [check_event(m, root) for m in manifests]
+    failed = [e for e in events if e.failed]
+    return {
+        "schema": "rowbeam/qa_report@1",
+        "checked": str(path),
+        "contracts_version": CONTRACTS_VERSION,
+        "status": "fail" if failed else "pass",
+        "summary": {"events": len(events), "failed_events": len(failed),
+                    "failed_checks": sum(r["status"] == "fail" for e in events for r in e.results),
+                    "warnings": sum(r["status"] == "warn" for e in events for r in e.results),
+                    "worst": _worst_values(events), "seconds": round(time.perf_counter() - t0, 3)},
+        "events": [e.to_json(root) for e in events],
+    }
+
+
+def _worst_values(events) -> dict:
+    """Largest value of every numeric measure over all events (e.g. worst_residual_m)."""
+    worst = {}
+    for e in events:
+        for r in e.results:
+            for k, v in r.get("values", {}).items():
+                if isinstance(v, (int, float)) and (k.startswith("worst") or k.startswith("max")):
+                    key = f"{r['check']}.{k}"
+                    worst[key] = max(worst.get(key, v), v)
+    return worst
+
+
+def summary_lines(report: dict) -> list[str]:
+    s = report["summary"]
+    lines = [f"rowbeam check: {report['status'].upper()} — {s['events']} event(s), "
+             f"{s['failed_events']} failed, {s['failed_checks']} failed check(s), {s['warnings']} warning(s)"]
+    for e in report["events"]:
+        for r in e["checks"]:
+            if r["status"] != "pass":
+                lines.append(f"  {r['status'].upper()} {e['manifest']}: {r['check']}: {r['message']}")
+    for k, v in sorted(s["worst"].items()):
+        lines.append(f"  worst {k} = {v:.6g}")
+    return lines

@@ -1,0 +1,157 @@
+"""Coordinate frames and typed rigid transforms.
+
+World = Blender world (right-handed, z up, metres).
+Camera = OpenCV optical (x right, y down, z forward, metres).
+Blender's camera object looks down its local -z with +y up; `T_blender_camera_opencv` is
+the one conversion between the two, used everywhere.
+LiDAR = x forward, y left, z up.
+`T_a_b` maps homogeneous coordinates from frame b into frame a (4x4, metres).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Maps OpenCV-optical coordinates into Blender-camera coordinates (and back: it is its own inverse).
+T_BLENDER_CAMERA_OPENCV = np.diag([1.0, -1.0, -1.0, 1.0])
+
+
+def rigid_part(matrix) -> np.ndarray:
+    """Rigid (rotation + translation) part of a 4x4 that may carry scale or shear.
+
+    The rotation is the orthonormal polar factor (nearest rotation), so a scaled
+    Blender object's pose keeps its orientation and origin.
+    """
+    m = np.asarray(matrix, dtype=np.float64)
+    u, _, vt = np.linalg.svd(m[:3, :3])
+    r = u @ vt
+    if np.linalg.det(r) < 0:
+        raise ValueError("transform has a mirroring (negative determinant) rotation part")
+    out = np.eye(4)
+    out[:3, :3] = r
+    out[:3, 3] = m[:3, 3]
+    return out
+
+
+def world_from_opencv_camera(T_world_blender_camera) -> np.ndarray:
+    """T_world_camera (OpenCV optical) from a Blender camera's matrix_world (scale removed)."""
+    return rigid_part(T_world_blender_camera) @ T_BLENDER_CAMERA_OPENCV
+
+
+def invert_rigid(T) -> np.ndarray:
+    T = np.asarray(T, dtype=np.float64)
+    out = np.eye(4)
+    r = T[:3, :3].T
+    out[:3, :3] = r
+    out[:3, 3] = -r @ T[:3, 3]
+    return out
+
+
+def apply(T, points) -> np.ndarray:
+    """Apply 4x4 transform(s) to points (..., 3). T may be (4,4) or broadcastable (..., 4, 4)."""
+    T = np.asarray(T, dtype=np.float64)
+    p = np.asarray(points, dtype=np.float64)
+    return np.einsum("...ij,...j->...i", T[..., :3, :3], p) + T[..., :3, 3]
+
+
+def rotate(T, vectors) -> np.ndarray:
+    """Rotate direction vectors (..., 3) by the rotation part of T (no translation)."""
+    T = np.asarray(T, dtype=np.float64)
+    return np.einsum("...ij,...j->...i", T[..., :3, :3], np.asarray(vectors, dtype=np.float64))
+
+
+def is_rigid(T, tol: float = 1e-9) -> bool:
+    T = np.asarray(T, dtype=np.float64)
+    r = T[:3, :3]
+    return (T.shape == (4, 4) and np.allclose(r.T @ r, np.eye(3), atol=tol)
+            and abs(np.linalg.det(r) - 1.0) < tol and np.allclose(T[3], [0, 0, 0, 1], atol=tol))
+
+
+@dataclass(frozen=True)
+class Transform:
+    """T_target_source: maps coordinates from `source` frame into `target` frame."""
+
+    target: str
+    source: str
+    matrix: np.ndarray = field(repr=False)
+    time_ns: int | None = None
+
+    def __matmul__(self, other: "Transform") -> "Transform":
+        if self.source != other.target:
+            raise ValueError(f"ill-typed composition T_{self.target}_{self.source} @ "
+                             f"T_{other.target}_{other.source}: '{self.source}' != '{other.target}'")
+        if self.time_ns is not None and other.time_ns is not None and self.time_ns != other.time_ns:
+            raise ValueError("composing transforms evaluated at different times")
+        t = self.time_ns if self.time_ns is not None else other.time_ns
+        return Transform(self.target, other.source, np.asarray(self.matrix) @ np.asarray(other.matrix), t)
+
+    def inverse(self) -> "Transform":
+        return Transform(self.source, self.target, invert_rigid(self.matrix), self.time_ns)
+
+    def apply(self, points) -> np.ndarray:
+        return apply(self.matrix, points)
+
+    def to_json(self) -> dict:
+        out = {"target": self.target, "source": self.source,
+               "matrix": [[float(x) for x in row] for row in np.asarray(self.matrix)]}
+        if self.time_ns is not None:
+            out["time_ns"] = int(self.time_ns)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Transform":
+        return cls(d["target"], d["source"], np.array(d["matrix"], dtype=np.float64), d.get("time_ns"))
+
+
+def quat_wxyz_from_matrix(R) -> np.ndarray:
+    """Unit quaternion (w, x, y, z), w >= 0, of a 3x3 rotation matrix."""
+    R = np.asarray(R, dtype=np.float64)
+    tr = np.trace(R)
+    if tr > 0:
+        s = 2.0 * np.sqrt(tr + 1.0)
+        q = [0.25 * s, (R[2, 1] - R[1, 2]) / s, (R[0, 2] - R[2, 0]) / s, (R[1, 0] - R[0, 1]) / s]
+    else:
+        i = int(np.argmax(np.diag(R)))
+        j, k = (i + 1) % 3, (i + 2) % 3
+        s = 2.0 * np.sqrt(1.0 + R[i, i] - R[j, j] - R[k, k])
+        q = [0.0] * 4
+        q[0] = (R[k, j] - R[j, k]) / s
+        q[1 + i] = 0.25 * s
+        q[1 + j] = (R[j, i] + R[i, j]) / s
+        q[1 + k] = (R[k, i] + R[i, k]) / s
+    q = np.array(q)
+    q /= np.linalg.norm(q)
+    return q if q[0] >= 0 else -q
+
+
+def matrix_from_quat_wxyz(q) -> np.ndarray:
+    w, x, y, z = np.asarray(q, dtype=np.float64) / np.linalg.norm(q)
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+
+
+def slerp(q0, q1, a: float) -> np.ndarray:
+    """Spherical interpolation of unit quaternions (w,x,y,z), shortest arc, a in [0, 1]."""
+    q0 = np.asarray(q0, dtype=np.float64)
+    q1 = np.asarray(q1, dtype=np.float64)
+    d = float(np.dot(q0, q1))
+    if d < 0:
+        q1, d = -q1, -d
+    if d > 0.9999999:
+        q = q0 + a * (q1 - q0)
+        return q / np.linalg.norm(q)
+    theta = np.arccos(d)
+    return (np.sin((1 - a) * theta) * q0 + np.sin(a * theta) * q1) / np.sin(theta)
+
+
+def interpolate_rigid(T0, T1, a: float) -> np.ndarray:
+    """Rigid pose between T0 (a=0) and T1 (a=1): lerp translation, slerp rotation."""
+    out = np.eye(4)
+    out[:3, :3] = matrix_from_quat_wxyz(slerp(quat_wxyz_from_matrix(T0[:3, :3]),
+                                              quat_wxyz_from_matrix(T1[:3, :3]), a))
+    out[:3, 3] = (1 - a) * np.asarray(T0)[:3, 3] + a * np.asarray(T1)[:3, 3]
+    return out

@@ -1,0 +1,137 @@
+"""Timing models on the scene clock.
+
+Clock: integer nanoseconds, monotonic, t = 0 at the scene's frame_start.
+Blender time mapping: frame f + subframe s  <->  t = (f - frame_start + s) * fps_base / fps seconds.
+All schedule arithmetic is exact (integers and Fractions); a time is rounded to integer ns
+once, half up, where it is published.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+NS_PER_S = 1_000_000_000
+ROLLING_SHUTTER_MODEL = "rowbeam.rolling_shutter@1"
+READOUT_DIRECTIONS = ("top_to_bottom", "bottom_to_top")
+
+
+def round_half_up(value: Fraction) -> int:
+    """Round an exact rational to the nearest integer, ties upward."""
+    return int((value + Fraction(1, 2)) // 1)
+
+
+def exact(x) -> Fraction:
+    """Exact rational of a JSON number (decimal text of floats, so 29.97 stays 2997/100)."""
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, int):
+        return Fraction(x)
+    return Fraction(repr(float(x)))
+
+
+def periodic_event_start_ns(first_event_ns: int, rate_hz: float, index: int) -> int:
+    """Start time (ns) of the index-th event of a periodic sensor: first + index * 1e9 / rate."""
+    return first_event_ns + round_half_up(Fraction(index * NS_PER_S) / exact(rate_hz))
+
+
+@dataclass(frozen=True)
+class RollingShutterTiming:
+    """Rolling shutter: row v of `rows` starts exposing at start + readout*v'/rows.
+
+    v' is v for top_to_bottom and rows-1-v for bottom_to_top (v = image row, 0 at the top).
+    Each row is exposed for exposure_ns; its reference time is the centre of its exposure:
+        t_ref(v) = start + readout*(v' + 0.5)/rows + exposure/2      (rounded half up to ns)
+    The event reference time is the centre of the whole acquisition:
+        start + readout/2 + exposure/2.
+    """
+
+    frame_start_ns: int
+    readout_ns: int
+    exposure_ns: int
+    rows: int
+    direction: str = "top_to_bottom"
+
+    def __post_init__(self):
+        if self.direction not in READOUT_DIRECTIONS:
+            raise ValueError(f"unknown readout direction {self.direction!r}")
+        if self.rows <= 0 or self.readout_ns < 0 or self.exposure_ns < 0:
+            raise ValueError("rows must be positive, readout and exposure non-negative")
+
+    def readout_order(self) -> np.ndarray:
+        """v' for every image row v (int64, shape [rows])."""
+        v = np.arange(self.rows, dtype=np.int64)
+        return v if self.direction == "top_to_bottom" else self.rows - 1 - v
+
+    def row_time_exact(self, row: int) -> Fraction:
+        """Exact reference time of image row `row` (ns, rational)."""
+        order = row if self.direction == "top_to_bottom" else self.rows - 1 - row
+        return (self.frame_start_ns + Fraction(self.readout_ns * (2 * order + 1), 2 * self.rows)
+                + Fraction(self.exposure_ns, 2))
+
+    def row_reference_times_ns(self) -> np.ndarray:
+        """Reference (exposure-centre) time of every image row, int64 ns, shape [rows]."""
+        order = self.readout_order()
+        # numerator / (2*rows), rounded half up, in exact integer arithmetic
+        num = self.readout_ns * (2 * order + 1) + self.exposure_ns * self.rows
+        den = 2 * self.rows
+        return self.frame_start_ns + (num + self.rows) // den
+
+    def row_exposure_start_ns(self) -> np.ndarray:
+        """Exposure start of every image row, int64 ns (rounded half up)."""
+        order = self.readout_order()
+        return self.frame_start_ns + (2 * self.readout_ns * order + self.rows) // (2 * self.rows)
+
+    def reference_time_ns(self) -> int:
+        return self.frame_start_ns + round_half_up(Fraction(self.readout_ns + self.exposure_ns, 2))
+
+    def to_manifest(self) -> dict:
+        return {
+            "timing_model": ROLLING_SHUTTER_MODEL,
+            "frame_start_ns": self.frame_start_ns,
+            "readout_ns": self.readout_ns,
+            "exposure_ns": self.exposure_ns,
+            "rows": self.rows,
+            "readout_direction": self.direction,
+            "reference_time_ns": self.reference_time_ns(),
+            "row_time_definition": ("t_row(v) = frame_start_ns + readout_ns*(v'+0.5)/rows + exposure_ns/2, "
+                                    "v' = v (top_to_bottom) or rows-1-v (bottom_to_top), "
+                                    "rounded half up to integer ns; the centre of the row's exposure"),
+            "reference_time_definition": "frame_start_ns + (readout_ns + exposure_ns)/2, rounded half up",
+        }
+
+    @classmethod
+    def from_manifest(cls, event: dict) -> "RollingShutterTiming":
+        if event.get("timing_model") != ROLLING_SHUTTER_MODEL:
+            raise ValueError(f"unsupported timing model {event.get('timing_model')!r}")
+        return cls(event["frame_start_ns"], event["readout_ns"], event["exposure_ns"],
+                   event["rows"], event["readout_direction"])
+
+
+@dataclass(frozen=True)
+class SceneClock:
+    """Maps scene-clock ns to Blender frames: t = (frame - frame_start) * fps_base / fps."""
+
+    fps: int
+    fps_base: float
+    frame_start: int
+
+    def frames_per_ns(self) -> Fraction:
+        return Fraction(self.fps) / (exact(self.fps_base) * NS_PER_S)
+
+    def frame_of(self, t_ns) -> Fraction:
+        """Exact (rational) Blender frame at scene time t_ns (int or Fraction)."""
+        return self.frame_start + exact(t_ns) * self.frames_per_ns()
+
+    def frame_subframe(self, t_ns) -> tuple[int, float]:
+        """(integer frame, subframe in [0, 1)) for Blender's scene.frame_set at t_ns."""
+        f = self.frame_of(t_ns)
+        whole = f.numerator // f.denominator
+        return int(whole), float(f - whole)
+
+    def duration_frames(self, duration_ns) -> float:
+        return float(exact(duration_ns) * self.frames_per_ns())
+
+    def ns_of(self, frame: int, subframe: float = 0.0) -> Fraction:
+        return (Fraction(frame - self.frame_start) + exact(subframe)) / self.frames_per_ns()

@@ -1,0 +1,37 @@
+"""Open .blend files safely and describe the build (bpy)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import bpy
+
+from contracts.errors import RowbeamError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def open_blend(path) -> None:
+    """Load a .blend with its embedded scripts (drivers, registered text blocks) disabled."""
+    path = Path(path)
+    if not path.is_file():
+        raise RowbeamError(f"{path}: .blend file does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(7)
+    if magic != b"BLENDER" and magic[:2] not in (b"\x1f\x8b", b"\x28\xb5"):  # plain, gzip, zstd
+        raise RowbeamError(f"{path}: not a .blend file")
+    try:
+        bpy.ops.wm.open_mainfile(filepath=str(path), load_ui=False, use_scripts=False)
+    except RuntimeError as exc:
+        raise RowbeamError(f"{path}: Blender could not open it ({str(exc).strip().splitlines()[-1]})") from None
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

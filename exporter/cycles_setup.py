@@ -1,0 +1,214 @@
+"""Configure and run Cycles renders for labels, rgb and exact per-row references (bpy).
+
+Label renders use what makes data passes exact (DESIGN.md): 1 sample, Gaussian filter of
+width 0.01 px (rays through pixel centres), no denoising, no adaptive sampling. Position,
+Object Index and Depth are first-sample passes; Normal and the true-normal AOV come from
+that same single sample.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from contracts.arrays import read_exr_parts
+from contracts.errors import RowbeamError
+
+from .cycles_timing import CyclesShutter
+from .scene_clock import set_time
+from .scene_patch import ScenePatch
+
+TRUE_NORMAL_AOV = "rowbeam_true_normal"
+GPU_BACKENDS = ("OPTIX", "CUDA", "HIP", "ONEAPI", "METAL")
+BACKGROUND_DEPTH = 1e9          # Cycles writes 1e10 where a ray hits nothing
+
+
+def select_device(scene, patch: ScenePatch, preference: str) -> str:
+    """Set scene.cycles.device from 'cpu' | 'gpu' | 'auto'; return a description of what is used."""
+    if preference == "cpu":
+        patch.set(scene.cycles, "device", "CPU")
+        return "CPU"
+    prefs = bpy.context.preferences.addons["cycles"].preferences
+    for backend in GPU_BACKENDS:
+        try:
+            prefs.compute_device_type = backend
+        except TypeError:
+            continue
+        prefs.refresh_devices()
+        devices = [d for d in prefs.devices if d.type == backend]
+        if devices:
+            for d in prefs.devices:
+                d.use = d.type == backend
+            patch.set(scene.cycles, "device", "GPU")
+            return f"GPU:{backend}:" + ",".join(d.name for d in devices)
+    if preference == "gpu":
+        raise RowbeamError("--device gpu: no GPU compute device (OptiX/CUDA/HIP/oneAPI/Metal) is available")
+    patch.set(scene.cycles, "device", "CPU")
+    return "CPU"
+
+
+def common_settings(patch: ScenePatch, scene) -> None:
+    r = scene.render
+    patch.set(r, "engine", "CYCLES")
+    patch.set(r, "use_compositing", False)
+    patch.set(r, "use_sequencer", False)
+    patch.set(r, "use_border", False)
+    patch.set(r, "use_crop_to_border", False)
+    patch.set(r, "use_persistent_data", False)
+    patch.set(r.image_settings, "media_type", "MULTI_LAYER_IMAGE")
+    patch.set(r.image_settings, "file_format", "OPEN_EXR_MULTILAYER")
+    patch.set(r.image_settings, "color_depth", "32")
+    patch.set(r.image_settings, "exr_codec", "NONE")
+    # single-part (interleaved) EXR: multi-part writing fails on non-square pixels (conflicting
+    # pixelAspectRatio headers between parts, bpy 5.0.1)
+    patch.set(r.image_settings, "use_exr_interleave", True)
+    patch.set(scene.cycles, "use_denoising", False)
+    patch.set(scene.cycles, "use_adaptive_sampling", False)
+    patch.set(scene.cycles, "seed", 0)
+    patch.set(scene.cycles, "use_animated_seed", False)
+
+
+def set_resolution(patch: ScenePatch, scene, width: int, height: int) -> None:
+    patch.set(scene.render, "resolution_x", width)
+    patch.set(scene.render, "resolution_y", height)
+    patch.set(scene.render, "resolution_percentage", 100)
+
+
+def label_settings(patch: ScenePatch, scene, view_layer) -> None:
+    patch.set(scene.cycles, "samples", 1)
+    patch.set(scene.cycles, "pixel_filter_type", "GAUSSIAN")
+    patch.set(scene.cycles, "filter_width", 0.01)
+    for attr in ("use_pass_position", "use_pass_normal", "use_pass_object_index", "use_pass_z"):
+        patch.set(view_layer, attr, True)
+    if TRUE_NORMAL_AOV not in view_layer.aovs:
+        aov = view_layer.aovs.add()
+        aov.name, aov.type = TRUE_NORMAL_AOV, "COLOR"
+        patch.on_restore(lambda: view_layer.aovs.remove(view_layer.aovs[TRUE_NORMAL_AOV]))
+
+
+def rgb_settings(patch: ScenePatch, scene, samples: int) -> None:
+    patch.set(scene.cycles, "samples", samples)
+
+
+def apply_shutter(patch: ScenePatch, scene, clock, shutter: CyclesShutter, motion_steps: int, objects) -> None:
+    """Motion blur with a TOP rolling shutter spanning `shutter`; scene put at its centre time."""
+    r = scene.render
+    if shutter.uses_motion_blur:
+        patch.set(r, "use_motion_blur", True)
+        patch.set(r, "motion_blur_position", "CENTER")
+        patch.set(r, "motion_blur_shutter", clock.duration_frames(shutter.duration_ns))
+        patch.set(scene.cycles, "rolling_shutter_type", "TOP")
+        patch.set(scene.cycles, "rolling_shutter_duration", shutter.rolling_duration)
+        _reset_shutter_curve(scene)
+        for o in objects:
+            patch.set(o.cycles, "motion_steps", motion_steps)
+            patch.set(o.cycles, "use_motion_blur", True)
+    else:
+        patch.set(r, "use_motion_blur", False)
+    set_time(scene, clock, shutter.centre_ns)
+
+
+def _reset_shutter_curve(scene) -> None:
+    """Cycles maps random shutter samples through this curve; a flat curve is a uniform exposure."""
+    curve = scene.render.motion_blur_shutter_curve
+    pts = curve.curves[0].points
+    if all(abs(p.location[1] - 1.0) < 1e-9 for p in pts):
+        return
+    raise RowbeamError("scene.render.motion_blur_shutter_curve is not flat; rowbeam needs a uniform exposure "
+                       "(reset the shutter curve in Render Properties > Motion Blur)")
+
+
+def add_true_normal_aov(patch: ScenePatch, objects) -> None:
+    """Write the Geometry node's True Normal into an AOV in every material the objects use.
+
+    Objects without a material get a plain one so the AOV exists on every surface.
+    """
+    default = bpy.data.materials.new("rowbeam_default_surface")
+    patch.on_restore(lambda: bpy.data.materials.remove(default))
+    done = set()
+    for o in objects:
+        if not hasattr(o.data, "materials"):
+            continue
+        if len(o.material_slots) == 0:
+            o.data.materials.append(default)
+            data = o.data
+            patch.on_restore(lambda data=data: data.materials.pop(index=len(data.materials) - 1))
+        for slot in o.material_slots:
+            if slot.material is None:
+                patch.set(slot, "material", default)
+    for mat in [default] + [s.material for o in objects for s in o.material_slots if s.material]:
+        if mat.name in done:
+            continue
+        done.add(mat.name)
+        if mat.node_tree is None:
+            patch.set(mat, "use_nodes", True)
+        tree = mat.node_tree
+        geo = tree.nodes.new("ShaderNodeNewGeometry")
+        out = tree.nodes.new("ShaderNodeOutputAOV")
+        out.aov_name = TRUE_NORMAL_AOV
+        tree.links.new(geo.outputs["True Normal"], out.inputs["Color"])
+        patch.on_restore(lambda tree=tree, geo=geo, out=out: (tree.nodes.remove(out), tree.nodes.remove(geo)))
+
+
+def set_render_indices(patch: ScenePatch, scene, table) -> None:
+    for entry in table:
+        patch.set(scene.objects[entry.obj_name], "pass_index", entry.render_index)
+
+
+def set_row_border(patch: ScenePatch, scene, row: int, height: int) -> None:
+    """Render only image row `row` (0 = top) of a `height`-row image."""
+    r = scene.render
+    patch.set(r, "use_border", True)
+    patch.set(r, "use_crop_to_border", True)
+    patch.set(r, "border_min_x", 0.0)
+    patch.set(r, "border_max_x", 1.0)
+    patch.set(r, "border_min_y", (height - 1 - row) / height)
+    patch.set(r, "border_max_y", (height - row) / height)
+
+
+def render_passes(scene, view_layer) -> dict:
+    """Render the scene once; return {pass: array} with row 0 at the top.
+
+    Keys: combined (H,W,4), depth (H,W), position (H,W,3), normal (H,W,3), index (H,W),
+    true_normal (H,W,3) -- whichever passes are enabled.
+    """
+    fd, path = tempfile.mkstemp(prefix="rowbeam_render_", suffix=".exr")
+    os.close(fd)
+    old_path = scene.render.filepath
+    try:
+        scene.render.filepath = path
+        layers = {vl.name: vl.use for vl in scene.view_layers}
+        for vl in scene.view_layers:
+            vl.use = vl == view_layer
+        try:
+            bpy.ops.render.render(write_still=True, scene=scene.name)
+        finally:
+            for vl in scene.view_layers:
+                vl.use = layers[vl.name]
+        channels = read_exr_parts(path)
+    finally:
+        scene.render.filepath = old_path
+        Path(path).unlink(missing_ok=True)
+    return _collect_passes(channels, view_layer.name)
+
+
+def _collect_passes(channels: dict, layer: str) -> dict:
+    def stack(pass_name, comps):
+        names = [f"{layer}.{pass_name}.{c}" for c in comps]
+        if all(n in channels for n in names):
+            return np.stack([channels[n] for n in names], axis=-1)
+        return None
+
+    out = {
+        "combined": stack("Combined", "RGBA"),
+        "position": stack("Position", "XYZ"),
+        "normal": stack("Normal", "XYZ"),
+        "true_normal": stack(TRUE_NORMAL_AOV, "RGB"),
+    }
+    for key, name in (("depth", "Depth.Z"), ("index", "Object Index.X"), ("index", "IndexOB.X")):
+        if f"{layer}.{name}" in channels:
+            out[key] = channels[f"{layer}.{name}"]
+    return {k: v for k, v in out.items() if v is not None}

@@ -1,0 +1,81 @@
+"""Write an event's payloads and assemble its `rowbeam/sample@1` manifest."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from contracts.arrays import write_exr, write_npy
+from contracts.camera_model import PIXEL_CONVENTION, PIXEL_CONVENTION_TEXT
+from contracts.camera_modalities import CAMERA_MODALITIES
+from contracts.files import atomic_write_json, sha256_file
+from contracts.frames import Transform, invert_rigid
+from contracts.schema import schema_errors
+
+CONVENTIONS = {
+    "clock": "scene_monotonic_ns: integer ns, t = 0 at the scene's frame_start; "
+             "t = (frame - frame_start + subframe) * fps_base / fps",
+    "world_frame": "blender_world: right-handed, z up, metres",
+    "camera_frame": "opencv_optical: x right, y down, z forward, metres, origin at the camera centre",
+    "lidar_frame": "x forward, y left, z up, metres",
+    "transform_naming": "T_a_b maps coordinates from frame b into frame a (4x4, metres)",
+    "pixel": f"{PIXEL_CONVENTION}: {PIXEL_CONVENTION_TEXT}",
+    "normals": "unit vectors in the camera frame at the row's reference time, facing the camera "
+               "(Cycles flips back-facing normals toward the incoming ray)",
+    "ids": "instance_id holds render indices (0 = background); objects[] maps each to a stable 64-bit id; "
+           "semantic_id holds ontology class ids (0 = background, 4294967295 = void)",
+    "invalid": "validity plane `valid`; float labels hold NaN where valid == 0",
+}
+
+
+def write_payloads(event_dir: Path, arrays: dict, sensor_id: str, width: int, height: int, exposure_ns: int) -> dict:
+    """Write each array as its contract says; return the manifest `modalities` table."""
+    table = {}
+    for name, array in arrays.items():
+        spec = CAMERA_MODALITIES[name]
+        entry = spec.entry(sensor_id, width, height, exposure_ns)
+        filename = f"{name}.exr" if spec.channels else f"{name}.npy"
+        path = event_dir / filename
+        if spec.channels:
+            storage = write_exr(path, array, list(spec.channels), spec.dtype,
+                                {"rowbeam_modality": name, "rowbeam_units": spec.units})
+        else:
+            storage = write_npy(path, array.astype(spec.dtype))
+        entry.update(uri=filename, sha256=sha256_file(path), bytes=path.stat().st_size, storage=storage)
+        table[name] = entry
+    return table
+
+
+def camera_manifest(*, sample_id, sensor, index, out, modalities, objects, ontology, build, lineage, run) -> dict:
+    T_camera_world = Transform(sensor.id, "world", invert_rigid(out.reference_pose),
+                               out.timing.reference_time_ns())
+    event = {"index": index, "clock": "scene_monotonic_ns", **out.timing.to_manifest()}
+    return {
+        "schema": "rowbeam/sample@1",
+        "sample_id": sample_id,
+        "sensor": {"id": sensor.id, "type": sensor.type, "object": sensor.object},
+        "event": event,
+        "conventions": CONVENTIONS,
+        "calibration": {
+            "image_size_px": [int(out.camera_params.resolution_x), int(out.camera_params.resolution_y)],
+            "K": [[float(x) for x in row] for row in out.K],
+            "pixel_convention": PIXEL_CONVENTION,
+            "projection": "pinhole",
+            "distortion": {"model": "none", "coefficients": []},
+            "blender_camera": out.camera_params.to_json(),
+            "T_camera_world": T_camera_world.to_json(),
+            "row_poses": {"modality": "row_T_world_camera", "method": out.method["row_poses"]},
+        },
+        "objects": [e.to_json() for e in objects],
+        "ontology": ontology.manifest_entry(),
+        "modalities": modalities,
+        "method": out.method,
+        "build": build,
+        "lineage": lineage,
+        "run": run,
+    }
+
+
+def write_manifest(event_dir: Path, manifest: dict) -> None:
+    errors = schema_errors(manifest, "rowbeam/sample@1")
+    if errors:  # an exporter bug, not a user error: never publish an invalid manifest
+        raise AssertionError(f"exporter produced an invalid manifest: {errors[0]}")
+    atomic_write_json(event_dir / "manifest.json", manifest)

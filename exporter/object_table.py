@@ -1,0 +1,82 @@
+"""Stable object identity: 64-bit ids stored on objects, render indices, semantic classes (bpy).
+
+An object's id lives in its custom property `rowbeam_id` as a decimal or 0x-hex string
+(Blender integer properties are 32-bit). Its class tag lives in `rowbeam_class`.
+The render index (1..N, written into Cycles' Object Index pass) is assigned per export in a
+deterministic order (by id) and mapped back to the id in the manifest's object table.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from contracts.errors import RowbeamError
+from contracts.ontology import Ontology
+
+ID_PROPERTY = "rowbeam_id"
+CLASS_PROPERTY = "rowbeam_class"
+MAX_ID = 2**64 - 1
+MAX_RENDER_INDEX = 2**24 - 1        # Object Index is a float32 pass: integers exact below 2^24
+RENDERABLE_TYPES = {"MESH", "CURVE", "SURFACE", "META", "FONT", "CURVES", "POINTCLOUD", "VOLUME"}
+
+
+def parse_object_id(text, where: str) -> int:
+    try:
+        value = int(str(text).strip(), 0)
+    except ValueError:
+        raise RowbeamError(f"{where}: {ID_PROPERTY} {text!r} is not an integer (decimal or 0x-hex)") from None
+    if not 1 <= value <= MAX_ID:
+        raise RowbeamError(f"{where}: {ID_PROPERTY} {text!r} is outside 1..2^64-1")
+    return value
+
+
+def format_object_id(value: int) -> str:
+    return f"0x{value:016x}"
+
+
+def name_hash_id(name: str) -> int:
+    """Fallback id from the object name (unstable under renaming; declared as such)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little") or 1
+
+
+@dataclass(frozen=True)
+class ObjectEntry:
+    obj_name: str
+    id: int
+    render_index: int
+    class_id: int
+    class_tag: str | None
+    id_source: str
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "render_index": self.render_index, "class_id": self.class_id,
+                "class_tag": self.class_tag, "name": self.obj_name, "id_source": self.id_source}
+
+
+def renderable_objects(scene, view_layer) -> list:
+    return [o for o in scene.objects
+            if o.type in RENDERABLE_TYPES and not o.hide_render and o.visible_get(view_layer=view_layer)]
+
+
+def build_object_table(scene, view_layer, ontology: Ontology) -> list[ObjectEntry]:
+    """Object table for every renderable object, render indices 1..N in id order."""
+    rows = []
+    seen = {}
+    for o in renderable_objects(scene, view_layer):
+        raw = o.get(ID_PROPERTY)
+        if raw is None:
+            oid, source = name_hash_id(o.name), "name_hash_unstable"
+        else:
+            oid, source = parse_object_id(raw, f"object {o.name!r}"), "object_property"
+        if oid in seen:
+            raise RowbeamError(f"object {o.name!r}: {ID_PROPERTY} {format_object_id(oid)} is also used by "
+                               f"{seen[oid]!r}; ids must be unique (a duplicated object needs a new id)")
+        seen[oid] = o.name
+        tag = o.get(CLASS_PROPERTY)
+        tag = str(tag) if tag is not None else None
+        rows.append((oid, o.name, tag, source))
+    if len(rows) > MAX_RENDER_INDEX:
+        raise RowbeamError(f"scene has {len(rows)} renderable objects; at most {MAX_RENDER_INDEX} are supported")
+    rows.sort()
+    return [ObjectEntry(name, oid, i + 1, ontology.class_of(tag), tag, source)
+            for i, (oid, name, tag, source) in enumerate(rows)]

@@ -1,0 +1,230 @@
+"""Export orchestration shared by the CLI, the add-on and farm jobs (bpy).
+
+`plan_export` validates every input and creates nothing; `run_export` renders, writes,
+checks and publishes event by event.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import bpy
+
+from contracts.check import check_event
+from contracts.errors import RowbeamError
+from contracts.files import atomic_write_json, canonical_json, sha256_file
+from contracts.ontology import load_ontology
+from contracts.rig import CameraSensor, Rig, load_rig, parse_rig
+
+from . import ROWBEAM_VERSION
+from . import cycles_setup as cs
+from .blend_io import git_revision, open_blend
+from .bundle import BundleWriter
+from .camera_event import export_camera_event
+from .camera_labels import semantic_lut
+from .manifest import camera_manifest, write_manifest, write_payloads
+from .object_table import build_object_table, renderable_objects
+from .scene_clock import scene_clock
+from .scene_patch import ScenePatch
+
+RIG_PROPERTY = "rowbeam_rig"          # rig JSON stored on the scene by the add-on
+SCENARIO_PROPERTY = "rowbeam_scenario"
+LINEAGE_PROPERTY = "rowbeam_lineage_group"
+
+
+@dataclass
+class ExportRequest:
+    out: Path
+    blend: Path | None = None          # None: use the file already open in Blender
+    rig: Path | None = None            # None: the rig stored in the .blend
+    sensors: list | None = None
+    first_event: int = 0
+    count: int | None = None
+    device: str = "auto"
+
+
+@dataclass
+class ExportContext:
+    """Scene-wide state every event needs."""
+
+    scene: object
+    view_layer: object
+    clock: object
+    table: list
+    lut: object
+    ontology: object
+    device_patch: ScenePatch = field(default_factory=ScenePatch)
+    device: str = "CPU"
+
+    def image_size(self, sensor) -> tuple[int, int]:
+        if sensor.image_size_px:
+            return tuple(sensor.image_size_px)
+        r = self.scene.render
+        return r.resolution_x * r.resolution_percentage // 100, r.resolution_y * r.resolution_percentage // 100
+
+    def render_objects(self) -> list:
+        return [self.scene.objects[e.obj_name] for e in self.table]
+
+    def base_settings(self, patch: ScenePatch, width: int, height: int) -> None:
+        cs.common_settings(patch, self.scene)
+        cs.set_resolution(patch, self.scene, width, height)
+
+
+@dataclass
+class ExportPlan:
+    request: ExportRequest
+    rig: Rig
+    rig_sha256: str
+    blend_sha256: str
+    events: list                      # [(sensor, index)]
+    lineage: dict
+    writer: BundleWriter
+    context: ExportContext
+
+
+def _load_rig(request: ExportRequest, scene) -> Rig:
+    if request.rig is not None:
+        return load_rig(request.rig)
+    text = scene.get(RIG_PROPERTY)
+    if not text:
+        raise RowbeamError("no --rig given and the .blend stores no rig (scene property 'rowbeam_rig')")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RowbeamError(f"rig stored in the .blend is not valid JSON ({exc})") from None
+    return parse_rig(doc, "rig stored in the .blend")
+
+
+def _check_sensor_object(scene, sensor) -> None:
+    obj = scene.objects.get(sensor.object)
+    if obj is None:
+        raise RowbeamError(f"sensor {sensor.id!r}: object {sensor.object!r} is not in scene {scene.name!r}")
+    if isinstance(sensor, CameraSensor):
+        if obj.type != "CAMERA":
+            raise RowbeamError(f"sensor {sensor.id!r}: object {sensor.object!r} is a {obj.type}, not a camera")
+        if obj.data.type != "PERSP":
+            raise RowbeamError(f"sensor {sensor.id!r}: camera {sensor.object!r} is {obj.data.type}; "
+                               "only perspective cameras are supported")
+
+
+def _lineage(rig: Rig, scene, blend_path: str) -> dict:
+    if rig.lineage:
+        return {**rig.lineage, "source": "rig"}
+    scenario = scene.get(SCENARIO_PROPERTY)
+    if scenario:
+        return {"scenario": str(scenario), "lineage_group": str(scene.get(LINEAGE_PROPERTY) or scenario),
+                "source": "blend scene properties"}
+    stem = Path(blend_path).stem or "untitled"
+    return {"scenario": stem, "lineage_group": stem, "source": "blend file name (no scenario declared)"}
+
+
+def _default_event_count(scene, clock, sensor) -> int:
+    """Events whose whole acquisition lies inside the scene's frame range."""
+    end_ns = clock.ns_of(scene.frame_end)
+    n = 0
+    while sensor.event_start_ns(n) + sensor.event_duration_ns() <= end_ns:
+        n += 1
+    return n
+
+
+def plan_export(request: ExportRequest) -> ExportPlan:
+    """Validate everything (files, rig, objects, output folder); create nothing."""
+    if request.blend is not None:
+        open_blend(request.blend)
+    blend_path = bpy.data.filepath
+    if not blend_path:
+        raise RowbeamError("the scene has never been saved; save the .blend before exporting")
+    scene = bpy.context.scene
+    rig = _load_rig(request, scene)
+    sensor_ids = request.sensors or [s.id for s in rig.sensors]
+    sensors = [rig.sensor(sid) for sid in sensor_ids]
+    for s in sensors:
+        _check_sensor_object(scene, s)
+    if request.first_event < 0 or (request.count is not None and request.count < 0):
+        raise RowbeamError("--first-event and --count must be non-negative")
+    rig_dir = Path(request.rig).parent if request.rig else Path(blend_path).parent
+    ontology = load_ontology(rig_dir / rig.ontology if rig.ontology else None)
+    view_layer = bpy.context.view_layer
+    clock = scene_clock(scene)
+    table = build_object_table(scene, view_layer, ontology)
+    events = []
+    for s in sensors:
+        count = request.count if request.count is not None else max(
+            _default_event_count(scene, clock, s) - request.first_event, 0)
+        events += [(s, request.first_event + k) for k in range(count)]
+    lineage = _lineage(rig, scene, blend_path)
+    rig_sha = hashlib.sha256(canonical_json(rig.document)).hexdigest()
+    blend_sha = sha256_file(blend_path)
+    identity = {"blend_sha256": blend_sha, "rig_sha256": rig_sha, "ontology_sha256": ontology.sha256,
+                "scenario": lineage["scenario"], "lineage_group": lineage["lineage_group"]}
+    writer = BundleWriter(request.out, identity, {"rig": rig.document, "created_by": {
+        "rowbeam_version": ROWBEAM_VERSION, "blender_version": bpy.app.version_string}})
+    writer.validate()
+    ctx = ExportContext(scene, view_layer, clock, table, semantic_lut(table), ontology)
+    ctx.device = cs.select_device(scene, ctx.device_patch, request.device)
+    return ExportPlan(request, rig, rig_sha, blend_sha, events, lineage, writer, ctx)
+
+
+def run_export(plan: ExportPlan, progress=None, should_cancel=None) -> dict:
+    """Export every planned event. `progress(done, total, text)`; `should_cancel()` is polled
+    between events, and a cancelled run leaves only complete, published events."""
+    ctx, writer = plan.context, plan.writer
+    writer.open()
+    summary = {"out": str(writer.root), "published": [], "quarantined": [], "skipped": [], "cancelled": False}
+    frame = (ctx.scene.frame_current, ctx.scene.frame_subframe)
+    total = len(plan.events)
+    try:
+        for done, (sensor, index) in enumerate(plan.events):
+            if should_cancel and should_cancel():
+                summary["cancelled"] = True
+                break
+            label = f"{sensor.id} event {index}"
+            if writer.is_complete(sensor.id, index):
+                summary["skipped"].append(str(writer.event_dir(sensor.id, index)))
+                _report(progress, done + 1, total, f"{label}: already complete, skipped")
+                continue
+            t0 = time.perf_counter()
+            final, passed = _export_one(plan, sensor, index)
+            (summary["published"] if passed else summary["quarantined"]).append(str(final))
+            _report(progress, done + 1, total, f"{label}: {'published' if passed else 'QUARANTINED'} "
+                    f"{final.relative_to(writer.root)} ({time.perf_counter() - t0:.1f} s)")
+    finally:
+        writer.discard_staging()
+        ctx.scene.frame_set(frame[0], subframe=frame[1])
+        ctx.device_patch.restore()
+    return summary
+
+
+def _report(progress, done, total, text):
+    if progress:
+        progress(done, total, text)
+
+
+def _export_one(plan: ExportPlan, sensor, index: int):
+    ctx, writer = plan.context, plan.writer
+    t0 = time.perf_counter()
+    out = export_camera_event(ctx, sensor, index)
+    staged = writer.stage(sensor.id, index)
+    W, H = out.camera_params.resolution_x, out.camera_params.resolution_y
+    modalities = write_payloads(staged, out.arrays, sensor.id, W, H, sensor.exposure_ns)
+    scenario = plan.lineage["scenario"]
+    manifest = camera_manifest(
+        sample_id=f"{scenario}.{sensor.id}.{out.timing.reference_time_ns()}",
+        sensor=sensor, index=index, out=out, modalities=modalities, objects=ctx.table,
+        ontology=ctx.ontology,
+        build={"blender_version": bpy.app.version_string, "rowbeam_version": ROWBEAM_VERSION,
+               "git_revision": git_revision(), "blend_sha256": plan.blend_sha256, "rig_sha256": plan.rig_sha256,
+               "render_device": ctx.device, "contracts_version": __import__("contracts").CONTRACTS_VERSION},
+        lineage={"scenario": scenario, "lineage_group": plan.lineage["lineage_group"],
+                 "source": plan.lineage["source"]},
+        run={"host": platform.node(), "python": platform.python_version(),
+             "seconds": {k: round(v, 3) for k, v in {**out.seconds, "total": time.perf_counter() - t0}.items()}})
+    write_manifest(staged, manifest)
+    report = check_event(staged / "manifest.json", staged)
+    atomic_write_json(staged / "qa_report.json", {"schema": "rowbeam/event_qa@1", "status":
+                                                   "fail" if report.failed else "pass", "checks": report.results})
+    return writer.publish(staged, sensor.id, index, not report.failed), not report.failed

@@ -1,0 +1,1 @@
+"""Scripts that build rowbeam's calibration scenes and the running example (bpy)."""

@@ -1,0 +1,120 @@
+"""The running example (seed 000): a shuttle at dusk, a parked delivery van, and a pedestrian
+emerging from behind it (bpy).
+
+World: x along the street (the shuttle's direction), y left, z up, metres. The ego camera
+(1280x720, seed K) rides at 1.6 m and moves forward at 10 m/s. The van is parked on the right
+at x = 30; the pedestrian starts hidden behind it and walks left across the street at 2 m/s.
+Buildings, parked cars, poles, trees and signs bring the scene to about 200 objects. A cyclist
+accelerates with Bezier keys, so motion-step interpolation is exercised, not only linear motion.
+"""
+from __future__ import annotations
+
+import math
+
+import bpy
+
+from exporter.run import LINEAGE_PROPERTY, SCENARIO_PROPERTY
+
+from . import common
+
+FPS = 30
+SPEED_EGO = 10.0
+SPEED_PEDESTRIAN = 2.0
+ID_BASE = 0x0D05_C000_0000_0000
+SCENARIO = "dusk_shuttle"
+LINEAGE_GROUP = "dusk_shuttle/checkpoint_pre_emergence"
+
+
+class _Ids:
+    def __init__(self):
+        self.n = 0
+
+    def next(self) -> int:
+        self.n += 1
+        return ID_BASE + self.n
+
+
+def _materials():
+    colours = {"road": (0.08, 0.08, 0.09), "sidewalk": (0.35, 0.34, 0.32), "building": (0.45, 0.30, 0.22),
+               "van": (0.85, 0.85, 0.8), "pedestrian": (0.7, 0.2, 0.15), "car": (0.1, 0.2, 0.5),
+               "pole": (0.2, 0.2, 0.2), "tree": (0.1, 0.35, 0.12), "sign": (0.8, 0.7, 0.1)}
+    out = {}
+    for name, rgb in colours.items():
+        m = bpy.data.materials.new(name)
+        bsdf = next(n for n in m.node_tree.nodes if n.bl_idname == "ShaderNodeBsdfPrincipled")
+        bsdf.inputs["Base Color"].default_value = (*rgb, 1.0)
+        out[name] = m
+    return out
+
+
+def _box(ids, mats, name, size, loc, cls, mat, rot=0.0):
+    o = common.add_box(name, size, loc, rot)
+    o.data.materials.append(mats[mat])
+    return common.tag(o, ids.next(), cls)
+
+
+def build(width: int = 1280, height: int = 720, frames: int = 60):
+    scene = common.new_scene(width, height, fps=FPS, frame_start=1, frame_end=frames)
+    scene[SCENARIO_PROPERTY] = SCENARIO
+    scene[LINEAGE_PROPERTY] = LINEAGE_GROUP
+    scene.world.color = (0.02, 0.025, 0.05)
+    ids, mats = _Ids(), _materials()
+
+    sun = bpy.data.objects.new("dusk_sun", bpy.data.lights.new("dusk_sun", "SUN"))
+    sun.data.energy = 0.8
+    sun.rotation_euler = (math.radians(80), 0, math.radians(-40))
+    scene.collection.objects.link(sun)
+
+    road = common.add_quad("road", 150, 6)
+    road.location = (120, 0, 0)
+    road.data.materials.append(mats["road"])
+    common.tag(road, ids.next(), "road")
+    for side in (1, -1):
+        _box(ids, mats, f"sidewalk_{'L' if side > 0 else 'R'}", (300, 3, 0.15), (120, side * 7.5, 0.075),
+             "sidewalk", "sidewalk")
+        for i in range(30):
+            x = -20 + i * 10
+            h = 6 + (i * 37 % 11)
+            _box(ids, mats, f"building_{'L' if side > 0 else 'R'}{i:02d}", (9, 8, h), (x, side * 13.5, h / 2),
+                 "building", "building")
+        for i in range(20):
+            x = -10 + i * 14
+            _box(ids, mats, f"pole_{'L' if side > 0 else 'R'}{i:02d}", (0.2, 0.2, 5), (x, side * 6.4, 2.5), "pole", "pole")
+            _box(ids, mats, f"tree_{'L' if side > 0 else 'R'}{i:02d}", (1.6, 1.6, 3), (x + 7, side * 8.2, 3.5),
+                 "tree", "tree")
+        for i in range(9):
+            x = 45 + i * 12
+            _box(ids, mats, f"car_{'L' if side > 0 else 'R'}{i:02d}", (4.2, 1.8, 1.5), (x, side * 4.6, 0.75), "car", "car")
+        for i in range(15):
+            _box(ids, mats, f"bollard_{'L' if side > 0 else 'R'}{i:02d}", (0.25, 0.25, 0.9),
+                 (3 + i * 17, side * 6.1, 0.45), "pole", "pole")
+    for i in range(8):
+        _box(ids, mats, f"sign_{i}", (0.05, 0.8, 0.8), (12 + i * 25, -6.2, 2.4), "sign", "sign")
+
+    van = _box(ids, mats, "delivery_van", (5.5, 2.1, 2.6), (30, -4.4, 1.3), "van", "van")
+    pedestrian = _box(ids, mats, "pedestrian", (0.5, 0.4, 1.75), (31.2, -6.2, 0.875), "pedestrian", "pedestrian")
+    common.key_locations(pedestrian, [(1, (31.2, -6.2, 0.875)),
+                                      (1 + FPS, (31.2, -6.2 + SPEED_PEDESTRIAN, 0.875))])
+    cyclist = _box(ids, mats, "cyclist", (1.8, 0.5, 1.7), (20, 2.5, 0.85), "pedestrian", "pedestrian")
+    for frame, x in ((1, 20.0), (1 + frames, 45.0)):   # Bezier ease-in/out: non-linear in time
+        cyclist.location.x = x
+        cyclist.keyframe_insert("location", index=0, frame=frame)
+    for fc in _fcurves(cyclist):
+        for kp in fc.keyframe_points:
+            kp.interpolation = "BEZIER"
+
+    f, cx, cy = 800.0 * width / 1280, width / 2.0, height / 2.0
+    cam = common.add_camera("ego_camera", common.look_along((0, 0, 1.6), forward=(1, 0, 0), down=(0, 0, -1)),
+                            f, cx, cy, width, height)
+    common.key_locations(cam, [(1, (0, 0, 1.6)), (1 + FPS, (SPEED_EGO, 0, 1.6))])
+    return scene, van, pedestrian
+
+
+def _fcurves(obj):
+    action = obj.animation_data.action
+    return [fc for layer in action.layers for strip in layer.strips for bag in strip.channelbags for fc in bag.fcurves]
+
+
+def rig(**overrides) -> dict:
+    doc = common.camera_rig("camera_front", "ego_camera", **overrides)
+    return doc

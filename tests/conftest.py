@@ -1,0 +1,56 @@
+"""Shared fixtures: calibration scenes built with bpy, exported once per session, cached."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+@dataclass
+class Exported:
+    truth: object
+    blend: Path
+    rig: Path
+    bundle: Path
+    summary: dict
+
+    @property
+    def event(self) -> Path:
+        return Path(self.summary["published"][0])
+
+
+def build_and_export(tmp: Path, name: str, builder, first_event=1, count=1, **kw) -> Exported:
+    from exporter.run import ExportRequest, plan_export, run_export
+    from scenes import common
+
+    truth, rig = builder(**kw)
+    blend = common.save(tmp / f"{name}.blend", rig)
+    bundle = tmp / f"{name}_bundle"
+    plan = plan_export(ExportRequest(out=bundle, blend=blend, rig=blend.with_suffix(".rig.json"),
+                                     first_event=first_event, count=count, device="cpu"))
+    summary = run_export(plan)
+    return Exported(truth, blend, blend.with_suffix(".rig.json"), bundle, summary)
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory):
+    """exports(name, builder, **kw) -> Exported, cached by name for the session."""
+    cache = {}
+    root = tmp_path_factory.mktemp("exports")
+
+    def get(name, builder, **kw):
+        if name not in cache:
+            cache[name] = build_and_export(root, name, builder, **kw)
+        return cache[name]
+    return get
+
+
+def run_python(*args, cwd=REPO, timeout=600) -> subprocess.CompletedProcess:
+    """Run `python ARGS...` with the test interpreter; capture text output."""
+    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
