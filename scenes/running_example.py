@@ -3,7 +3,7 @@ emerging from behind it (bpy).
 
 World: x along the street (the shuttle's direction), y left, z up, metres. The ego camera
 (1280x720, seed K) rides at 1.6 m and moves forward at 10 m/s. The van is parked on the right
-at x = 30; the pedestrian starts hidden behind it and walks left across the street at 2 m/s.
+at x = 30; the pedestrian starts hidden beyond it and walks left across the street at 2 m/s.
 Buildings, parked cars, poles, trees and signs bring the scene to about 200 objects. A cyclist
 accelerates with Bezier keys, so motion-step interpolation is exercised, not only linear motion.
 """
@@ -61,7 +61,7 @@ def build(width: int = 1280, height: int = 720, frames: int = 60):
     ids, mats = _Ids(), _materials()
 
     sun = bpy.data.objects.new("dusk_sun", bpy.data.lights.new("dusk_sun", "SUN"))
-    sun.data.energy = 0.8
+    sun.data.energy = 0.4
     sun.rotation_euler = (math.radians(80), 0, math.radians(-40))
     scene.collection.objects.link(sun)
 
@@ -92,9 +92,9 @@ def build(width: int = 1280, height: int = 720, frames: int = 60):
         _box(ids, mats, f"sign_{i}", (0.05, 0.8, 0.8), (12 + i * 25, -6.2, 2.4), "sign", "sign")
 
     van = _box(ids, mats, "delivery_van", (5.5, 2.1, 2.6), (30, -4.4, 1.3), "van", "van")
-    pedestrian = _box(ids, mats, "pedestrian", (0.5, 0.4, 1.75), (31.2, -6.2, 0.875), "pedestrian", "pedestrian")
-    common.key_locations(pedestrian, [(1, (31.2, -6.2, 0.875)),
-                                      (1 + FPS, (31.2, -6.2 + SPEED_PEDESTRIAN, 0.875))])
+    start = (33.6, -4.9, 0.875)        # just beyond the van, hidden from the shuttle until ~0.6 s
+    pedestrian = _box(ids, mats, "pedestrian", (0.5, 0.4, 1.75), start, "pedestrian", "pedestrian")
+    common.key_locations(pedestrian, [(1, start), (1 + FPS, (start[0], start[1] + SPEED_PEDESTRIAN, start[2]))])
     cyclist = _box(ids, mats, "cyclist", (1.8, 0.5, 1.7), (20, 2.5, 0.85), "pedestrian", "pedestrian")
     for frame, x in ((1, 20.0), (1 + frames, 45.0)):   # Bezier ease-in/out: non-linear in time
         cyclist.location.x = x

@@ -1,0 +1,198 @@
+"""render_export.py: both invocation styles, bad input (one line, non-zero, nothing written), resume."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from scenes import calibration, common
+
+from .conftest import REPO, run_python
+
+EXPORT = REPO / "render_export.py"
+
+
+@pytest.fixture(scope="module")
+def scene_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    _, rig = calibration.fronto_plane(scale=16)
+    rig["sensors"][0]["rgb_samples"] = 0
+    a = common.save(d / "a.blend", rig)
+    _, rig_b = calibration.tilted_plane(scale=16)
+    b = common.save(d / "b.blend", rig_b)
+    return a, b
+
+
+def _tree(path: Path) -> dict:
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*"))} if path.exists() else {}
+
+
+def _one_line_error(r, *fragments):
+    assert r.returncode != 0, r.stdout
+    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam: error:")]
+    assert len(errors) == 1, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    for frag in fragments:
+        assert frag in errors[0], (frag, errors[0])
+
+
+def _write_rig(path: Path, rig: dict) -> Path:
+    path.write_text(json.dumps(rig))
+    return path
+
+
+def test_python_entry_exports_and_resumes(scene_files, tmp_path):
+    a, _ = scene_files
+    out = tmp_path / "out"
+    r = run_python(EXPORT, a, "--rig", a.with_suffix(".rig.json"), "--out", out, "--count", "2", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    events = sorted((out / "events" / "camera_front").iterdir())
+    assert [e.name for e in events] == ["000000", "000001"]
+    assert "published 2" in r.stdout
+    again = run_python(EXPORT, a, "--rig", a.with_suffix(".rig.json"), "--out", out, "--count", "2")
+    assert again.returncode == 0 and "skipped 2" in again.stdout, again.stdout
+    # a damaged payload is detected and only that event is exported again
+    victim = events[1] / "range.exr"
+    victim.write_bytes(victim.read_bytes()[:-10])
+    third = run_python(EXPORT, a, "--rig", a.with_suffix(".rig.json"), "--out", out, "--count", "2")
+    assert "published 1" in third.stdout and "skipped 1" in third.stdout, third.stdout
+    check = run_python("-m", "contracts", "check", out)
+    assert check.returncode == 0, check.stdout
+
+
+def test_blender_dash_p_entry(scene_files, tmp_path):
+    """`blender -b a.blend -P render_export.py -- ARGS`: emulated with the bpy wheel (file open, argv after --)."""
+    a, _ = scene_files
+    out = tmp_path / "out"
+    code = (f"import bpy, sys; bpy.ops.wm.open_mainfile(filepath={str(a)!r}); "
+            f"sys.argv = ['blender', '-b', {str(a)!r}, '-P', {str(EXPORT)!r}, '--', '--rig', "
+            f"{str(a.with_suffix('.rig.json'))!r}, '--out', {str(out)!r}, '--count', '1']; "
+            f"exec(compile(open({str(EXPORT)!r}).read(), 'render_export.py', 'exec'), {{'__name__': '__main__', '__file__': {str(EXPORT)!r}}})")
+    r = run_python("-c", code)
+    assert r.returncode == 0, r.stderr
+    assert (out / "events" / "camera_front" / "000000" / "manifest.json").is_file()
+
+
+def test_missing_blend(tmp_path, scene_files):
+    a, _ = scene_files
+    out = tmp_path / "out"
+    r = run_python(EXPORT, tmp_path / "nope.blend", "--rig", a.with_suffix(".rig.json"), "--out", out)
+    _one_line_error(r, "nope.blend", "does not exist")
+    assert not out.exists()
+
+
+def test_not_a_blend(tmp_path, scene_files):
+    a, _ = scene_files
+    fake = tmp_path / "fake.blend"
+    fake.write_text("hello")
+    r = run_python(EXPORT, fake, "--rig", a.with_suffix(".rig.json"), "--out", tmp_path / "out")
+    _one_line_error(r, "fake.blend", "not a .blend file")
+
+
+def test_missing_camera_object(tmp_path, scene_files):
+    a, _ = scene_files
+    rig = json.loads(a.with_suffix(".rig.json").read_text())
+    rig["sensors"][0]["object"] = "NoSuchCamera"
+    r = run_python(EXPORT, a, "--rig", _write_rig(tmp_path / "rig.json", rig), "--out", tmp_path / "out")
+    _one_line_error(r, "camera_front", "'NoSuchCamera' is not in scene")
+    assert not (tmp_path / "out").exists()
+
+
+def test_object_that_is_not_a_camera(tmp_path, scene_files):
+    a, _ = scene_files
+    rig = json.loads(a.with_suffix(".rig.json").read_text())
+    rig["sensors"][0]["object"] = "plane_z8"
+    r = run_python(EXPORT, a, "--rig", _write_rig(tmp_path / "rig.json", rig), "--out", tmp_path / "out")
+    _one_line_error(r, "'plane_z8' is a MESH, not a camera")
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (lambda s: s.update(colour="red"), ("rig.json", "sensors[0]", "unknown field(s) 'colour'")),
+    (lambda s: s.update(rate_hz="thirty"), ("sensors[0].rate_hz", "'thirty' is not of type 'number'")),
+    (lambda s: s.update(readout_ns=-5), ("sensors[0].readout_ns", "less than the minimum of 0")),
+    (lambda s: s.update(readout_direction="left_to_right"), ("sensors[0].readout_direction",)),
+    (lambda s: s.pop("exposure_ns"), ("'exposure_ns' is required",)),
+    (lambda s: s.update(type="thermal_camera"), ("sensors[0].type",)),
+])
+def test_bad_rig_fields(tmp_path, scene_files, edit, fragments):
+    a, _ = scene_files
+    rig = json.loads(a.with_suffix(".rig.json").read_text())
+    edit(rig["sensors"][0])
+    r = run_python(EXPORT, a, "--rig", _write_rig(tmp_path / "rig.json", rig), "--out", tmp_path / "out")
+    _one_line_error(r, *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_rig_that_is_not_json(tmp_path, scene_files):
+    a, _ = scene_files
+    bad = tmp_path / "rig.json"
+    bad.write_text("{sensors: [")
+    r = run_python(EXPORT, a, "--rig", bad, "--out", tmp_path / "out")
+    _one_line_error(r, "rig.json", "not valid JSON")
+
+
+def test_sensor_id_not_in_rig(tmp_path, scene_files):
+    a, _ = scene_files
+    r = run_python(EXPORT, a, "--rig", a.with_suffix(".rig.json"), "--out", tmp_path / "out", "--sensors", "lidar_top")
+    _one_line_error(r, "'lidar_top' is not in the rig", "camera_front")
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_folder_holding_a_different_dataset(tmp_path, scene_files):
+    a, b = scene_files
+    out = tmp_path / "out"
+    first = run_python(EXPORT, a, "--rig", a.with_suffix(".rig.json"), "--out", out, "--count", "1")
+    assert first.returncode == 0, first.stderr
+    before = _tree(out)
+    r = run_python(EXPORT, b, "--rig", b.with_suffix(".rig.json"), "--out", out, "--count", "1")
+    _one_line_error(r, "holds a different dataset", "blend_sha256")
+    assert _tree(out) == before
+
+
+def test_output_folder_with_foreign_files(tmp_path, scene_files):
+    a, _ = scene_files
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "holiday.jpg").write_bytes(b"x")
+    r = run_python(EXPORT, a, "--rig", a.with_suffix(".rig.json"), "--out", out)
+    _one_line_error(r, "not empty", "bundle.json")
+    assert sorted(os.listdir(out)) == ["holiday.jpg"]
+
+
+def test_interrupted_event_leaves_no_manifest_and_resumes(tmp_path, scene_files, monkeypatch):
+    """A crash after payloads are written but before publishing leaves no event folder behind."""
+    from exporter import run as run_module
+
+    a, _ = scene_files
+    out = tmp_path / "out"
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(run_module, "write_manifest", crash)
+    plan = run_module.plan_export(run_module.ExportRequest(out=out, blend=a, rig=a.with_suffix(".rig.json"), count=1))
+    with pytest.raises(KeyboardInterrupt):
+        run_module.run_export(plan)
+    assert not (out / "events").exists() or not any((out / "events").rglob("manifest.json"))
+    assert not (out / ".staging").exists()
+    monkeypatch.undo()
+    summary = run_module.run_export(run_module.plan_export(
+        run_module.ExportRequest(out=out, blend=a, rig=a.with_suffix(".rig.json"), count=1)))
+    assert len(summary["published"]) == 1
+
+
+def test_blend_scripts_are_not_run(tmp_path):
+    """A .blend with a registered startup text block: its script must not run on export."""
+    import bpy
+
+    _, rig = calibration.fronto_plane(scale=16)
+    rig["sensors"][0]["rgb_samples"] = 0
+    marker = tmp_path / "pwned"
+    text = bpy.data.texts.new("evil.py")
+    text.write(f"open({str(marker)!r}, 'w').write('ran')\n")
+    text.use_module = True
+    blend = common.save(tmp_path / "evil.blend", rig)
+    r = run_python(EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "out", "--count", "1")
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists()
