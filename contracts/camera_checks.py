@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import qa_profile as tol
-from .camera_model import BlenderCameraParams, intrinsics_from_blender, pixel_grid, range_factor, ray_directions
-from .frames import is_rigid
+from .camera_model import BlenderCameraParams, intrinsics_from_blender, normalized, pixel_grid
+from .frames import is_rigid, rigid_mask
 from .ontology import BACKGROUND_ID, VOID_ID
 from .timing import RollingShutterTiming
 
@@ -14,7 +14,7 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
     """Run every camera invariant; `add(name, ok, message, **values)` records each result.
 
     `arrays` holds the decoded payloads that passed integrity checks; an invariant whose
-    inputs are missing is reported as skipped by the caller.
+    inputs are missing is not run (the missing payload already failed).
     """
     cal = manifest["calibration"]
     K = np.array(cal["K"], dtype=np.float64)
@@ -27,9 +27,11 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
     valid = arrays["valid"]
     _check_validity(arrays, add)
     u, v = pixel_grid(W, H)
-    _check_z_range(K, u, v, valid, arrays, add)
-    _check_normals(K, u, v, valid, arrays, add)
-    _check_ids(manifest, valid, arrays, add)
+    xn, yn = normalized(K, u, v)
+    factor = np.sqrt(1.0 + xn * xn + yn * yn)          # range / camera_z on each pixel-centre ray
+    _check_z_range(factor, valid, arrays, add)
+    _check_normals(xn, yn, factor, valid, arrays, add)
+    _check_ids(manifest, arrays, add)
     _check_verification(manifest, add)
     if "rgb" in arrays:
         finite = bool(np.isfinite(arrays["rgb"]).all())
@@ -81,38 +83,48 @@ def _check_poses(manifest, arrays, add):
     add("reference_pose", ok, "T_camera_world is rigid and stamped with the reference time" if ok else
         "calibration.T_camera_world is not rigid or not stamped with event.reference_time_ns")
     if "row_T_world_camera" in arrays:
-        poses = arrays["row_T_world_camera"]
-        bad = [i for i, P in enumerate(poses) if not is_rigid(P, tol.RIGID_TOL)]
-        add("row_poses_rigid", not bad, f"{len(bad)} row poses are not rigid (first row {bad[0]})" if bad
+        bad = np.flatnonzero(~rigid_mask(arrays["row_T_world_camera"], tol.RIGID_TOL))
+        add("row_poses_rigid", bad.size == 0, f"{bad.size} row poses are not rigid (first row {bad[0]})" if bad.size
             else "every row pose is rigid")
+
+
+def _finite_nan(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(every channel finite, every channel NaN) per pixel."""
+    if a.ndim == 2:
+        return np.isfinite(a), np.isnan(a)
+    finite, nan = np.isfinite(a[..., 0]), np.isnan(a[..., 0])
+    for c in range(1, a.shape[-1]):
+        finite &= np.isfinite(a[..., c])
+        nan &= np.isnan(a[..., c])
+    return finite, nan
 
 
 def _check_validity(arrays, add):
     valid = arrays["valid"]
-    values_ok = bool(np.isin(valid, (0, 1)).all())
+    values_ok = bool((valid <= 1).all())
     add("valid_values", values_ok, "valid holds values other than 0 and 1" if not values_ok else "valid is 0/1")
     hit = valid == 1
+    miss = ~hit
     problems = []
     for name in ("camera_z", "range", "normal_geometric", "normal_shading"):
         if name not in arrays:
             continue
         a = arrays[name]
-        finite = np.isfinite(a) if a.ndim == 2 else np.isfinite(a).all(axis=-1)
-        nan = np.isnan(a) if a.ndim == 2 else np.isnan(a).all(axis=-1)
-        n_bad_valid = int((hit & ~finite).sum())
-        n_bad_invalid = int((~hit & ~nan).sum())
+        finite, nan = _finite_nan(a)
+        n_bad_valid = int(np.count_nonzero(hit & ~finite))
+        n_bad_invalid = int(np.count_nonzero(miss & ~nan))
         if n_bad_valid:
             problems.append(f"{name}: {n_bad_valid} non-finite values where valid")
         if n_bad_invalid:
             problems.append(f"{name}: {n_bad_invalid} values where invalid (declared fill is NaN)")
-        if name in ("camera_z", "range"):
-            n_nonpos = int((hit & finite & (a <= 0)).sum())
+        if a.ndim == 2:
+            n_nonpos = int(np.count_nonzero(hit & finite & (a <= 0)))
             if n_nonpos:
                 problems.append(f"{name}: {n_nonpos} non-positive distances where valid")
     if "instance_id" in arrays:
-        inst = arrays["instance_id"]
-        n_hit_invalid = int((~hit & (inst != BACKGROUND_ID)).sum())
-        n_valid_bg = int((hit & (inst == BACKGROUND_ID)).sum())
+        background = arrays["instance_id"] == BACKGROUND_ID
+        n_hit_invalid = int(np.count_nonzero(miss & ~background))
+        n_valid_bg = int(np.count_nonzero(hit & background))
         if n_hit_invalid:
             problems.append(f"instance_id: {n_hit_invalid} pixels hit an object but are marked invalid")
         if n_valid_bg:
@@ -121,69 +133,72 @@ def _check_validity(arrays, add):
         "depth, normals and ids agree with the validity plane", valid_fraction=float(hit.mean()))
 
 
-def _check_z_range(K, u, v, valid, arrays, add):
+def _check_z_range(factor, valid, arrays, add):
     hit = (valid == 1) & np.isfinite(arrays["camera_z"]) & np.isfinite(arrays["range"])
-    z = arrays["camera_z"].astype(np.float64)[hit]
-    r = arrays["range"].astype(np.float64)[hit]
-    expected = z * range_factor(K, u[hit], v[hit])
-    resid = np.abs(r - expected)
-    limit = tol.Z_RANGE_ABS_TOL + tol.Z_RANGE_REL_TOL * np.abs(expected)
-    n_bad = int((resid > limit).sum())
-    worst = float(resid.max(initial=0.0))
+    expected = arrays["camera_z"] * factor
+    resid = np.abs(arrays["range"] - expected)
+    excess = resid - tol.Z_RANGE_REL_TOL * np.abs(expected)
+    n_bad = int(np.count_nonzero(hit & (excess > tol.Z_RANGE_ABS_TOL)))
+    worst = float(np.max(resid, where=hit, initial=0.0))
     add("camera_z_range", n_bad == 0,
         f"range != camera_z*sqrt(1+x_n^2+y_n^2) at {n_bad} pixels (worst {worst:.3g} m)" if n_bad else
         "range = camera_z*sqrt(1+x_n^2+y_n^2) at every valid pixel", worst_residual_m=worst)
 
 
-def _check_normals(K, u, v, valid, arrays, add):
+def _check_normals(xn, yn, factor, valid, arrays, add):
     hit = valid == 1
     for name in ("normal_geometric", "normal_shading"):
         if name not in arrays:
             continue
-        n = arrays[name].astype(np.float64)[hit]
-        ok_finite = np.isfinite(n).all(axis=-1)
-        length_err = np.abs(np.linalg.norm(n[ok_finite], axis=-1) - 1.0)
-        worst = float(length_err.max(initial=0.0))
+        n = arrays[name]
+        length_err = np.abs(np.sqrt(np.einsum("hwc,hwc->hw", n, n)) - 1.0)
+        worst = float(np.max(length_err, where=hit & np.isfinite(length_err), initial=0.0))
         add(f"{name}_unit", worst <= tol.NORMAL_UNIT_TOL,
             f"{name} deviates from unit length by {worst:.3g}" if worst > tol.NORMAL_UNIT_TOL
             else f"{name} is unit length", worst_length_error=worst)
     if "normal_geometric" in arrays:
-        d = ray_directions(K, u[hit], v[hit])
-        d /= np.linalg.norm(d, axis=-1, keepdims=True)
-        cos = np.einsum("ij,ij->i", arrays["normal_geometric"].astype(np.float64)[hit], d)
-        n_away = int((cos > tol.GEOMETRIC_FACING_TOL).sum())
+        n = arrays["normal_geometric"]
+        cos = (n[..., 0] * xn + n[..., 1] * yn + n[..., 2]) / factor
+        away = hit & (cos > tol.GEOMETRIC_FACING_TOL)
+        n_away = int(np.count_nonzero(away))
         add("normal_geometric_facing", n_away == 0,
             f"geometric normal faces away from the camera at {n_away} pixels" if n_away else
-            "geometric normal faces the camera at every valid pixel", worst_cos=float(cos.max(initial=-1.0)))
+            "geometric normal faces the camera at every valid pixel",
+            worst_cos=float(np.max(cos, where=hit, initial=-1.0)))
 
 
-def _check_ids(manifest, valid, arrays, add):
+def _check_ids(manifest, arrays, add):
     objects = manifest["objects"]
     by_index = {o["render_index"]: o for o in objects}
     ids = [o["id"] for o in objects]
     table_ok = len(by_index) == len(objects) and len(set(ids)) == len(ids)
     add("object_table", table_ok, "object table ids and render indices are unique" if table_ok else
         "object table has duplicate ids or render indices")
-    if "instance_id" in arrays:
-        present = np.unique(arrays["instance_id"])
-        missing = [int(x) for x in present if x != BACKGROUND_ID and int(x) not in by_index]
-        add("instance_ids_known", not missing, f"instance ids {missing[:5]} are not in the object table"
-            if missing else "every instance id is in the object table")
-        if "semantic_id" in arrays:
-            lut_size = max(by_index, default=0) + 1
-            lut = np.full(max(lut_size, int(present.max(initial=0)) + 1), VOID_ID, dtype=np.uint64)
-            lut[BACKGROUND_ID] = BACKGROUND_ID
-            for idx, o in by_index.items():
-                lut[idx] = o["class_id"]
-            expected = lut[arrays["instance_id"]].astype(np.uint32)
-            n_bad = int((expected != arrays["semantic_id"]).sum())
-            add("semantic_matches_instance", n_bad == 0,
-                f"semantic_id disagrees with the object table's class at {n_bad} pixels" if n_bad else
-                "semantic_id equals the class of the instance at every pixel")
-            known = {c["id"] for c in manifest["ontology"]["classes"]} | {BACKGROUND_ID, VOID_ID}
-            bad_cls = sorted(int(c) for c in np.unique(arrays["semantic_id"]) if int(c) not in known)
-            add("semantic_ids_known", not bad_cls, f"semantic ids {bad_cls[:5]} are not in the ontology"
-                if bad_cls else "every semantic id is in the ontology")
+    if "instance_id" not in arrays:
+        return
+    instance = arrays["instance_id"]
+    top = int(instance.max(initial=0))
+    present = np.flatnonzero(np.bincount(instance.ravel())) if top < 1 << 24 else np.unique(instance)
+    missing = [int(x) for x in present if x != BACKGROUND_ID and int(x) not in by_index]
+    add("instance_ids_known", not missing, f"instance ids {missing[:5]} are not in the object table"
+        if missing else "every instance id is in the object table")
+    if "semantic_id" not in arrays:
+        return
+    size = max(by_index, default=0) + 1
+    lut = np.full(size + 1, VOID_ID, dtype=np.uint32)      # last slot: ids outside the table
+    lut[BACKGROUND_ID] = BACKGROUND_ID
+    for idx, o in by_index.items():
+        lut[idx] = o["class_id"]
+    semantic = arrays["semantic_id"]
+    n_bad = int(np.count_nonzero(lut[np.minimum(instance, size)] != semantic))
+    add("semantic_matches_instance", n_bad == 0,
+        f"semantic_id disagrees with the object table's class at {n_bad} pixels" if n_bad else
+        "semantic_id equals the class of the instance at every pixel")
+    known = {c["id"] for c in manifest["ontology"]["classes"]} | {BACKGROUND_ID, VOID_ID}
+    classes = {o["class_id"] for o in objects} if n_bad == 0 else {int(c) for c in np.unique(semantic)}
+    bad_cls = sorted(c for c in classes if c not in known)
+    add("semantic_ids_known", not bad_cls, f"semantic ids {bad_cls[:5]} are not in the ontology"
+        if bad_cls else "every semantic id is in the ontology")
 
 
 def _check_verification(manifest, add):

@@ -61,11 +61,19 @@ def rotate(T, vectors) -> np.ndarray:
     return np.einsum("...ij,...j->...i", T[..., :3, :3], np.asarray(vectors, dtype=np.float64))
 
 
-def is_rigid(T, tol: float = 1e-9) -> bool:
+def rigid_mask(T, tol: float = 1e-9) -> np.ndarray:
+    """Per-matrix test of (..., 4, 4): orthonormal rotation with det +1 and last row (0, 0, 0, 1)."""
     T = np.asarray(T, dtype=np.float64)
-    r = T[:3, :3]
-    return (T.shape == (4, 4) and np.allclose(r.T @ r, np.eye(3), atol=tol)
-            and abs(np.linalg.det(r) - 1.0) < tol and np.allclose(T[3], [0, 0, 0, 1], atol=tol))
+    r = T[..., :3, :3]
+    ortho = np.abs(np.einsum("...ji,...jk->...ik", r, r) - np.eye(3)).max(axis=(-2, -1)) <= tol
+    det = np.abs(np.linalg.det(r) - 1.0) < tol
+    last = np.abs(T[..., 3, :] - [0, 0, 0, 1]).max(axis=-1) <= tol
+    return ortho & det & last
+
+
+def is_rigid(T, tol: float = 1e-9) -> bool:
+    T = np.asarray(T)
+    return T.shape == (4, 4) and bool(rigid_mask(T, tol))
 
 
 @dataclass(frozen=True)

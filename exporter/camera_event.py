@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,17 +44,18 @@ def camera_params(scene, cam_obj, width: int, height: int) -> BlenderCameraParam
         pixel_aspect_x=scene.render.pixel_aspect_x, pixel_aspect_y=scene.render.pixel_aspect_y)
 
 
-@contextmanager
-def label_camera(patch: ScenePatch, scene, cam_obj, direction: str):
-    """The camera Cycles renders through. For bottom_to_top readout, a child camera rolled 180 deg
-    about the optical axis (shifts negated) so Cycles' top-first rows are the sensor's first rows;
-    images rendered through it are flipped back with `unflip`."""
+def use_render_camera(patch: ScenePatch, scene, cam_obj, direction: str):
+    """Make the camera Cycles renders through active; return it.
+
+    For bottom_to_top readout this is a child camera rolled 180 deg about the optical axis
+    (shifts negated), so Cycles' top-first rows are the sensor's first rows; images rendered
+    through it are flipped back with `unflip`.
+    """
     import bpy
 
     if direction == "top_to_bottom":
         patch.set(scene, "camera", cam_obj)
-        yield cam_obj
-        return
+        return cam_obj
     data = cam_obj.data.copy()
     data.shift_x, data.shift_y = -cam_obj.data.shift_x, -cam_obj.data.shift_y
     flipped = bpy.data.objects.new("rowbeam_flipped_camera", data)
@@ -69,7 +69,7 @@ def label_camera(patch: ScenePatch, scene, cam_obj, direction: str):
         bpy.data.cameras.remove(data)
     patch.on_restore(remove)
     patch.set(scene, "camera", flipped)
-    yield flipped
+    return flipped
 
 
 def unflip(passes: dict, direction: str) -> dict:
@@ -99,29 +99,25 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
         with ScenePatch() as p:
             ctx.base_settings(p, W, H)
             cs.rgb_settings(p, scene, sensor.rgb_samples)
-            with label_camera(p, scene, cam, sensor.readout_direction) as rcam:
-                cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, objects + [rcam])
-                passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
+            rcam = use_render_camera(p, scene, cam, sensor.readout_direction)
+            cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, objects + [rcam])
+            passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
         arrays["rgb"] = np.ascontiguousarray(passes["combined"][..., :3], dtype=np.float32)
         seconds["rgb_render"] = time.perf_counter() - t0
 
     shutter = label_shutter(timing)
     with ScenePatch() as p:
         t0 = time.perf_counter()
-        ctx.base_settings(p, W, H)
-        cs.label_settings(p, scene, ctx.view_layer)
-        cs.add_true_normal_aov(p, objects)
-        cs.set_render_indices(p, scene, ctx.table)
-        with label_camera(p, scene, cam, sensor.readout_direction) as rcam:
-            cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objects + [rcam])
-            passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
-            seconds["label_render"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            labels, stats = derive_labels(passes, row_poses, K, ctx.lut)
-            seconds["derive"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H)
-            seconds["verify"] = time.perf_counter() - t0
+        rcam = setup_label_render(p, ctx, sensor, W, H)
+        cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objects + [rcam])
+        passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
+        seconds["label_render"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        labels, stats = derive_labels(passes, row_poses, K, ctx.lut)
+        seconds["derive"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H)
+        seconds["verify"] = time.perf_counter() - t0
     arrays.update(labels)
     method = {
         "label_render": LABEL_METHOD,
@@ -143,26 +139,44 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
     return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds)
 
 
+def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int, height: int):
+    """Label-render state (exact data passes, true-normal AOV, render indices); returns the render camera."""
+    ctx.base_settings(patch, width, height)
+    cs.label_settings(patch, ctx.scene, ctx.view_layer)
+    cs.add_true_normal_aov(patch, ctx.render_objects())
+    cs.set_render_indices(patch, ctx.scene, ctx.table)
+    return use_render_camera(patch, ctx.scene, ctx.scene.objects[sensor.object], sensor.readout_direction)
+
+
+def exact_row_labels(ctx, sensor: CameraSensor, timing, v: int, K, row_pose) -> dict:
+    """Labels of image row v from a render of that row alone, scene set to the row's exact time.
+
+    Needs the label-render state (`setup_label_render`) with motion blur off.
+    """
+    scene, H = ctx.scene, timing.rows
+    cycles_row = v if sensor.readout_direction == "top_to_bottom" else H - 1 - v
+    with ScenePatch() as q:
+        cs.set_row_border(q, scene, cycles_row, H)
+        set_time(scene, ctx.clock, timing.row_time_exact(v))
+        passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
+    if passes["depth"].shape[0] != 1:
+        raise RuntimeError(f"row render of row {v} returned {passes['depth'].shape[0]} rows, expected one")
+    labels, _ = derive_labels(passes, row_pose[None], K, ctx.lut, first_row=v)
+    return {k: a[0] for k, a in labels.items()}
+
+
 def _verify(ctx, patch: ScenePatch, sensor, timing, labels, row_poses, K, H) -> dict:
     """Re-render sampled rows alone at their exact times (motion blur off) and compare."""
-    rows = verify_rows(H, sensor.verify_rows)
-    scene = ctx.scene
-    patch.set(scene.render, "use_motion_blur", False)
+    patch.set(ctx.scene.render, "use_motion_blur", False)
     per_row = []
-    for v in rows:
-        cycles_row = v if sensor.readout_direction == "top_to_bottom" else H - 1 - v
-        with ScenePatch() as q:
-            cs.set_row_border(q, scene, cycles_row, H)
-            set_time(scene, ctx.clock, timing.row_time_exact(v))
-            ref_passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
-        ref, _ = derive_labels(ref_passes, row_poses[v:v + 1], K, ctx.lut, first_row=v)
-        result = compare_row({k: labels[k][v] for k in ("instance_id", "valid", "range")},
-                             {k: ref[k][0] for k in ("instance_id", "valid", "range")})
+    for v in verify_rows(H, sensor.verify_rows):
+        ref = exact_row_labels(ctx, sensor, timing, v, K, row_poses[v])
+        result = compare_row({k: labels[k][v] for k in ("instance_id", "valid", "range")}, ref)
         per_row.append({"row": v, **result})
     return {
         "method": "row_render_exact_time: each listed row rendered alone (border render) with motion blur off "
                   "after frame_set to the row's exact reference time; labels derived with the same pose code",
-        "rows_checked": len(rows),
+        "rows_checked": len(per_row),
         "rows": per_row,
         "worst_range_error_m": max((r["range_error_m"] for r in per_row), default=0.0),
         "worst_silhouette_error_px": max((r["silhouette_error_px"] for r in per_row), default=0.0),
