@@ -28,7 +28,7 @@ def write_exr(path, array: np.ndarray, channels: list[str], dtype: str, attribut
         raise ValueError(f"{len(planes)} planes but channels {channels}")
     stored = STORED_DTYPE[EXR_PIXEL_TYPE[dtype]]
     data = {}
-    for name, plane in zip(channels, planes):
+    for name, plane in zip(channels, planes, strict=True):
         if dtype == "uint8" and (plane.min(initial=0) < 0 or plane.max(initial=0) > 255):
             raise ValueError("uint8 plane out of range")
         data[name] = np.ascontiguousarray(plane.astype(stored, copy=False))

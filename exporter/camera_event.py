@@ -21,7 +21,8 @@ LABEL_METHOD = ("cycles_rolling_shutter_labels: one Cycles render with motion bl
                 "(rolling_shutter_duration=0, half-row correction applied) so every row is traced at its reference "
                 "time; 1 sample, Gaussian filter 0.01 px; camera_z, range and normals derived from the Position, "
                 "Normal and true-normal AOV passes with the exact per-row camera pose")
-ROW_POSE_METHOD = "scene.frame_set(frame, subframe) at every row's exact reference time; Blender camera matrix_world, scale removed"
+ROW_POSE_METHOD = ("scene.frame_set(frame, subframe) at every row's exact reference time; "
+                   "Blender camera matrix_world, scale removed")
 
 
 @dataclass

@@ -26,16 +26,19 @@ GPU_BACKENDS = ("OPTIX", "CUDA", "HIP", "ONEAPI", "METAL")
 BACKGROUND_DEPTH = 1e9          # Cycles writes 1e10 where a ray hits nothing
 
 
-def select_device(scene, patch: ScenePatch, preference: str) -> str:
-    """Set scene.cycles.device from 'cpu' | 'gpu' | 'auto'; return a description of what is used."""
+def select_device(scene, patch: ScenePatch, preference: str, cycles_prefs=None) -> str:
+    """Set scene.cycles.device from 'cpu' | 'gpu' | 'auto'; return a description of what is used.
+
+    `cycles_prefs` defaults to the Cycles add-on preferences (tests pass a stand-in: no GPU here).
+    """
     if preference == "cpu":
         patch.set(scene.cycles, "device", "CPU")
         return "CPU"
-    prefs = bpy.context.preferences.addons["cycles"].preferences
+    prefs = cycles_prefs or bpy.context.preferences.addons["cycles"].preferences
     for backend in GPU_BACKENDS:
         try:
             prefs.compute_device_type = backend
-        except TypeError:
+        except TypeError:          # backend not compiled into this Blender
             continue
         prefs.refresh_devices()
         devices = [d for d in prefs.devices if d.type == backend]

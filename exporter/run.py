@@ -27,7 +27,7 @@ from .bundle import BundleWriter
 from .camera_event import export_camera_event
 from .camera_labels import semantic_lut
 from .manifest import camera_manifest, write_manifest, write_payloads
-from .object_table import build_object_table, renderable_objects
+from .object_table import build_object_table
 from .scene_clock import scene_clock
 from .scene_patch import ScenePatch
 

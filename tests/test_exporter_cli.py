@@ -69,7 +69,8 @@ def test_blender_dash_p_entry(scene_files, tmp_path):
     code = (f"import bpy, sys; bpy.ops.wm.open_mainfile(filepath={str(a)!r}); "
             f"sys.argv = ['blender', '-b', {str(a)!r}, '-P', {str(EXPORT)!r}, '--', '--rig', "
             f"{str(a.with_suffix('.rig.json'))!r}, '--out', {str(out)!r}, '--count', '1']; "
-            f"exec(compile(open({str(EXPORT)!r}).read(), 'render_export.py', 'exec'), {{'__name__': '__main__', '__file__': {str(EXPORT)!r}}})")
+            f"exec(compile(open({str(EXPORT)!r}).read(), 'render_export.py', 'exec'), "
+            f"{{'__name__': '__main__', '__file__': {str(EXPORT)!r}}})")
     r = run_python("-c", code)
     assert r.returncode == 0, r.stderr
     assert (out / "events" / "camera_front" / "000000" / "manifest.json").is_file()
