@@ -106,18 +106,25 @@ def write_npy(path, array: np.ndarray) -> dict:
     return {"byte_order": "little", "npy_version": "1.0"}
 
 
-def decode_npy(path, dtype: str) -> np.ndarray:
+def declared_numpy_dtype(entry: dict) -> np.dtype:
+    """The little-endian numpy dtype a manifest entry declares (structured for dtype "record")."""
+    if entry["dtype"] == "record":
+        return np.dtype([(f["name"], np.dtype(f["dtype"]).newbyteorder("<")) for f in entry.get("fields", [])])
+    return np.dtype(entry["dtype"]).newbyteorder("<")
+
+
+def decode_npy(path, expected: np.dtype) -> np.ndarray:
     try:
         a = np.load(path, allow_pickle=False)
     except Exception as exc:
         raise RowbeamError(f"{path}: unreadable .npy file ({exc})") from None
-    if a.dtype != np.dtype(dtype).newbyteorder("<") and a.dtype != np.dtype(dtype):
-        raise RowbeamError(f"{path}: stored dtype {a.dtype}, declared {dtype}")
+    if a.dtype.newbyteorder("<") != expected or (a.dtype.byteorder == ">"):
+        raise RowbeamError(f"{path}: stored dtype {a.dtype}, declared {expected}")
     return a
 
 
 def decode_payload(path, entry: dict) -> np.ndarray:
-    """Decode one manifest modality entry's file into its declared array."""
+    """Decode one manifest modality entry's file into its declared array (dtype verified)."""
     if entry["format"] == "openexr":
         return decode_exr(path, entry["channels"], entry["dtype"])
-    return decode_npy(path, entry["dtype"])
+    return decode_npy(path, declared_numpy_dtype(entry))

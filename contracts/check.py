@@ -11,15 +11,16 @@ from pathlib import Path
 from . import CONTRACTS_VERSION
 from .arrays import decode_payload
 from .camera_checks import check_camera_event
-from .camera_modalities import CAMERA_MODALITIES, LABEL_MODALITIES
+from .cross_modal import check_lidar_camera
+from .lidar_checks import check_lidar_event
+from .modalities import MODALITIES, manifest_dims, required
 from .errors import RowbeamError, UnusableInput
 from .files import resolve_inside, sha256_file
 from .schema import schema_errors
 
 MANIFEST = "manifest.json"
 BUNDLE = "bundle.json"
-MODALITY_CONTRACTS = {"rolling_shutter_camera": (CAMERA_MODALITIES, LABEL_MODALITIES)}
-INVARIANTS = {"rolling_shutter_camera": check_camera_event}
+INVARIANTS = {"rolling_shutter_camera": check_camera_event, "spinning_lidar": check_lidar_event}
 
 
 class EventReport:
@@ -28,6 +29,8 @@ class EventReport:
     def __init__(self, manifest_path: Path):
         self.path = manifest_path
         self.sample_id = None
+        self.manifest = None          # set once the manifest is schema-valid
+        self.decoded = set()          # modalities whose payload passed integrity checks
         self.results = []
 
     def add(self, name: str, ok: bool, message: str, severity: str | None = None, **values):
@@ -84,25 +87,26 @@ def check_event(manifest_path: Path, root: Path) -> EventReport:
     sensor_type = manifest["sensor"]["type"]
     arrays = _check_payloads(manifest, manifest_path.parent, root, sensor_type, report)
     INVARIANTS[sensor_type](manifest, arrays, report.add)
+    report.manifest, report.decoded = manifest, set(arrays)
     return report
 
 
 def _check_payloads(manifest, base: Path, root: Path, sensor_type: str, report: EventReport) -> dict:
     """Integrity and declared-contract checks for every modality; returns the decoded arrays."""
-    specs, required = MODALITY_CONTRACTS[sensor_type]
+    specs = MODALITIES[sensor_type]
     mods = manifest["modalities"]
-    missing = [m for m in required if m not in mods]
+    missing = [m for m in required(sensor_type) if m not in mods]
     unknown = [m for m in mods if m not in specs]
     report.add("modalities_present", not missing and not unknown,
                (f"missing modalities {missing}" if missing else "") + (f" unknown modalities {unknown}" if unknown else "")
                or "every required modality is declared")
-    W, H = manifest["calibration"]["image_size_px"]
-    exposure = manifest["event"].get("exposure_ns", 0)
+    dims = manifest_dims(manifest)
+    exposure = manifest["event"].get("exposure_ns")
     arrays = {}
     for name, entry in mods.items():
         if name not in specs:
             continue
-        expected = specs[name].entry(manifest["sensor"]["id"], W, H, exposure)
+        expected = specs[name].entry(manifest["sensor"]["id"], dims, exposure)
         diffs = [f"{k}={entry.get(k)!r} (contract: {v!r})" for k, v in expected.items() if entry.get(k) != v]
         if diffs:
             report.add(f"contract:{name}", False, f"{name}: declared " + ", ".join(diffs))
@@ -119,9 +123,9 @@ def _check_payloads(manifest, base: Path, root: Path, sensor_type: str, report: 
                 raise RowbeamError(f"{entry['uri']}: sha256 {digest[:12]}… does not match the manifest "
                                    f"({entry['sha256'][:12]}…)")
             array = decode_payload(path, entry)
-            if list(array.shape) != entry["shape"] or str(array.dtype) != entry["dtype"]:
-                raise RowbeamError(f"{entry['uri']}: decoded {array.dtype}{list(array.shape)}, "
-                                   f"manifest declares {entry['dtype']}{entry['shape']}")
+            if list(array.shape) != entry["shape"]:
+                raise RowbeamError(f"{entry['uri']}: decoded shape {list(array.shape)}, "
+                                   f"manifest declares {entry['shape']}")
         except RowbeamError as exc:
             report.add(f"payload:{name}", False, str(exc))
             continue
@@ -136,6 +140,7 @@ def check_bundle(path) -> dict:
     path = Path(path)
     root, manifests = find_manifests(path)
     events = [check_event(m, root) for m in manifests]
+    _check_cross_modal(events)
     failed = [e for e in events if e.failed]
     return {
         "schema": "rowbeam/qa_report@1",
@@ -148,6 +153,39 @@ def check_bundle(path) -> dict:
                     "worst": _worst_values(events), "seconds": round(time.perf_counter() - t0, 3)},
         "events": [e.to_json(root) for e in events],
     }
+
+
+def _time_span(manifest) -> tuple[int, int]:
+    e = manifest["event"]
+    if manifest["sensor"]["type"] == "spinning_lidar":
+        return e["sweep_start_ns"], e["sweep_start_ns"] + round(e["firing_period_ns"] * e["azimuth_steps"])
+    return e["frame_start_ns"], e["frame_start_ns"] + e["readout_ns"] + e["exposure_ns"]
+
+
+def _load(report: EventReport, names) -> dict | None:
+    if not set(names) <= report.decoded:
+        return None
+    entries = report.manifest["modalities"]
+    return {n: decode_payload(report.path.parent / entries[n]["uri"], entries[n]) for n in names}
+
+
+def _check_cross_modal(events) -> None:
+    """LiDAR sweeps against every camera event that overlaps them in time (same bundle, same clock)."""
+    usable = [e for e in events if e.manifest is not None]
+    cameras = [e for e in usable if e.manifest["sensor"]["type"] == "rolling_shutter_camera"]
+    for lid in (e for e in usable if e.manifest["sensor"]["type"] == "spinning_lidar"):
+        l0, l1 = _time_span(lid.manifest)
+        lidar_arrays = None
+        for cam in cameras:
+            c0, c1 = _time_span(cam.manifest)
+            if c1 < l0 or c0 > l1:
+                continue
+            lidar_arrays = lidar_arrays or _load(lid, ["points"])
+            camera_arrays = _load(cam, ["camera_z", "valid", "instance_id", "normal_geometric", "row_time_ns",
+                                        "row_T_world_camera"])
+            if lidar_arrays is None or camera_arrays is None:
+                continue
+            check_lidar_camera(lid.manifest, lidar_arrays, cam.manifest, camera_arrays, lid.add)
 
 
 def _worst_values(events) -> dict:

@@ -13,3 +13,16 @@ RIGID_TOL = 1e-6                # orthonormality of stored poses
 # 1 mm range and 1 px silhouette: below a 2 m/s pedestrian's motion in one 0.5 ms readout step.
 VERIFY_MAX_RANGE_ERROR_M = 1e-3
 VERIFY_MAX_SILHOUETTE_ERROR_PX = 1.0
+
+# LiDAR
+LIDAR_RANGE_TOL_M = 2e-5            # |range - |p_world - origin||: float32 world hits near 100 m carry ~8e-6 m
+LIDAR_LATERAL_TOL_M = 2e-4          # distance of a return from its beam-table line: float32 OSL angles
+                                    # (~5e-7 rad x 120 m) + float32 hit positions (~2e-5 m on 300 m triangles)
+LIDAR_POINT_TOL_M = 1e-6            # point table vs its own world point and pose (float64 arithmetic)
+COS_INCIDENCE_TOL = 1e-5
+VERIFY_MAX_ID_MISMATCH_FRACTION = 0.01   # beams grazing an edge may hit the neighbour in the BVH cast
+
+# LiDAR <-> camera: a static return projected into the camera row whose time matches
+LIDAR_CAMERA_MAX_SKEW_NS = 1_000_000     # pair a return with a camera row at most 1 ms apart
+LIDAR_CAMERA_Z_ABS_TOL_M = 5e-3          # inverse-depth interpolation between pixel centres on planar faces
+LIDAR_CAMERA_Z_REL_TOL = 1e-3            # + neighbouring rows' poses differ by one row period of motion

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RowbeamError
+from .lidar import parse_lidar_sensor
 from .schema import schema_errors, validator
 from .timing import RollingShutterTiming, periodic_event_start_ns
 
@@ -86,7 +87,7 @@ def _parse_sensor(raw: dict, where: str):
         if values.get("image_size_px") is not None:
             values["image_size_px"] = tuple(values["image_size_px"])
         return CameraSensor(**values)
-    raise RowbeamError(f"{where}.type: sensor type {raw['type']!r} is not supported by this rowbeam version")
+    return parse_lidar_sensor(raw, _schema_defaults("spinning_lidar"), where)
 
 
 def load_rig(path) -> Rig:

@@ -35,6 +35,18 @@ class CameraEventOutput:
     method: dict
     seconds: dict = field(default_factory=dict)
 
+    @property
+    def dims(self) -> dict:
+        return {"W": self.camera_params.resolution_x, "H": self.camera_params.resolution_y}
+
+    @property
+    def exposure_ns(self) -> int:
+        return self.timing.exposure_ns
+
+    @property
+    def reference_time_ns(self) -> int:
+        return self.timing.reference_time_ns()
+
 
 def camera_params(scene, cam_obj, width: int, height: int) -> BlenderCameraParams:
     d = cam_obj.data
@@ -127,7 +139,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
                    "rolling_shutter_type": "TOP" if shutter.uses_motion_blur else "none (global shutter)",
                    "rolling_shutter_duration": 0.0, "motion_steps": sensor.motion_steps,
                    "shutter_centre_ns": float(shutter.centre_ns), "shutter_duration_ns": float(shutter.duration_ns),
-                   "half_row_correction_ns": float(shutter.half_row_correction_ns),
+                   "half_row_correction_ns": timing.readout_ns / (2 * H),
                    "render_camera": "sensor camera" if sensor.readout_direction == "top_to_bottom"
                    else "child camera rolled 180 deg about the optical axis, image flipped back"},
         "derivation": stats,

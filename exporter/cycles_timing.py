@@ -1,15 +1,14 @@
-"""Map a rolling-shutter event onto Cycles' shutter (pure arithmetic; no bpy).
+"""Map timed rows (camera rows, LiDAR firings) onto Cycles' shutter (pure arithmetic; no bpy).
 
 Measured (bpy 5.0.1, `rolling_shutter_type='TOP'`, `rolling_shutter_duration=0`): Cycles gives
-top-row index r the time  shutter_open + D*(r+1)/H  -- half a row later than the row centre
-(r+0.5)/H. With duration d > 0 a row is exposed over d*D centred at
+top-row index r of an H-row image the time  shutter_open + D*(r+1)/H  (D = shutter length),
+custom (OSL) cameras included. With duration d > 0 a row is exposed over d*D centred at
 shutter_open + D*(1-d)*((r+1)/H - 0.5) + D/2.
 
-We want row r at  start + readout*(r+0.5)/H + exposure/2  (contracts.timing). Choosing
-    D = readout (+ exposure for the rgb render),  d = exposure / D,
-    centre = start + exposure/2 + readout/2 - readout/(2H)
-puts every Cycles row exactly on its reference time: the -readout/(2H) term is the half-row
-correction.
+To trace row r at  first_row + r*row_period  we choose D = H*row_period and
+shutter_open = first_row - row_period: Cycles' (r+1)/H would otherwise be one row period late
+for LiDAR firings, and half a row late for camera row centres (first_row = start +
+readout/(2H) + exposure/2), which is the "half-row correction".
 """
 from __future__ import annotations
 
@@ -26,30 +25,36 @@ class CyclesShutter:
     centre_ns: Fraction
     duration_ns: Fraction
     rolling_duration: float      # Cycles `rolling_shutter_duration`
-    half_row_correction_ns: Fraction
 
     @property
     def uses_motion_blur(self) -> bool:
         return self.duration_ns > 0
 
 
-def _centre(t: RollingShutterTiming) -> tuple[Fraction, Fraction]:
-    correction = Fraction(t.readout_ns, 2 * t.rows)
-    return t.frame_start_ns + Fraction(t.exposure_ns + t.readout_ns, 2) - correction, correction
+def timed_rows_shutter(first_row_ns: Fraction, row_period_ns: Fraction, rows: int, exposure_ns=0) -> CyclesShutter:
+    """Shutter that traces row r at first_row_ns + r*row_period_ns; each row exposed over exposure_ns
+    (0: one instant per row) centred on that time."""
+    readout = rows * Fraction(row_period_ns)
+    total = readout + exposure_ns
+    centre = Fraction(first_row_ns) - Fraction(row_period_ns) + readout / 2
+    rolling = float(Fraction(exposure_ns) / total) if exposure_ns and total else 0.0
+    return CyclesShutter(centre, total if exposure_ns else readout, rolling)
+
+
+def _camera_rows(t: RollingShutterTiming) -> tuple[Fraction, Fraction]:
+    return t.row_time_exact(0 if t.direction == "top_to_bottom" else t.rows - 1), Fraction(t.readout_ns, t.rows)
 
 
 def label_shutter(t: RollingShutterTiming) -> CyclesShutter:
     """One deterministic time per row: the row's reference (exposure-centre) time."""
-    centre, correction = _centre(t)
-    return CyclesShutter(centre, Fraction(t.readout_ns), 0.0, correction)
+    first, period = _camera_rows(t)
+    return timed_rows_shutter(first, period, t.rows)
 
 
 def rgb_shutter(t: RollingShutterTiming) -> CyclesShutter:
     """Each row integrates over its own exposure interval, centred on its reference time."""
-    centre, correction = _centre(t)
-    total = t.readout_ns + t.exposure_ns
-    rolling = float(Fraction(t.exposure_ns, total)) if total else 0.0
-    return CyclesShutter(centre, Fraction(total), rolling, correction)
+    first, period = _camera_rows(t)
+    return timed_rows_shutter(first, period, t.rows, t.exposure_ns)
 
 
 def cycles_row_time_ns(shutter: CyclesShutter, rows: int, r: int) -> Fraction:

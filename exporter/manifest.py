@@ -5,7 +5,7 @@ from pathlib import Path
 
 from contracts.arrays import write_exr, write_npy
 from contracts.camera_model import PIXEL_CONVENTION, PIXEL_CONVENTION_TEXT
-from contracts.camera_modalities import CAMERA_MODALITIES
+from contracts.modalities import MODALITIES
 from contracts.files import atomic_write_json, sha256_file
 from contracts.frames import Transform, invert_rigid
 from contracts.schema import schema_errors
@@ -18,42 +18,40 @@ CONVENTIONS = {
     "lidar_frame": "x forward, y left, z up, metres",
     "transform_naming": "T_a_b maps coordinates from frame b into frame a (4x4, metres)",
     "pixel": f"{PIXEL_CONVENTION}: {PIXEL_CONVENTION_TEXT}",
-    "normals": "unit vectors in the camera frame at the row's reference time, facing the camera "
-               "(Cycles flips back-facing normals toward the incoming ray)",
-    "ids": "instance_id holds render indices (0 = background); objects[] maps each to a stable 64-bit id; "
+    "normals": "unit vectors in the sensor frame at the label's own time (camera: OpenCV optical at the row's "
+               "reference time; LiDAR: LiDAR frame at the beam's time), facing the sensor (Cycles flips "
+               "back-facing normals toward the incoming ray)",
+    "ids": "instance_id holds render indices (0 = background / no return); objects[] maps each to a stable 64-bit id; "
            "semantic_id holds ontology class ids (0 = background, 4294967295 = void)",
     "invalid": "validity plane `valid`; float labels hold NaN where valid == 0",
+    "motion": "objects[].motion = static when matrix_world is identical at every frame and half frame of the "
+              "scene's range and no modifier deforms the object; else moving",
 }
 
 
-def write_payloads(event_dir: Path, arrays: dict, sensor_id: str, width: int, height: int, exposure_ns: int) -> dict:
-    """Write each array as its contract says; return the manifest `modalities` table."""
+def write_payloads(event_dir: Path, arrays: dict, sensor, dims: dict, exposure_ns: int | None = None) -> dict:
+    """Write each array as its sensor type's modality contract says; return the manifest `modalities` table."""
     table = {}
     for name, array in arrays.items():
-        spec = CAMERA_MODALITIES[name]
-        entry = spec.entry(sensor_id, width, height, exposure_ns)
+        spec = MODALITIES[sensor.type][name]
+        entry = spec.entry(sensor.id, dims, exposure_ns)
         filename = f"{name}.exr" if spec.channels else f"{name}.npy"
         path = event_dir / filename
         if spec.channels:
             storage = write_exr(path, array, list(spec.channels), spec.dtype,
                                 {"rowbeam_modality": name, "rowbeam_units": spec.units})
         else:
-            storage = write_npy(path, array.astype(spec.dtype))
+            storage = write_npy(path, array.astype(spec.numpy_dtype(), copy=False))
         entry.update(uri=filename, sha256=sha256_file(path), bytes=path.stat().st_size, storage=storage)
         table[name] = entry
     return table
 
 
-def camera_manifest(*, sample_id, sensor, index, out, modalities, objects, ontology, build, lineage, run) -> dict:
-    T_camera_world = Transform(sensor.id, "world", invert_rigid(out.reference_pose),
-                               out.timing.reference_time_ns())
-    event = {"index": index, "clock": "scene_monotonic_ns", **out.timing.to_manifest()}
+def camera_core(out, sensor, index: int) -> dict:
+    """event, calibration and method of a camera event."""
+    T_camera_world = Transform(sensor.id, "world", invert_rigid(out.reference_pose), out.timing.reference_time_ns())
     return {
-        "schema": "rowbeam/sample@1",
-        "sample_id": sample_id,
-        "sensor": {"id": sensor.id, "type": sensor.type, "object": sensor.object},
-        "event": event,
-        "conventions": CONVENTIONS,
+        "event": {"index": index, "clock": "scene_monotonic_ns", **out.timing.to_manifest()},
         "calibration": {
             "image_size_px": [int(out.camera_params.resolution_x), int(out.camera_params.resolution_y)],
             "K": [[float(x) for x in row] for row in out.K],
@@ -64,10 +62,39 @@ def camera_manifest(*, sample_id, sensor, index, out, modalities, objects, ontol
             "T_camera_world": T_camera_world.to_json(),
             "row_poses": {"modality": "row_T_world_camera", "method": out.method["row_poses"]},
         },
+        "method": out.method,
+    }
+
+
+def lidar_core(out, sensor, index: int) -> dict:
+    """event, calibration (beam table, limits, poses) and method of a LiDAR sweep."""
+    T_lidar_world = Transform(sensor.id, "world", invert_rigid(out.reference_pose), out.timing.reference_time_ns())
+    return {
+        "event": {"index": index, "clock": "scene_monotonic_ns", **out.timing.to_manifest()},
+        "calibration": {
+            "beams": {"channels": sensor.beam_table(), "start_azimuth_deg": float(sensor.start_azimuth_deg),
+                      "spin_direction": sensor.spin_direction, "preset": sensor.preset,
+                      "azimuth_definition": "azimuth(k, c) = start_azimuth_deg + s * 360 * rotation_hz * "
+                                            "(t(k, c) - sweep_start) + azimuth_offset_deg[c], s = +1 ccw / -1 cw; "
+                                            "direction = (cos el cos az, cos el sin az, sin el) in the LiDAR frame"},
+            "range_limits_m": {"min": float(sensor.min_range_m), "max": float(sensor.max_range_m)},
+            "T_lidar_world": T_lidar_world.to_json(),
+            "firing_poses": {"modality": "firing_T_world_lidar", "method": out.method["firing_poses"]},
+        },
+        "method": out.method,
+    }
+
+
+def assemble_manifest(core: dict, *, sample_id, sensor, modalities, objects, ontology, build, lineage, run) -> dict:
+    return {
+        "schema": "rowbeam/sample@1",
+        "sample_id": sample_id,
+        "sensor": {"id": sensor.id, "type": sensor.type, "object": sensor.object},
+        **core,
+        "conventions": CONVENTIONS,
         "objects": [e.to_json() for e in objects],
         "ontology": ontology.manifest_entry(),
         "modalities": modalities,
-        "method": out.method,
         "build": build,
         "lineage": lineage,
         "run": run,

@@ -47,15 +47,32 @@ class ObjectEntry:
     class_id: int
     class_tag: str | None
     id_source: str
+    motion: str = "static"
 
     def to_json(self) -> dict:
         return {"id": self.id, "render_index": self.render_index, "class_id": self.class_id,
-                "class_tag": self.class_tag, "name": self.obj_name, "id_source": self.id_source}
+                "class_tag": self.class_tag, "name": self.obj_name, "id_source": self.id_source,
+                "motion": self.motion}
 
 
 def renderable_objects(scene, view_layer) -> list:
     return [o for o in scene.objects
             if o.type in RENDERABLE_TYPES and not o.hide_render and o.visible_get(view_layer=view_layer)]
+
+
+def moving_objects(scene, objects) -> set[str]:
+    """Names of objects that move or deform: matrix_world differs between any two frames of the
+    scene's range (every frame and half frame), or a modifier deforms them."""
+    frame, sub = scene.frame_current, scene.frame_subframe
+    first = {o.name: [list(r) for r in o.matrix_world] for o in objects}
+    moving = {o.name for o in objects if o.is_deform_modified(scene, "RENDER")}
+    for f in range(scene.frame_start, scene.frame_end + 1):
+        for half in (0.0, 0.5):
+            scene.frame_set(f, subframe=half)
+            moving |= {o.name for o in objects if o.name not in moving and
+                       [list(r) for r in o.matrix_world] != first[o.name]}
+    scene.frame_set(frame, subframe=sub)
+    return moving
 
 
 def build_object_table(scene, view_layer, ontology: Ontology) -> list[ObjectEntry]:
@@ -78,5 +95,7 @@ def build_object_table(scene, view_layer, ontology: Ontology) -> list[ObjectEntr
     if len(rows) > MAX_RENDER_INDEX:
         raise RowbeamError(f"scene has {len(rows)} renderable objects; at most {MAX_RENDER_INDEX} are supported")
     rows.sort()
-    return [ObjectEntry(name, oid, i + 1, ontology.class_of(tag), tag, source)
+    moving = moving_objects(scene, [scene.objects[name] for _, name, _, _ in rows])
+    return [ObjectEntry(name, oid, i + 1, ontology.class_of(tag), tag, source,
+                        "moving" if name in moving else "static")
             for i, (oid, name, tag, source) in enumerate(rows)]

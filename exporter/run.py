@@ -14,6 +14,7 @@ from pathlib import Path
 
 import bpy
 
+from contracts import CONTRACTS_VERSION
 from contracts.check import check_event
 from contracts.errors import RowbeamError
 from contracts.files import atomic_write_json, canonical_json, sha256_file
@@ -26,7 +27,8 @@ from .blend_io import git_revision, open_blend
 from .bundle import BundleWriter
 from .camera_event import export_camera_event
 from .camera_labels import semantic_lut
-from .manifest import camera_manifest, write_manifest, write_payloads
+from .lidar_event import export_lidar_event
+from .manifest import assemble_manifest, camera_core, lidar_core, write_manifest, write_payloads
 from .object_table import build_object_table
 from .scene_clock import scene_clock
 from .scene_patch import ScenePatch
@@ -204,21 +206,27 @@ def _report(progress, done, total, text):
         progress(done, total, text)
 
 
+SENSOR_EXPORTERS = {
+    "rolling_shutter_camera": (export_camera_event, camera_core),
+    "spinning_lidar": (export_lidar_event, lidar_core),
+}
+
+
 def _export_one(plan: ExportPlan, sensor, index: int):
     ctx, writer = plan.context, plan.writer
     t0 = time.perf_counter()
-    out = export_camera_event(ctx, sensor, index)
+    export_event, core = SENSOR_EXPORTERS[sensor.type]
+    out = export_event(ctx, sensor, index)
     staged = writer.stage(sensor.id, index)
-    W, H = out.camera_params.resolution_x, out.camera_params.resolution_y
-    modalities = write_payloads(staged, out.arrays, sensor.id, W, H, sensor.exposure_ns)
+    modalities = write_payloads(staged, out.arrays, sensor, out.dims, out.exposure_ns)
     scenario = plan.lineage["scenario"]
-    manifest = camera_manifest(
-        sample_id=f"{scenario}.{sensor.id}.{out.timing.reference_time_ns()}",
-        sensor=sensor, index=index, out=out, modalities=modalities, objects=ctx.table,
-        ontology=ctx.ontology,
+    manifest = assemble_manifest(
+        core(out, sensor, index),
+        sample_id=f"{scenario}.{sensor.id}.{out.reference_time_ns}",
+        sensor=sensor, modalities=modalities, objects=ctx.table, ontology=ctx.ontology,
         build={"blender_version": bpy.app.version_string, "rowbeam_version": ROWBEAM_VERSION,
                "git_revision": git_revision(), "blend_sha256": plan.blend_sha256, "rig_sha256": plan.rig_sha256,
-               "render_device": ctx.device, "contracts_version": __import__("contracts").CONTRACTS_VERSION},
+               "render_device": ctx.device, "contracts_version": CONTRACTS_VERSION},
         lineage={"scenario": scenario, "lineage_group": plan.lineage["lineage_group"],
                  "source": plan.lineage["source"]},
         run={"host": platform.node(), "python": platform.python_version(),

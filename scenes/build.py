@@ -26,7 +26,8 @@ def main(argv=None) -> int:
         _, rig = calibration.SCENES[args.name](scale=args.scale)
     if args.rgb_samples is not None:
         for s in rig["sensors"]:
-            s["rgb_samples"] = args.rgb_samples
+            if s["type"] == "rolling_shutter_camera":
+                s["rgb_samples"] = args.rgb_samples
     path = common.save(args.out, rig)
     print(f"scene {args.name}: {path} (rig {path.with_suffix('.rig.json')})")
     return 0

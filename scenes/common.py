@@ -149,3 +149,32 @@ def camera_rig(sensor_id: str, camera_name: str, **overrides) -> dict:
               "readout_direction": "top_to_bottom"}
     sensor.update(overrides)
     return {"schema": "rowbeam/rig@1", "sensors": [sensor]}
+
+
+def frame_with_normal(centre, normal) -> np.ndarray:
+    """4x4 placing a local xy quad at `centre` with its +z normal along `normal` (world)."""
+    z = np.asarray(normal, float) / np.linalg.norm(normal)
+    helper = np.array([1.0, 0, 0]) if abs(z[0]) < 0.9 else np.array([0, 1.0, 0])
+    x = np.cross(helper, z)
+    x /= np.linalg.norm(x)
+    M = np.eye(4)
+    M[:3, :3] = np.stack([x, np.cross(z, x), z], 1)
+    M[:3, 3] = centre
+    return M
+
+
+def add_empty(name: str, location=(0, 0, 0), rotation=(0, 0, 0)):
+    obj = bpy.data.objects.new(name, None)
+    bpy.context.scene.collection.objects.link(obj)
+    obj.location, obj.rotation_euler = location, rotation
+    return obj
+
+
+def lidar_rig(sensor_id: str, mount_name: str, **fields) -> dict:
+    sensor = {"id": sensor_id, "type": "spinning_lidar", "object": mount_name, "rotation_hz": 10,
+              "azimuth_steps": 512, "preset": "uniform_32", "first_sweep_ns": 0, "min_range_m": 0.3,
+              "max_range_m": 120.0}
+    sensor.update(fields)
+    if "elevations_deg" in fields:
+        sensor.pop("preset")
+    return {"schema": "rowbeam/rig@1", "sensors": [sensor]}

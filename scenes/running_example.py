@@ -4,7 +4,8 @@ emerging from behind it (bpy).
 World: x along the street (the shuttle's direction), y left, z up, metres. The ego camera
 (1280x720, seed K) rides at 1.6 m and moves forward at 10 m/s. The van is parked on the right
 at x = 30; the pedestrian starts hidden beyond it and walks left across the street at 2 m/s.
-Buildings, parked cars, poles, trees and signs bring the scene to about 200 objects. A cyclist
+Buildings, parked cars, poles, trees and signs bring the scene to about 200 objects. The rig
+(an empty "shuttle" moving forward at 10 m/s) carries the camera and a spinning LiDAR mount. A cyclist
 accelerates with Bezier keys, so motion-step interpolation is exercised, not only linear motion.
 """
 from __future__ import annotations
@@ -103,10 +104,15 @@ def build(width: int = 1280, height: int = 720, frames: int = 60):
         for kp in fc.keyframe_points:
             kp.interpolation = "BEZIER"
 
+    # The shuttle (an empty) carries the rig: camera at 1.6 m, spinning LiDAR mount on the roof at 2.1 m.
+    shuttle = common.add_empty("shuttle")
+    common.key_locations(shuttle, [(1, (0, 0, 0)), (1 + FPS, (SPEED_EGO, 0, 0))])
     f, cx, cy = 800.0 * width / 1280, width / 2.0, height / 2.0
     cam = common.add_camera("ego_camera", common.look_along((0, 0, 1.6), forward=(1, 0, 0), down=(0, 0, -1)),
                             f, cx, cy, width, height)
-    common.key_locations(cam, [(1, (0, 0, 1.6)), (1 + FPS, (SPEED_EGO, 0, 1.6))])
+    lidar = common.add_empty("lidar_mount", (0.0, 0.0, 2.1))
+    for child in (cam, lidar):
+        child.parent = shuttle                  # shuttle is at the origin at frame 1: parent inverse = identity
     return scene, van, pedestrian
 
 
@@ -115,6 +121,10 @@ def _fcurves(obj):
     return [fc for layer in action.layers for strip in layer.strips for bag in strip.channelbags for fc in bag.fcurves]
 
 
-def rig(**overrides) -> dict:
-    doc = common.camera_rig("camera_front", "ego_camera", **overrides)
+def rig(lidar: bool = True, lidar_fields: dict | None = None, **camera_fields) -> dict:
+    """camera_front (the seed's rolling-shutter camera) and, by default, lidar_top (10 Hz, 64 x 2048)."""
+    doc = common.camera_rig("camera_front", "ego_camera", **camera_fields)
+    if lidar:
+        fields = {"azimuth_steps": 2048, "preset": "uniform_64", **(lidar_fields or {})}
+        doc["sensors"] += common.lidar_rig("lidar_top", "lidar_mount", **fields)["sensors"]
     return doc

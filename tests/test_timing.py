@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from contracts.timing import RollingShutterTiming, SceneClock, periodic_event_start_ns
-from exporter.cycles_timing import cycles_row_time_ns, label_shutter, rgb_shutter
+from exporter.cycles_timing import cycles_row_time_ns, label_shutter, rgb_shutter, timed_rows_shutter
 
 SEED = RollingShutterTiming(frame_start_ns=10_000_000_000, readout_ns=12_000_000, exposure_ns=4_000_000, rows=720)
 
@@ -68,7 +68,18 @@ def test_cycles_label_shutter_puts_every_row_on_its_reference_time(rows):
     sh = label_shutter(t)
     for r in {0, rows // 2, rows - 1}:
         assert cycles_row_time_ns(sh, rows, r) == t.row_time_exact(r)
-    assert sh.half_row_correction_ns == Fraction(12_000_000, 2 * rows)
+    # the shutter opens half a row before the readout start (+ exposure/2): Cycles' (r+1)/H made exact
+    open_ns = sh.centre_ns - sh.duration_ns / 2
+    assert open_ns == t.frame_start_ns + Fraction(t.exposure_ns, 2) - Fraction(12_000_000, 2 * rows)
+
+
+def test_timed_rows_shutter_for_firings():
+    """LiDAR firings at start + k*period: Cycles' (r+1)/H needs the shutter opened one period early."""
+    period = Fraction(10**9, 10 * 2048)
+    sh = timed_rows_shutter(Fraction(100_000_000), period, 2048)
+    for k in (0, 1, 1024, 2047):
+        assert cycles_row_time_ns(sh, 2048, k) == 100_000_000 + k * period
+    assert sh.duration_ns == 2048 * period and sh.rolling_duration == 0.0
 
 
 def test_cycles_rgb_shutter_exposes_each_row_around_its_reference_time():

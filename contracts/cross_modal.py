@@ -1,0 +1,77 @@
+"""Cross-modal invariant: LiDAR returns on static surfaces agree with the camera row whose time
+matches (seed 000 §8: "LiDAR projected into the correct camera row").
+
+For a return p_world at time t_p and a camera event, find the row v it projects into with that
+row's own pose (fixed point of v = row of projection(T_camera_world(t_v) p)). Keep the pair when
+|t_row(v) - t_p| <= LIDAR_CAMERA_MAX_SKEW_NS, the return's object is static and is what the camera
+sees at all four surrounding pixel centres, on one planar face (equal geometric normals). Then
+camera_z interpolated at (u, v) (bilinear in 1/z, exact on planar faces) must equal the return's
+camera-frame z.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import qa_profile as tol
+from .camera_model import project
+
+
+def row_of_projection(points_world, row_T_world_camera, K, iterations=4):
+    """(uv, z, row) of world points projected with the pose of the row they land on."""
+    H = row_T_world_camera.shape[0]
+    T_cw = np.linalg.inv(row_T_world_camera)
+    row = np.full(len(points_world), H // 2)
+    for _ in range(iterations):
+        T = T_cw[row]
+        X = np.einsum("nij,nj->ni", T[:, :3, :3], points_world) + T[:, :3, 3]
+        uv, _ = project(K, X)
+        row = np.clip(np.nan_to_num(np.rint(uv[:, 1]), nan=0).astype(np.int64), 0, H - 1)
+    return uv, X[:, 2], row
+
+
+def check_lidar_camera(lidar_manifest, lidar_arrays, camera_manifest, camera_arrays, add) -> None:
+    """Compare one sweep with one camera event; records one result named after the camera event."""
+    name = f"lidar_vs_camera:{camera_manifest['sensor']['id']}/{camera_manifest['event']['index']}"
+    pts = lidar_arrays["points"]
+    by_index = {o["render_index"]: o for o in lidar_manifest["objects"]}
+    cam_index = {o["id"]: o["render_index"] for o in camera_manifest["objects"]}
+    static = np.array([by_index.get(int(i), {}).get("motion") == "static" for i in pts["instance_id"]], dtype=bool)
+    row_t = camera_arrays["row_time_ns"]
+    span = (row_t.min() - tol.LIDAR_CAMERA_MAX_SKEW_NS, row_t.max() + tol.LIDAR_CAMERA_MAX_SKEW_NS)
+    keep = static & (pts["t_ns"] >= span[0]) & (pts["t_ns"] <= span[1])
+    if not keep.any():
+        add(name, True, "no static returns inside the camera event's time span", severity="warn")
+        return
+    sel = pts[keep]
+    world = np.stack([sel["x_world"], sel["y_world"], sel["z_world"]], -1)
+    K = np.array(camera_manifest["calibration"]["K"])
+    uv, z, row = row_of_projection(world, camera_arrays["row_T_world_camera"], K)
+    H, W = camera_arrays["camera_z"].shape
+    skew = np.abs(row_t[row] - sel["t_ns"])
+    inside = (z > 0) & (uv[:, 0] >= 0) & (uv[:, 0] <= W - 1) & (uv[:, 1] >= 0) & (uv[:, 1] <= H - 1)
+    ok = inside & (skew <= tol.LIDAR_CAMERA_MAX_SKEW_NS)
+    u0 = np.clip(np.floor(np.nan_to_num(uv[:, 0])).astype(np.int64), 0, W - 2)
+    v0 = np.clip(np.floor(np.nan_to_num(uv[:, 1])).astype(np.int64), 0, H - 2)
+    want = np.array([cam_index.get(by_index[int(i)]["id"], -1) for i in sel["instance_id"]])
+    inst, valid, cz = camera_arrays["instance_id"], camera_arrays["valid"], camera_arrays["camera_z"]
+    normal = camera_arrays["normal_geometric"]
+    inv = np.zeros(len(sel))
+    fu, fv = uv[:, 0] - u0, uv[:, 1] - v0
+    for du, dv, w in ((0, 0, (1 - fu) * (1 - fv)), (1, 0, fu * (1 - fv)), (0, 1, (1 - fu) * fv), (1, 1, fu * fv)):
+        ok &= (inst[v0 + dv, u0 + du] == want) & (valid[v0 + dv, u0 + du] == 1)
+        # one planar face around the return: all four geometric normals agree
+        ok &= np.nan_to_num(np.abs(normal[v0 + dv, u0 + du] - normal[v0, u0]).max(axis=-1), nan=1.0) < 1e-3
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv += w / cz[v0 + dv, u0 + du].astype(np.float64)
+    if not ok.any():
+        add(name, True, f"no static return lands, within {tol.LIDAR_CAMERA_MAX_SKEW_NS / 1e6:g} ms, on a camera "
+            "row showing the same surface", severity="warn")
+        return
+    err = np.abs(1.0 / inv[ok] - z[ok])
+    limit = tol.LIDAR_CAMERA_Z_ABS_TOL_M + tol.LIDAR_CAMERA_Z_REL_TOL * z[ok]
+    bad = int(np.count_nonzero(err > limit))
+    worst = float(err.max())
+    add(name, bad == 0, f"{int(ok.sum())} static returns projected into time-matched camera rows: "
+        + (f"{bad} disagree with camera_z (worst {worst:.3g} m)" if bad else
+           f"camera_z agrees (worst {worst:.3g} m, skew <= {int(skew[ok].max())} ns)"),
+        pairs=int(ok.sum()), worst_z_error_m=worst, max_skew_ns=int(skew[ok].max()))

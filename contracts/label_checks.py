@@ -1,0 +1,87 @@
+"""Label invariants shared by every sensor type: validity plane consistency and object/class ids."""
+from __future__ import annotations
+
+import numpy as np
+
+from .ontology import BACKGROUND_ID, VOID_ID
+
+
+def finite_and_nan(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(every channel finite, every channel NaN) per pixel."""
+    if a.ndim == 2:
+        return np.isfinite(a), np.isnan(a)
+    finite, nan = np.isfinite(a[..., 0]), np.isnan(a[..., 0])
+    for c in range(1, a.shape[-1]):
+        finite &= np.isfinite(a[..., c])
+        nan &= np.isnan(a[..., c])
+    return finite, nan
+
+
+def check_validity(arrays: dict, float_names, add) -> None:
+    """NaN exactly where invalid in every float label; valid 0/1; object ids exactly where valid."""
+    valid = arrays["valid"]
+    values_ok = bool((valid <= 1).all())
+    add("valid_values", values_ok, "valid holds values other than 0 and 1" if not values_ok else "valid is 0/1")
+    hit = valid == 1
+    miss = ~hit
+    problems = []
+    for name in float_names:
+        if name not in arrays:
+            continue
+        a = arrays[name]
+        finite, nan = finite_and_nan(a)
+        n_bad_valid = int(np.count_nonzero(hit & ~finite))
+        n_bad_invalid = int(np.count_nonzero(miss & ~nan))
+        if n_bad_valid:
+            problems.append(f"{name}: {n_bad_valid} non-finite values where valid")
+        if n_bad_invalid:
+            problems.append(f"{name}: {n_bad_invalid} values where invalid (declared fill is NaN)")
+        if name in ("camera_z", "range"):
+            n_nonpos = int(np.count_nonzero(hit & finite & (a <= 0)))
+            if n_nonpos:
+                problems.append(f"{name}: {n_nonpos} non-positive values where valid")
+    if "instance_id" in arrays:
+        background = arrays["instance_id"] == BACKGROUND_ID
+        n_hit_invalid = int(np.count_nonzero(miss & ~background))
+        n_valid_bg = int(np.count_nonzero(hit & background))
+        if n_hit_invalid:
+            problems.append(f"instance_id: {n_hit_invalid} pixels hit an object but are marked invalid")
+        if n_valid_bg:
+            problems.append(f"instance_id: {n_valid_bg} valid pixels have the background id")
+    add("validity_consistency", not problems, "; ".join(problems) if problems else
+        "depth, normals and ids agree with the validity plane", valid_fraction=float(hit.mean()))
+
+
+def check_ids(manifest: dict, arrays: dict, add) -> None:
+    """Object table unique; every instance id in it; semantic id = the class of the instance."""
+    objects = manifest["objects"]
+    by_index = {o["render_index"]: o for o in objects}
+    ids = [o["id"] for o in objects]
+    table_ok = len(by_index) == len(objects) and len(set(ids)) == len(ids)
+    add("object_table", table_ok, "object table ids and render indices are unique" if table_ok else
+        "object table has duplicate ids or render indices")
+    if "instance_id" not in arrays:
+        return
+    instance = arrays["instance_id"]
+    top = int(instance.max(initial=0))
+    present = np.flatnonzero(np.bincount(instance.ravel())) if top < 1 << 24 else np.unique(instance)
+    missing = [int(x) for x in present if x != BACKGROUND_ID and int(x) not in by_index]
+    add("instance_ids_known", not missing, f"instance ids {missing[:5]} are not in the object table"
+        if missing else "every instance id is in the object table")
+    if "semantic_id" not in arrays:
+        return
+    size = max(by_index, default=0) + 1
+    lut = np.full(size + 1, VOID_ID, dtype=np.uint32)      # last slot: ids outside the table
+    lut[BACKGROUND_ID] = BACKGROUND_ID
+    for idx, o in by_index.items():
+        lut[idx] = o["class_id"]
+    semantic = arrays["semantic_id"]
+    n_bad = int(np.count_nonzero(lut[np.minimum(instance, size)] != semantic))
+    add("semantic_matches_instance", n_bad == 0,
+        f"semantic_id disagrees with the object table's class at {n_bad} pixels" if n_bad else
+        "semantic_id equals the class of the instance at every pixel")
+    known = {c["id"] for c in manifest["ontology"]["classes"]} | {BACKGROUND_ID, VOID_ID}
+    classes = {o["class_id"] for o in objects} if n_bad == 0 else {int(c) for c in np.unique(semantic)}
+    bad_cls = sorted(c for c in classes if c not in known)
+    add("semantic_ids_known", not bad_cls, f"semantic ids {bad_cls[:5]} are not in the ontology"
+        if bad_cls else "every semantic id is in the ontology")

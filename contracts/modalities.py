@@ -1,0 +1,160 @@
+"""The declared meaning of every modality of every sensor type: one table, used to write and to check.
+
+Shapes are templates over named dimensions: H, W (camera image rows/columns), F (LiDAR
+firings), C (LiDAR channels), G (LiDAR channel time groups), N (points). Camera image
+modalities are on the `opencv` pixel grid; LiDAR beam modalities are firings x channels with
+row 0 = first firing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ontology import BACKGROUND_ID, VOID_ID
+
+INVALID_NAN = {"policy": "validity_plane", "mask": "valid", "fill": "nan"}
+INSTANCE_INVALID = {"policy": "reserved_id", "background": BACKGROUND_ID}
+SEMANTIC_INVALID = {"policy": "reserved_id", "background": BACKGROUND_ID, "void": VOID_ID}
+ALWAYS_VALID = {"policy": "always_valid"}
+
+
+@dataclass(frozen=True)
+class ModalitySpec:
+    name: str
+    quantity: str
+    units: str
+    dtype: str                   # numpy dtype name, or "record" for a structured table
+    channels: tuple | None       # EXR channel names; None for .npy payloads
+    shape: tuple                 # template: dimension names and integers
+    frame: str                   # template, {sensor} is replaced
+    invalid: dict
+    time_kind: str
+    times: str | None = None     # modality (or field) holding the times
+    fields: tuple | None = None  # for dtype "record": ((name, dtype, units, frame), ...)
+    optional: bool = False
+
+    @property
+    def format(self) -> str:
+        return "openexr" if self.channels else "npy"
+
+    def concrete_shape(self, dims: dict) -> list[int]:
+        return [dims[d] if isinstance(d, str) else d for d in self.shape]
+
+    def numpy_dtype(self):
+        import numpy as np
+        if self.dtype == "record":
+            return np.dtype([(n, np.dtype(t).newbyteorder("<")) for n, t, _, _ in self.fields])
+        return np.dtype(self.dtype)
+
+    def entry(self, sensor_id: str, dims: dict, exposure_ns: int | None = None) -> dict:
+        """Manifest fields that follow from the contract (uri, hashes and storage are added by the writer)."""
+        e = {"format": self.format, "shape": self.concrete_shape(dims), "dtype": self.dtype,
+             "quantity": self.quantity, "units": self.units, "frame": self.frame.format(sensor=sensor_id),
+             "invalid": dict(self.invalid), "time_support": {"kind": self.time_kind}}
+        if self.channels:
+            e["channels"] = list(self.channels)
+        if self.times:
+            e["time_support"]["times"] = self.times
+        if self.fields:
+            e["fields"] = [{"name": n, "dtype": t, "units": u, "frame": f.format(sensor=sensor_id)}
+                           for n, t, u, f in self.fields]
+        if self.time_kind == "per_row_interval":
+            e["time_support"].update(exposure_ns=exposure_ns,
+                                     interval="[t_row - exposure_ns/2, t_row + exposure_ns/2]")
+        return e
+
+
+def _table(*specs) -> dict:
+    return {s.name: s for s in specs}
+
+
+_XYZ = ("X", "Y", "Z")
+CAMERA_MODALITIES = _table(
+    ModalitySpec("camera_z", "distance along the optical axis (camera z) of the surface on the pixel-centre ray",
+                 "m", "float32", ("camera_z",), ("H", "W"), "{sensor}:opencv_optical", INVALID_NAN, "per_row",
+                 "row_time_ns"),
+    ModalitySpec("range", "Euclidean distance from the camera centre to the surface along the pixel-centre ray",
+                 "m", "float32", ("range",), ("H", "W"), "{sensor}:opencv_optical", INVALID_NAN, "per_row",
+                 "row_time_ns"),
+    ModalitySpec("valid", "1 where the pixel-centre ray hits a surface, else 0",
+                 "1", "uint8", ("valid",), ("H", "W"), "{sensor}:image", ALWAYS_VALID, "per_row", "row_time_ns"),
+    ModalitySpec("normal_geometric", "true (face) normal of the hit surface, unit, facing the camera",
+                 "unit_vector", "float32", _XYZ, ("H", "W", 3), "{sensor}:opencv_optical", INVALID_NAN, "per_row",
+                 "row_time_ns"),
+    ModalitySpec("normal_shading", "shading normal (interpolated/normal-mapped) of the hit surface, unit, facing the camera",
+                 "unit_vector", "float32", _XYZ, ("H", "W", 3), "{sensor}:opencv_optical", INVALID_NAN, "per_row",
+                 "row_time_ns"),
+    ModalitySpec("instance_id", "render index of the hit object; the manifest's objects table maps it to a stable 64-bit id",
+                 "id", "uint32", ("instance_id",), ("H", "W"), "{sensor}:image", INSTANCE_INVALID, "per_row",
+                 "row_time_ns"),
+    ModalitySpec("semantic_id", "ontology class id of the hit object",
+                 "id", "uint32", ("semantic_id",), ("H", "W"), "{sensor}:image", SEMANTIC_INVALID, "per_row",
+                 "row_time_ns"),
+    ModalitySpec("row_time_ns", "reference (exposure-centre) time of each image row on the scene clock",
+                 "ns", "int64", None, ("H",), "scene_clock", ALWAYS_VALID, "per_row"),
+    ModalitySpec("row_T_world_camera", "pose of the camera (OpenCV optical) at each row's reference time, T_world_camera",
+                 "m", "float64", None, ("H", 4, 4), "world<-{sensor}:opencv_optical", ALWAYS_VALID, "per_row",
+                 "row_time_ns"),
+    ModalitySpec("rgb", "scene-linear radiance, Cycles path traced, each row integrated over its own exposure",
+                 "scene_linear", "float32", ("R", "G", "B"), ("H", "W", 3), "{sensor}:image", ALWAYS_VALID,
+                 "per_row_interval", "row_time_ns", optional=True),
+)
+
+_POINT_FIELDS = (
+    ("t_ns", "int64", "ns", "scene_clock"),
+    ("channel", "uint16", "index", "beam table"),
+    ("firing", "uint32", "index", "sweep"),
+    ("x", "float64", "m", "{sensor}:lidar at the point's own time"),
+    ("y", "float64", "m", "{sensor}:lidar at the point's own time"),
+    ("z", "float64", "m", "{sensor}:lidar at the point's own time"),
+    ("x_world", "float64", "m", "world"),
+    ("y_world", "float64", "m", "world"),
+    ("z_world", "float64", "m", "world"),
+    ("instance_id", "uint32", "id", "objects table render index"),
+    ("semantic_id", "uint32", "id", "ontology class"),
+)
+LIDAR_MODALITIES = _table(
+    ModalitySpec("range", "Euclidean distance from the LiDAR origin at the beam's time to the return",
+                 "m", "float32", ("range",), ("F", "C"), "{sensor}:lidar", INVALID_NAN, "per_firing", "time_offset_ns"),
+    ModalitySpec("valid", "1 where the beam returns from a surface within [min_range_m, max_range_m], else 0",
+                 "1", "uint8", ("valid",), ("F", "C"), "{sensor}:beams", ALWAYS_VALID, "per_firing", "time_offset_ns"),
+    ModalitySpec("instance_id", "render index of the hit object (objects table maps it to the 64-bit id)",
+                 "id", "uint32", ("instance_id",), ("F", "C"), "{sensor}:beams", INSTANCE_INVALID, "per_firing",
+                 "time_offset_ns"),
+    ModalitySpec("semantic_id", "ontology class id of the hit object",
+                 "id", "uint32", ("semantic_id",), ("F", "C"), "{sensor}:beams", SEMANTIC_INVALID, "per_firing",
+                 "time_offset_ns"),
+    ModalitySpec("normal_geometric", "true (face) normal of the hit surface in the LiDAR frame at the beam's time, "
+                 "unit, facing the sensor", "unit_vector", "float32", _XYZ, ("F", "C", 3), "{sensor}:lidar",
+                 INVALID_NAN, "per_firing", "time_offset_ns"),
+    ModalitySpec("cos_incidence", "cosine of the angle between the beam and the surface normal (-n . d)",
+                 "1", "float32", ("cos_incidence",), ("F", "C"), "{sensor}:lidar", INVALID_NAN, "per_firing",
+                 "time_offset_ns"),
+    ModalitySpec("time_offset_ns", "beam time minus sweep_start_ns",
+                 "ns", "uint32", ("time_offset_ns",), ("F", "C"), "scene_clock", ALWAYS_VALID, "per_firing"),
+    ModalitySpec("firing_T_world_lidar", "LiDAR pose at each firing's time for each channel time group "
+                 "(group g = channels whose time offset is the g-th distinct one), T_world_lidar",
+                 "m", "float64", None, ("F", "G", 4, 4), "world<-{sensor}:lidar", ALWAYS_VALID, "per_firing"),
+    ModalitySpec("points", "one row per valid return, ordered by (firing, channel); xyz in the LiDAR frame at the "
+                 "point's own time and in the world frame", "record", "record", None, ("N",), "{sensor}:lidar",
+                 ALWAYS_VALID, "per_point", "t_ns", fields=_POINT_FIELDS),
+    ModalitySpec("points_motion_compensated", "the points' positions expressed in the LiDAR frame at the event's "
+                 "reference_time_ns (row i = points row i)", "m", "float64", None, ("N", 3),
+                 "{sensor}:lidar at reference_time_ns", ALWAYS_VALID, "instant"),
+)
+
+MODALITIES = {"rolling_shutter_camera": CAMERA_MODALITIES, "spinning_lidar": LIDAR_MODALITIES}
+
+
+def required(sensor_type: str) -> list[str]:
+    return [n for n, m in MODALITIES[sensor_type].items() if not m.optional]
+
+
+def manifest_dims(manifest: dict) -> dict:
+    """Named dimensions of an event, from its manifest (N from the declared point table)."""
+    if manifest["sensor"]["type"] == "rolling_shutter_camera":
+        W, H = manifest["calibration"]["image_size_px"]
+        return {"W": W, "H": H}
+    beams = manifest["calibration"]["beams"]["channels"]
+    points = manifest["modalities"].get("points", {}).get("shape", [0])
+    return {"F": manifest["event"]["azimuth_steps"], "C": len(beams),
+            "G": len({b["time_offset_ns"] for b in beams}), "N": points[0] if points else 0}

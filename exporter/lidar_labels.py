@@ -1,0 +1,71 @@
+"""Derive per-beam LiDAR labels and point tables from Cycles' passes (numpy only).
+
+Beam (k, c) is read from the image pixel the layout puts it at. Its world hit P is expressed in
+the LiDAR frame at the beam's own time with the exact pose of its firing and time group:
+p = R^T (P - o), range = |p|. A beam is valid when it hits a surface with
+min_range_m <= range <= max_range_m.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from contracts.modalities import LIDAR_MODALITIES
+
+from .camera_labels import BACKGROUND_DEPTH
+
+
+def derive_lidar_labels(passes: dict, layout, beam_poses: np.ndarray, directions: np.ndarray,
+                        limits: tuple[float, float], lut: np.ndarray) -> tuple[dict, dict]:
+    """beam_poses: (F, C, 4, 4) T_world_lidar at each beam's time; directions: (F, C, 3) unit, LiDAR frame.
+
+    Returns (arrays without timing/pose payloads, stats); arrays include `_world` (F, C, 3) hit points.
+    """
+    rows, cols = layout.pixel_of_beam()
+    depth = passes["depth"][rows, cols]
+    index = np.rint(passes["index"][rows, cols]).astype(np.int64)
+    P = passes["position"][rows, cols].astype(np.float64)
+    R = beam_poses[..., :3, :3]
+    o = beam_poses[..., :3, 3]
+    p = np.einsum("fcji,fcj->fci", R, P - o)
+    rng = np.linalg.norm(p, axis=-1)
+    surface = (depth < BACKGROUND_DEPTH) & np.isfinite(P).all(axis=-1)
+    unresolved = surface & ((index <= 0) | (index >= lut.size))
+    in_limits = (rng >= limits[0]) & (rng <= limits[1])
+    n = np.einsum("fcji,fcj->fci", R, passes["true_normal"][rows, cols].astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n /= np.linalg.norm(n, axis=-1, keepdims=True)
+    valid = surface & ~unresolved & in_limits & np.isfinite(n).all(axis=-1)
+    # how far the return lies from the declared beam line (float32 OSL angles and hit positions)
+    lateral = np.linalg.norm(np.cross(p, directions), axis=-1)
+    nan = np.float32(np.nan)
+    instance = np.where(valid, index, 0).astype(np.uint32)
+    arrays = {
+        "range": np.where(valid, rng, nan).astype(np.float32),
+        "valid": valid.astype(np.uint8),
+        "instance_id": instance,
+        "semantic_id": lut[instance],
+        "normal_geometric": np.where(valid[..., None], n, nan).astype(np.float32),
+        "cos_incidence": np.where(valid, -np.einsum("fci,fci->fc", n, directions), nan).astype(np.float32),
+        "_world": P,
+        "_lidar": p,
+    }
+    stats = {"unresolved_hit_beams": int(unresolved.sum()),
+             "out_of_range_hit_beams": int((surface & ~unresolved & ~in_limits).sum()),
+             "max_lateral_deviation_m": float(lateral[valid].max(initial=0.0))}
+    return arrays, stats
+
+
+def point_tables(arrays: dict, beam_times_ns: np.ndarray, T_lidar_world_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(points record table, motion-compensated xyz) for the valid beams, ordered by (firing, channel)."""
+    k, c = np.nonzero(arrays["valid"])
+    table = np.zeros(k.size, dtype=LIDAR_MODALITIES["points"].numpy_dtype())
+    table["t_ns"] = beam_times_ns[k, c]
+    table["channel"] = c
+    table["firing"] = k
+    lidar, world = arrays["_lidar"][k, c], arrays["_world"][k, c]
+    table["x"], table["y"], table["z"] = lidar.T
+    table["x_world"], table["y_world"], table["z_world"] = world.T
+    table["instance_id"] = arrays["instance_id"][k, c]
+    table["semantic_id"] = arrays["semantic_id"][k, c]
+    compensated = world @ T_lidar_world_ref[:3, :3].T + T_lidar_world_ref[:3, 3]
+    return table, compensated

@@ -1,0 +1,129 @@
+"""The OSL camera that turns a Cycles image into a LiDAR sweep (bpy for compiling).
+
+The shader maps raster position to a beam: image row k*S + s (0 = top) is firing k, slot s;
+the column picks the channel fired in that slot. Direction = the beam in the LiDAR frame
+(x forward, y left, z up), emitted from the mount's origin. The render camera is a child of
+the mount with identity local axes, and Cycles' camera space is Blender-local with z negated,
+so the shader outputs (x, y, -z). Raster y runs from 0 at the bottom (measured).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import tempfile
+
+from contracts.lidar import LidarSensor
+
+from .lidar_layout import SweepLayout
+
+SHADER_TEMPLATE = """\
+// rowbeam LiDAR camera: generated for sensor {sensor_id}; one row per firing slot, one column per channel
+#include "stdcycles.h"
+
+shader rowbeam_lidar(output point position = point(0, 0, 0),
+                     output vector direction = vector(0, 0, 1),
+                     output color throughput = color(1, 1, 1))
+{{
+    int W = {width};
+    int H = {height};
+    int S = {slots};
+    int channel_at[{table_size}] = {{{channel_at}}};
+    float elevation[{channels}] = {{{elevation}}};
+    float azimuth_phase[{channels}] = {{{phase}}};
+    float azimuth_step = {step};
+    point r = camera_shader_raster_position();
+    int col = clamp((int)floor(r[0] * W), 0, W - 1);
+    int row = clamp(H - 1 - (int)floor(r[1] * H), 0, H - 1);
+    int k = row / S;
+    int c = channel_at[(row - k * S) * W + col];
+    if (c < 0) {{
+        throughput = color(0, 0, 0);
+        return;
+    }}
+    float az = azimuth_phase[c] + azimuth_step * k;
+    float el = elevation[c];
+    direction = vector(cos(el) * cos(az), cos(el) * sin(az), -sin(el));
+}}
+"""
+
+
+def _floats(values) -> str:
+    return ", ".join(repr(float(v)) for v in values)
+
+
+def lidar_shader_source(sensor: LidarSensor, layout: SweepLayout) -> str:
+    """OSL source with the beam table baked in as constants (camera shaders take no array parameters)."""
+    sign = 1.0 if sensor.spin_direction == "ccw" else -1.0
+    hz = float(sensor.rotation_hz)
+    phase = [math.radians(sensor.start_azimuth_deg + sensor.azimuth_offsets_deg[c])
+             + sign * 2.0 * math.pi * hz * sensor.time_offsets_ns[c] * 1e-9 for c in range(sensor.channels)]
+    table = layout.channel_table().ravel()
+    return SHADER_TEMPLATE.format(
+        sensor_id=sensor.id, width=layout.width, height=layout.rows, slots=layout.slots,
+        table_size=table.size, channel_at=", ".join(str(int(c)) for c in table), channels=sensor.channels,
+        elevation=_floats(math.radians(e) for e in sensor.elevations_deg), phase=_floats(phase),
+        step=repr(sign * 2.0 * math.pi / sensor.azimuth_steps))
+
+
+def compile_osl(source: str) -> tuple[str, str]:
+    """(bytecode, md5) of OSL source, compiled by Cycles' own compiler."""
+    import _cycles  # available once bpy is imported
+
+    with tempfile.TemporaryDirectory(prefix="rowbeam_osl_") as d:
+        src, out = os.path.join(d, "lidar.osl"), os.path.join(d, "lidar.oso")
+        with open(src, "w") as f:
+            f.write(source)
+        if not _cycles.osl_compile(src, out):
+            raise RuntimeError("Cycles could not compile the LiDAR camera shader")
+        with open(out) as f:
+            bytecode = f.read()
+    return bytecode, hashlib.md5(bytecode.encode(), usedforsecurity=False).hexdigest()
+
+
+def ensure_oslquery_importable() -> None:
+    """Blender's custom-camera update hook imports `oslquery`, which the bpy wheel keeps in its own
+    bundled site-packages (DESIGN.md); a real Blender has it on sys.path already."""
+    import sys
+
+    import bpy
+
+    try:
+        import oslquery  # noqa: F401
+    except ImportError:
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        path = os.path.join(bpy.utils.resource_path("LOCAL"), "python", "lib", version, "site-packages")
+        if os.path.isdir(path) and path not in sys.path:
+            sys.path.append(path)
+
+
+def make_lidar_camera(patch, scene, mount, source: str):
+    """A custom (OSL) camera parented to `mount` with identity local axes; made the scene camera."""
+    import bpy
+    from mathutils import Matrix
+
+    ensure_oslquery_importable()
+    bytecode, digest = compile_osl(source)
+    text = bpy.data.texts.new("rowbeam_lidar.osl")
+    text.write(source)
+    data = bpy.data.cameras.new("rowbeam_lidar")
+    data.type = "CUSTOM"
+    data.custom_mode = "INTERNAL"
+    data.custom_shader = text
+    data.custom_bytecode = bytecode
+    data.custom_bytecode_hash = digest
+    data.clip_start, data.clip_end = 1e-6, 1e7     # range limits are applied to the labels, not the rays
+    obj = bpy.data.objects.new("rowbeam_lidar", data)
+    scene.collection.objects.link(obj)
+    obj.parent = mount
+    sx, sy, sz = mount.matrix_world.to_scale()
+    obj.matrix_parent_inverse = Matrix.Diagonal((1.0 / sx, 1.0 / sy, 1.0 / sz, 1.0))   # rigid render camera
+    obj.matrix_basis = Matrix.Identity(4)
+
+    def remove():
+        bpy.data.objects.remove(obj)
+        bpy.data.cameras.remove(data)
+        bpy.data.texts.remove(text)
+    patch.on_restore(remove)
+    patch.set(scene, "camera", obj)
+    return obj

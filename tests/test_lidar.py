@@ -1,0 +1,226 @@
+"""Spinning LiDAR: timing model, beam table, layout, and exported sweeps against closed-form ranges."""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from contracts.check import check_bundle
+from contracts.errors import RowbeamError
+from contracts.lidar import SpinningTiming, beam_directions, preset_table
+from contracts.lidar_checks import _declared_directions
+from contracts.rig import parse_rig
+from exporter.lidar_layout import sweep_layout
+from scenes import lidar_calibration as lc
+
+from .conftest import REPO, run_python
+from .helpers import load_event
+
+RANGE_TOL = 1e-4     # m
+
+
+def _lidar(**fields):
+    sensor = {"id": "lidar_top", "type": "spinning_lidar", "object": "mount", "rotation_hz": 10, "azimuth_steps": 2048,
+              "elevations_deg": [-10.0, 0.0, 5.0], "first_sweep_ns": 0, "min_range_m": 0.5, "max_range_m": 100.0}
+    sensor.update(fields)
+    return parse_rig({"schema": "rowbeam/rig@1", "sensors": [sensor]}, "rig.json").sensors[0]
+
+
+def test_firing_times_are_exact_and_rounded_half_up():
+    t = _lidar().timing(1)                      # 10 Hz: sweep 1 starts at 100 ms; period 1e9/20480 = 48828.125 ns
+    times = t.firing_times_ns()
+    assert t.firing_period_ns == Fraction(390625, 8)
+    assert (times[0], times[1], times[2], times[2047]) == (100_000_000, 100_048_828, 100_097_656, 199_951_172)
+    assert t.reference_time_ns() == 150_000_000
+    assert t.beam_times_ns().shape == (2048, 3)
+
+
+def test_azimuth_follows_spin_direction_and_start():
+    ccw = _lidar(start_azimuth_deg=30.0)
+    cw = _lidar(start_azimuth_deg=30.0, spin_direction="cw")
+    t = ccw.timing(0)
+    assert ccw.azimuths_deg(t)[[0, 512], 0] == pytest.approx([30.0, 120.0])
+    assert cw.azimuths_deg(cw.timing(0))[[0, 512], 0] == pytest.approx([30.0, -60.0])
+    d = ccw.directions(t)[512, 2]                # 5 deg up, azimuth 120 deg: left-back of the sensor
+    assert d == pytest.approx([np.cos(np.radians(5)) * np.cos(np.radians(120)),
+                               np.cos(np.radians(5)) * np.sin(np.radians(120)), np.sin(np.radians(5))])
+
+
+def test_channel_time_offsets_rotate_their_azimuth():
+    """A channel fired 2.304 us after its firing points where the head is then: 360*10*2.304e-6 deg further."""
+    s = _lidar(time_offsets_ns=[0, 2304, 4608])
+    az = s.azimuths_deg(s.timing(0))
+    assert az[0, 2] - az[0, 0] == pytest.approx(360 * 10 * 4608e-9)
+    assert s.timing(0).beam_times_ns()[3].tolist() == [146484, 148788, 151092]
+
+
+def test_presets():
+    assert len(preset_table("uniform_64")["elevations_deg"]) == 64
+    assert preset_table("uniform_32")["elevations_deg"][0] == -25.0
+    vlp = preset_table("vlp16")
+    assert sorted(vlp["elevations_deg"]) == list(range(-15, 16, 2)) and vlp["time_offsets_ns"][15] == 15 * 2304
+    s = parse_rig({"schema": "rowbeam/rig@1", "sensors": [
+        {"id": "v", "type": "spinning_lidar", "object": "m", "rotation_hz": 10, "azimuth_steps": 1800,
+         "preset": "vlp16", "first_sweep_ns": 0, "min_range_m": 0.4, "max_range_m": 100}]}).sensors[0]
+    assert s.channels == 16 and s.time_offsets_ns[1] == 2304
+
+
+@pytest.mark.parametrize("fields, fragment", [
+    ({"elevations_deg": [-10.0, 95.0]}, "sensors[0].elevations_deg[1]: 95.0 is greater than the maximum of 90"),
+    ({"azimuth_steps": 0}, "sensors[0].azimuth_steps: 0 is less than the minimum of 1"),
+    ({"rotation_hz": -10}, "sensors[0].rotation_hz: -10 is less than or equal to the minimum of 0"),
+    ({"min_range_m": 50, "max_range_m": 10}, "min_range_m: 50 must be below max_range_m 10"),
+    ({"azimuth_offsets_deg": [0, 1]}, "azimuth_offsets_deg: 2 values for 3 channels"),
+    ({"time_offsets_ns": [0, 0, 60000]}, "time_offsets_ns: offset 60000 ns is not shorter than the firing period"),
+    ({"preset": "vlp16"}, "sensors[0]"),                   # both a preset and elevations
+    ({"spin_direction": "sideways"}, "sensors[0].spin_direction"),
+])
+def test_bad_lidar_rig_values(fields, fragment):
+    with pytest.raises(RowbeamError) as exc:
+        _lidar(**fields)
+    assert fragment in str(exc.value) and str(exc.value).startswith("rig.json")
+
+
+def test_bad_lidar_rig_on_the_command_line_is_one_line(tmp_path):
+    from scenes import common
+
+    _, rig = lc.box_room(steps=16)
+    rig["sensors"][0]["elevations_deg"] = [0.0, 91.0]
+    rig["sensors"][0].pop("preset")
+    blend = common.save(tmp_path / "room.blend", rig)
+    r = run_python(REPO / "render_export.py", blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "o")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("rowbeam: error:")] == [
+        f"rowbeam: error: {blend.with_suffix('.rig.json')}: invalid rig: sensors[0].elevations_deg[1]: "
+        "91.0 is greater than the maximum of 90"]
+
+
+def test_layout_of_sequential_firing():
+    vlp = sweep_layout(1800, Fraction(10**9, 18000), preset_table("vlp16")["time_offsets_ns"])
+    assert (vlp.slots, vlp.width) == (24, 4) and vlp.slot_of_channel == tuple(range(16))
+    assert vlp.quantization_ns == pytest.approx(162.2, abs=0.1)
+    together = sweep_layout(2048, Fraction(10**9, 20480), [0] * 64)
+    assert (together.slots, together.width, together.quantization_ns) == (1, 64, 0.0)
+    rows, cols = vlp.pixel_of_beam()
+    assert rows[2, 15] == 2 * 24 + 15 and cols[2, 15] == 0
+
+
+def _expected(e, m, a):
+    timing = SpinningTiming.from_manifest(m["event"])
+    dirs = _declared_directions(timing, m["calibration"], m["calibration"]["beams"]["channels"])
+    t = timing.beam_times_ns()
+    F, C = a["range"].shape
+    return dirs, t, np.array([[e.truth.expected_range(t[k, c], dirs[k, c]) for c in range(C)] for k in range(F)])
+
+
+def _passes(e):
+    report = check_bundle(e.bundle)
+    assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+
+
+def test_box_room_exact_ranges_and_normals(exports):
+    e = exports("box_room", lc.box_room)
+    m, a = load_event(e.event)
+    dirs, t, expected = _expected(e, m, a)
+    assert a["valid"].all() and a["range"].shape == (256, 32)
+    assert np.abs(a["range"] - expected).max() < RANGE_TOL
+    # the geometric normal is the wall's inward normal, in the LiDAR frame (yawed 20 deg), facing the sensor
+    T = e.truth.pose(0)
+    n_world = np.einsum("ij,fcj->fci", T[:3, :3], a["normal_geometric"].astype(np.float64))
+    assert np.abs(np.abs(n_world).max(axis=-1) - 1.0).max() < 1e-5          # axis-aligned walls
+    assert np.all(np.einsum("fci,fci->fc", a["normal_geometric"], dirs) < 0)
+    assert np.abs(a["cos_incidence"] + np.einsum("fci,fci->fc", a["normal_geometric"], dirs)).max() < 1e-6
+    assert len(a["points"]) == 256 * 32 and a["points"]["t_ns"][0] == m["event"]["sweep_start_ns"]
+    _passes(e)
+
+
+def test_box_room_vlp16_sequential_channels(exports):
+    e = exports("box_room_vlp16", lc.box_room, steps=1800, preset="vlp16")
+    m, a = load_event(e.event)
+    _, t, expected = _expected(e, m, a)
+    assert np.abs(a["range"] - expected).max() < RANGE_TOL
+    assert a["time_offset_ns"][0].tolist() == [2304 * i for i in range(16)]
+    assert m["method"]["cycles"]["rows_per_firing"] == 24
+    assert m["method"]["cycles"]["render_time_quantization_ns"] < 200
+    _passes(e)
+
+
+def test_moving_wall_range_per_firing(exports):
+    """Wall approaching at 20 m/s: each firing's range is the wall at that firing's time, not at sweep start."""
+    e = exports("moving_wall", lc.moving_wall)
+    m, a = load_event(e.event)
+    dirs, t, expected = _expected(e, m, a)
+    valid = a["valid"] == 1
+    assert valid.sum() > 1000
+    facing = valid & (a["cos_incidence"] > 0.2)
+    assert np.abs(a["range"] - expected)[facing].max() < RANGE_TOL
+    # every return lies on the wall plane at its own time (independent of beam direction rounding)
+    pts = a["points"]
+    x_wall = e.truth.notes["x0"] + e.truth.notes["speed"] * pts["t_ns"] * 1e-9
+    assert np.abs(pts["x_world"] - x_wall).max() < RANGE_TOL
+    # and visibly differs from the sweep-start wall for late firings (up to 2 m along x)
+    x_start = e.truth.notes["x0"] + e.truth.notes["speed"] * m["event"]["sweep_start_ns"] * 1e-9
+    late = pts["firing"] > 200
+    assert np.abs(pts["x_world"][late] - x_start).min() > 1.5
+    _passes(e)
+
+
+def test_moving_wall_with_sequential_channel_times(exports):
+    """VLP-16 timing: channel 15 fires 34.56 us after channel 0; at 20 m/s that is 0.7 mm, resolved."""
+    e = exports("moving_wall_vlp16", lc.moving_wall, steps=1800, preset="vlp16")
+    m, a = load_event(e.event)
+    pts = a["points"]
+    speed, x0 = e.truth.notes["speed"], e.truth.notes["x0"]
+    at_own_time = np.abs(pts["x_world"] - (x0 + speed * pts["t_ns"] * 1e-9))
+    firing_time = m["event"]["sweep_start_ns"] + np.rint(pts["firing"] * m["event"]["firing_period_ns"])
+    at_firing_time = np.abs(pts["x_world"] - (x0 + speed * firing_time * 1e-9))
+    assert at_own_time.max() < 2e-5
+    late_channels = pts["channel"] >= 12
+    assert at_firing_time[late_channels].min() > 4e-4
+    _passes(e)
+
+
+def test_ego_translating_sensor(exports):
+    """Mount moving at 15 m/s in a corridor: origins move 1.5 m over the sweep; ranges stay exact."""
+    e = exports("ego_translating", lc.ego_translating)
+    m, a = load_event(e.event)
+    dirs, t, expected = _expected(e, m, a)
+    assert a["valid"].all()
+    assert np.abs(a["range"] - expected).max() < RANGE_TOL
+    firing_t = SpinningTiming.from_manifest(m["event"]).firing_times_ns()
+    poses = a["firing_T_world_lidar"][:, 0]
+    assert np.abs(poses[-1, :3, 3] - poses[0, :3, 3])[0] == pytest.approx(15 * (firing_t[-1] - firing_t[0]) * 1e-9,
+                                                                            abs=1e-5)
+    for k in (0, 100, 255):
+        assert np.abs(poses[k] - e.truth.pose(firing_t[k])).max() < 1e-5
+    # motion-compensated points: world points in the LiDAR frame at the sweep centre
+    ref = m["calibration"]["T_lidar_world"]
+    T_ref = np.linalg.inv(e.truth.pose(ref["time_ns"]))
+    pts = a["points"]
+    world = np.stack([pts["x_world"], pts["y_world"], pts["z_world"]], -1)
+    assert np.abs(a["points_motion_compensated"] - (world @ T_ref[:3, :3].T + T_ref[:3, 3])).max() < 1e-5
+    # the per-point LiDAR-frame xyz differs from the compensated one by the ego motion (up to 0.75 m)
+    own = np.stack([pts["x"], pts["y"], pts["z"]], -1)
+    assert np.abs(own - a["points_motion_compensated"])[:, 0].max() > 0.7
+    _passes(e)
+
+
+def test_point_table_format(exports):
+    e = exports("box_room", lc.box_room)
+    m, a = load_event(e.event)
+    entry = m["modalities"]["points"]
+    assert entry["dtype"] == "record" and entry["format"] == "npy"
+    assert [f["name"] for f in entry["fields"]] == list(a["points"].dtype.names)
+    assert {f["name"]: f["units"] for f in entry["fields"]}["t_ns"] == "ns"
+    assert m["modalities"]["points_motion_compensated"]["frame"] == "lidar_top:lidar at reference_time_ns"
+    beams = m["calibration"]["beams"]
+    assert len(beams["channels"]) == 32 and beams["spin_direction"] == "ccw"
+    assert m["calibration"]["range_limits_m"] == {"min": 0.3, "max": 120.0}
+    json.dumps(m)
+
+
+def test_beam_directions_helper():
+    d = beam_directions([0.0, 90.0], [0.0, 45.0])
+    assert d == pytest.approx(np.array([[1, 0, 0], [0, np.sqrt(0.5), np.sqrt(0.5)]]))
