@@ -22,7 +22,9 @@ $(DEMO)/dusk_shuttle.blend: $(STAMP) scenes/*.py
 
 demo: $(DEMO)/dusk_shuttle.blend
 	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
-		--out $(DEMO)/bundle --first-event 10 --count 3
+		--out $(DEMO)/bundle --sensors camera_front --first-event 30 --count 3
+	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
+		--out $(DEMO)/bundle --sensors lidar_top --first-event 10 --count 1
 	$(BIN)/python -m contracts check $(DEMO)/bundle --report $(DEMO)/qa_report.json
 	@echo "demo bundle:  $(abspath $(DEMO)/bundle)"
 	@echo "QA report:    $(abspath $(DEMO)/qa_report.json)"

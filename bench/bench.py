@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import bpy  # noqa: E402
+import numpy as np  # noqa: E402
 
 from contracts.arrays import decode_payload  # noqa: E402
 from contracts.check import check_bundle  # noqa: E402
@@ -24,9 +25,15 @@ from exporter.camera_event import camera_params, exact_row_labels, setup_label_r
 from exporter.run import ExportRequest, plan_export, run_export  # noqa: E402
 from exporter.scene_clock import camera_poses, set_time  # noqa: E402
 from exporter.scene_patch import ScenePatch  # noqa: E402
+from exporter.lidar_event import export_lidar_event  # noqa: E402
+from exporter.lidar_labels import derive_lidar_labels, point_tables  # noqa: E402
+from exporter.lidar_layout import sweep_layout  # noqa: E402
+from exporter.lidar_osl import lidar_shader_source, make_lidar_camera  # noqa: E402
+from exporter.scene_clock import rigid_poses  # noqa: E402
 from scenes import common, running_example  # noqa: E402
 
 EVENT = 30
+SWEEP = 10
 
 
 def timed(fn):
@@ -35,13 +42,75 @@ def timed(fn):
     return time.perf_counter() - t0, result
 
 
+def running_example_files(work: Path):
+    blend = work / "dusk.blend"
+    if not blend.exists():
+        running_example.build(1280, 720)
+        common.save(blend, running_example.rig(rgb_samples=0))
+    return blend, blend.with_suffix(".rig.json")
+
+
+def one_time_sweep(ctx, sensor, timing):
+    """Baseline (i): the same OSL camera and label derivation, but one render with the whole scene
+    frozen at the sweep centre and one mount pose for every beam (what per-tick simulators do)."""
+    scene, mount = ctx.scene, ctx.scene.objects[sensor.object]
+    layout = sweep_layout(sensor.azimuth_steps, timing.firing_period_ns, sensor.time_offsets_ns)
+    with ScenePatch() as p:
+        ctx.base_settings(p, layout.width, layout.rows)
+        cs.label_settings(p, scene, ctx.view_layer)
+        cs.add_true_normal_aov(p, ctx.render_objects())
+        cs.set_render_indices(p, scene, ctx.table)
+        make_lidar_camera(p, scene, mount, lidar_shader_source(sensor, layout))
+        p.set(scene.render, "use_motion_blur", False)
+        set_time(scene, ctx.clock, timing.reference_time_ns())
+        passes = cs.render_passes(scene, ctx.view_layer)
+    pose = rigid_poses(scene, ctx.clock, mount, [timing.reference_time_ns()])[0]
+    poses = np.broadcast_to(pose, (sensor.azimuth_steps, sensor.channels, 4, 4))
+    labels, _ = derive_lidar_labels(passes, layout, poses, sensor.directions(timing),
+                                    (sensor.min_range_m, sensor.max_range_m), ctx.lut)
+    return point_tables(labels, timing.beam_times_ns(), np.linalg.inv(pose))
+
+
+def lidar_benchmark(work: Path, repeat: int, sample_firings: int) -> dict:
+    """64 x 2048 sweep: rowbeam per-firing sweep vs (i) every beam at one time on the same engine and
+    (ii) frame_set + scene.ray_cast per firing (extrapolated from sample firings)."""
+    blend, rig = running_example_files(work)
+    p = plan_export(ExportRequest(out=work / "lidar_bundle", blend=blend, rig=rig, sensors=["lidar_top"],
+                                  first_event=SWEEP, count=1, device="cpu"))
+    sensor, ctx = p.events[0][0], p.context
+    scene, timing = ctx.scene, sensor.timing(SWEEP)
+    per_firing, one_time = [], []
+    for _ in range(repeat):
+        per_firing.append(timed(lambda: export_lidar_event(ctx, sensor, SWEEP))[0])
+        one_time.append(timed(lambda: one_time_sweep(ctx, sensor, timing))[0])
+    export_s, _ = timed(lambda: run_export(p))
+    mount = scene.objects[sensor.object]
+    dirs = sensor.directions(timing)
+    firings = np.linspace(0, sensor.azimuth_steps - 1, sample_firings).round().astype(int)
+    t0 = time.perf_counter()
+    for k in firings:
+        set_time(scene, ctx.clock, timing.firing_time_exact(int(k)))
+        depsgraph = bpy.context.evaluated_depsgraph_get()
+        T = np.array(mount.matrix_world)
+        for c in range(sensor.channels):
+            scene.ray_cast(depsgraph, T[:3, 3].tolist(), (T[:3, :3] @ dirs[k, c]).tolist())
+    naive_per_firing = (time.perf_counter() - t0) / len(firings)
+    a, b = statistics.median(per_firing), statistics.median(one_time)
+    naive = naive_per_firing * sensor.azimuth_steps
+    breakdown = __import__("json").loads(next((work / "lidar_bundle" / "events").glob("*/*/manifest.json"))
+                                         .read_text())["run"]["seconds"]
+    return {"per_firing_s": a, "one_time_s": b, "over_one_time": a / b, "naive_s": naive,
+            "naive_over_rowbeam": naive / a, "naive_per_firing_ms": naive_per_firing * 1e3,
+            "sample_firings": len(firings), "shape": (sensor.azimuth_steps, sensor.channels),
+            "export_s": export_s, "breakdown": breakdown}
+
+
 def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
-    running_example.build(1280, 720)
-    blend = common.save(work / "dusk.blend", running_example.rig(rgb_samples=0))
-    rig = blend.with_suffix(".rig.json")
+    blend, rig = running_example_files(work)
 
     def plan(out):
-        return plan_export(ExportRequest(out=out, blend=blend, rig=rig, first_event=EVENT, count=1, device="cpu"))
+        return plan_export(ExportRequest(out=out, blend=blend, rig=rig, sensors=["camera_front"], first_event=EVENT,
+                                         count=1, device="cpu"))
 
     def global_shutter_render():
         """(a) one plain 1-spp global-shutter render of the label passes at the event's reference time."""
@@ -102,10 +171,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sample-rows", type=int, default=12)
+    parser.add_argument("--sample-firings", type=int, default=64)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
     try:
         cam = camera_benchmark(work, args.repeat, args.sample_rows)
+        lidar = lidar_benchmark(work, args.repeat, args.sample_firings)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -120,7 +191,16 @@ def main() -> int:
           f"(c)/(b) = {cam['c_over_b']:.1f})")
     print(f"(d) contracts check                            {cam['d_check_s']:8.3f} s   vs raw decode "
           f"{cam['d_raw_decode_s']:.3f} s: {cam['d_over_decode']:.2f}x  [target <= 3]")
-    print(f"peak RSS                                       {peak_mb:8.0f} MB")
+    F, C = lidar["shape"]
+    print(f"LiDAR {C} x {F} sweep of the same scene:")
+    print(f"(L) rowbeam per-firing sweep                     {lidar['per_firing_s']:8.3f} s   (whole export with "
+          f"writing and QA: {lidar['export_s']:.3f} s; {lidar['breakdown']})")
+    print(f"(i) same engine, every beam at one time          {lidar['one_time_s']:8.3f} s   (L)/(i) = "
+          f"{lidar['over_one_time']:.2f}  [target <= 3]")
+    print(f"(ii) naive frame_set + scene.ray_cast per firing {lidar['naive_s']:8.3f} s   "
+          f"({lidar['naive_per_firing_ms']:.2f} ms/firing x {F}, from {lidar['sample_firings']} firings; "
+          f"(ii)/(L) = {lidar['naive_over_rowbeam']:.1f}  [target >= 50])")
+    print(f"peak RSS                                         {peak_mb:8.0f} MB")
     return 0
 
 

@@ -34,6 +34,7 @@ class CameraEventOutput:
     reference_pose: np.ndarray
     method: dict
     seconds: dict = field(default_factory=dict)
+    render_device: str = "CPU"
 
     @property
     def dims(self) -> dict:
@@ -149,7 +150,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
         method["rgb_render"] = {"samples": sensor.rgb_samples, "shutter_duration_ns": float(rgb_shutter(timing).duration_ns),
                                 "rolling_shutter_duration": rgb_shutter(timing).rolling_duration,
                                 "pixel_filter": scene.cycles.pixel_filter_type, "denoising": False}
-    return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds)
+    return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=ctx.device)
 
 
 def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int, height: int):

@@ -44,6 +44,7 @@ class LidarEventOutput:
     method: dict
     seconds: dict = field(default_factory=dict)
     exposure_ns: int | None = None
+    render_device: str = "CPU"
 
     @property
     def reference_time_ns(self) -> int:
@@ -68,8 +69,13 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
     directions = sensor.directions(timing)
 
     shutter = timed_rows_shutter(timing.firing_time_exact(0), timing.firing_period_ns / layout.slots, layout.rows)
+    device = ctx.device
     with ScenePatch() as p:
         t0 = time.perf_counter()
+        if device.startswith("GPU:") and not device.startswith("GPU:OPTIX"):
+            # Cycles runs custom (OSL) cameras on the GPU only with OptiX; other GPU backends fall back to the CPU
+            p.set(scene.cycles, "device", "CPU")
+            device = f"CPU (custom OSL camera; {device} has no OSL support)"
         ctx.base_settings(p, layout.width, layout.rows)
         cs.label_settings(p, scene, ctx.view_layer)
         objects = ctx.render_objects()
@@ -105,7 +111,7 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
         "verification": verification,
     }
     dims = {"F": F, "C": C, "G": len(offsets), "N": int(points.size)}
-    return LidarEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds)
+    return LidarEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
 
 
 def _verify(ctx, sensor, timing, labels, poses, directions, offsets, group_of_channel) -> dict:

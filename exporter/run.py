@@ -226,7 +226,7 @@ def _export_one(plan: ExportPlan, sensor, index: int):
         sensor=sensor, modalities=modalities, objects=ctx.table, ontology=ctx.ontology,
         build={"blender_version": bpy.app.version_string, "rowbeam_version": ROWBEAM_VERSION,
                "git_revision": git_revision(), "blend_sha256": plan.blend_sha256, "rig_sha256": plan.rig_sha256,
-               "render_device": ctx.device, "contracts_version": CONTRACTS_VERSION},
+               "render_device": out.render_device, "contracts_version": CONTRACTS_VERSION},
         lineage={"scenario": scenario, "lineage_group": plan.lineage["lineage_group"],
                  "source": plan.lineage["source"]},
         run={"host": platform.node(), "python": platform.python_version(),

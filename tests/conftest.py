@@ -25,16 +25,23 @@ class Exported:
         return Path(self.summary["published"][0])
 
 
-def build_and_export(tmp: Path, name: str, builder, first_event=1, count=1, **kw) -> Exported:
+def build_and_export(tmp: Path, name: str, builder, first_event=1, count=1, events=None, **kw) -> Exported:
+    """Build a scene, save it, export events into one bundle. `events` = {sensor_id: (first, count)}
+    exports each sensor's own range; otherwise every sensor exports `count` events from `first_event`."""
     from exporter.run import ExportRequest, plan_export, run_export
     from scenes import common
 
     truth, rig = builder(**kw)
     blend = common.save(tmp / f"{name}.blend", rig)
     bundle = tmp / f"{name}_bundle"
-    plan = plan_export(ExportRequest(out=bundle, blend=blend, rig=blend.with_suffix(".rig.json"),
-                                     first_event=first_event, count=count, device="cpu"))
-    summary = run_export(plan)
+    summary = {"published": [], "quarantined": []}
+    for sensors, (first, n) in (events or {None: (first_event, count)}).items():
+        plan = plan_export(ExportRequest(out=bundle, blend=blend, rig=blend.with_suffix(".rig.json"),
+                                         sensors=[sensors] if sensors else None, first_event=first, count=n,
+                                         device="cpu"))
+        part = run_export(plan)
+        summary["published"] += part["published"]
+        summary["quarantined"] += part["quarantined"]
     return Exported(truth, blend, blend.with_suffix(".rig.json"), bundle, summary)
 
 

@@ -13,3 +13,30 @@ def load_event(event_dir) -> tuple[dict, dict]:
     manifest = json.loads((event_dir / "manifest.json").read_text())
     arrays = {name: decode_payload(event_dir / e["uri"], e) for name, e in manifest["modalities"].items()}
     return manifest, arrays
+
+
+def rehash(event_dir, name) -> None:
+    """After editing a payload in a test, update its hash so a check must catch the fault by content."""
+    from contracts.files import sha256_file
+
+    event_dir = Path(event_dir)
+    m = json.loads((event_dir / "manifest.json").read_text())
+    p = event_dir / m["modalities"][name]["uri"]
+    m["modalities"][name].update(sha256=sha256_file(p), bytes=p.stat().st_size)
+    (event_dir / "manifest.json").write_text(json.dumps(m))
+
+
+def failures(bundle_dir) -> tuple[dict, list]:
+    from contracts.check import check_bundle
+
+    report = check_bundle(bundle_dir)
+    return report, [c for e in report["events"] for c in e["checks"] if c["status"] == "fail"]
+
+
+def assert_fails(bundle_dir, check, *fragments) -> None:
+    report, fails = failures(bundle_dir)
+    assert report["status"] == "fail"
+    hits = [f for f in fails if f["check"] == check]
+    assert hits, f"expected a failing {check!r}, got {[(f['check'], f['message']) for f in fails]}"
+    for frag in fragments:
+        assert any(frag in f["message"] for f in hits), (frag, hits)

@@ -11,11 +11,11 @@ import pytest
 from contracts.arrays import write_exr, write_npy
 from contracts.check import check_bundle
 from contracts.errors import RowbeamError, UnusableInput
-from contracts.files import resolve_inside, sha256_file
+from contracts.files import resolve_inside
 from scenes import calibration
 
 from .conftest import run_python
-from .helpers import load_event
+from .helpers import assert_fails, failures, load_event, rehash
 
 
 def _tilted_with_rgb(scale):
@@ -46,31 +46,9 @@ def _save_manifest(event, m):
     (event / "manifest.json").write_text(json.dumps(m))
 
 
-def _rehash(event, name):
-    """After editing a payload, update its hash so the check must catch the fault by content."""
-    m = _manifest(event)
-    p = event / m["modalities"][name]["uri"]
-    m["modalities"][name].update(sha256=sha256_file(p), bytes=p.stat().st_size)
-    _save_manifest(event, m)
-
-
-def _failures(bundle_dir):
-    report = check_bundle(bundle_dir)
-    return report, [c for e in report["events"] for c in e["checks"] if c["status"] == "fail"]
-
-
-def _assert_fails(bundle_dir, check, *fragments):
-    report, failures = _failures(bundle_dir)
-    assert report["status"] == "fail"
-    hits = [f for f in failures if f["check"] == check]
-    assert hits, f"expected a failing {check!r}, got {[(f['check'], f['message']) for f in failures]}"
-    for frag in fragments:
-        assert any(frag in f["message"] for f in hits), (frag, hits)
-
-
 def test_clean_bundle_passes(clean):
-    report, failures = _failures(clean.bundle)
-    assert report["status"] == "pass" and not failures
+    report, failed = failures(clean.bundle)
+    assert report["status"] == "pass" and not failed
     names = {c["check"] for c in report["events"][0]["checks"]}
     assert {"schema", "camera_z_range", "row_times", "validity_consistency", "normal_geometric_facing",
             "instance_ids_known", "semantic_matches_instance", "exact_reference", "intrinsics"} <= names
@@ -82,15 +60,15 @@ def test_flipped_payload_byte(bundle):
     data = bytearray(p.read_bytes())
     data[len(data) // 2] ^= 0x01
     p.write_bytes(bytes(data))
-    _assert_fails(root, "payload:range", "sha256", "does not match")
+    assert_fails(root, "payload:range", "sha256", "does not match")
 
 
 def test_missing_channel(bundle):
     root, event = bundle
     z = load_event(event)[1]["camera_z"]
     write_exr(event / "camera_z.exr", z, ["depth"], "float32")
-    _rehash(event, "camera_z")
-    _assert_fails(root, "payload:camera_z", "channel 'camera_z' is missing")
+    rehash(event, "camera_z")
+    assert_fails(root, "payload:camera_z", "channel 'camera_z' is missing")
 
 
 def test_wrong_dtype(bundle):
@@ -99,8 +77,8 @@ def test_wrong_dtype(bundle):
     with OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage},
                       {"camera_z": z.astype(np.float16)}) as f:
         f.write(str(event / "camera_z.exr"))
-    _rehash(event, "camera_z")
-    _assert_fails(root, "payload:camera_z", "stored as float16", "float32")
+    rehash(event, "camera_z")
+    assert_fails(root, "payload:camera_z", "stored as float16", "float32")
 
 
 def test_wrong_declared_dtype(bundle):
@@ -108,7 +86,7 @@ def test_wrong_declared_dtype(bundle):
     m = _manifest(event)
     m["modalities"]["instance_id"]["dtype"] = "float32"
     _save_manifest(event, m)
-    _assert_fails(root, "contract:instance_id", "dtype='float32'", "'uint32'")
+    assert_fails(root, "contract:instance_id", "dtype='float32'", "'uint32'")
 
 
 def test_nan_where_valid(bundle):
@@ -116,8 +94,8 @@ def test_nan_where_valid(bundle):
     z = load_event(event)[1]["camera_z"].copy()
     z[3, 5] = np.nan
     write_exr(event / "camera_z.exr", z, ["camera_z"], "float32")
-    _rehash(event, "camera_z")
-    _assert_fails(root, "validity_consistency", "camera_z: 1 non-finite values where valid")
+    rehash(event, "camera_z")
+    assert_fails(root, "validity_consistency", "camera_z: 1 non-finite values where valid")
 
 
 def test_manifest_without_units(bundle):
@@ -125,7 +103,7 @@ def test_manifest_without_units(bundle):
     m = _manifest(event)
     del m["modalities"]["range"]["units"]
     _save_manifest(event, m)
-    _assert_fails(root, "schema", "modalities.range", "'units' is required")
+    assert_fails(root, "schema", "modalities.range", "'units' is required")
 
 
 @pytest.mark.parametrize("field", ["frame", "time_support"])
@@ -134,7 +112,7 @@ def test_manifest_without_frame_or_time_support(bundle, field):
     m = _manifest(event)
     del m["modalities"]["camera_z"][field]
     _save_manifest(event, m)
-    _assert_fails(root, "schema", f"'{field}' is required")
+    assert_fails(root, "schema", f"'{field}' is required")
 
 
 def test_uri_escaping_the_bundle(bundle):
@@ -142,7 +120,7 @@ def test_uri_escaping_the_bundle(bundle):
     m = _manifest(event)
     m["modalities"]["range"]["uri"] = "../../x"
     _save_manifest(event, m)
-    _assert_fails(root, "schema", "modalities.range.uri")
+    assert_fails(root, "schema", "modalities.range.uri")
 
 
 def test_resolve_inside_refuses_escapes(tmp_path):
@@ -161,31 +139,31 @@ def test_truncated_exr_with_matching_hash(bundle):
     root, event = bundle
     p = event / "normal_shading.exr"
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
-    _rehash(event, "normal_shading")
-    _assert_fails(root, "payload:normal_shading", "unreadable OpenEXR", "truncated")
+    rehash(event, "normal_shading")
+    assert_fails(root, "payload:normal_shading", "unreadable OpenEXR", "truncated")
 
 
 def test_truncated_exr_against_manifest(bundle):
     root, event = bundle
     p = event / "valid.exr"
     p.write_bytes(p.read_bytes()[:100])
-    _assert_fails(root, "payload:valid", "bytes, manifest declares")
+    assert_fails(root, "payload:valid", "bytes, manifest declares")
 
 
 def test_range_stored_as_camera_z(bundle):
     """z called range: off-axis pixels break range = z*sqrt(1+x_n^2+y_n^2)."""
     root, event = bundle
     write_exr(event / "range.exr", load_event(event)[1]["camera_z"], ["range"], "float32")
-    _rehash(event, "range")
-    _assert_fails(root, "camera_z_range", "range != camera_z*sqrt(1+x_n^2+y_n^2)")
+    rehash(event, "range")
+    assert_fails(root, "camera_z_range", "range != camera_z*sqrt(1+x_n^2+y_n^2)")
 
 
 def test_flipped_geometric_normal(bundle):
     root, event = bundle
     n = load_event(event)[1]["normal_geometric"]
     write_exr(event / "normal_geometric.exr", -n, ["X", "Y", "Z"], "float32")
-    _rehash(event, "normal_geometric")
-    _assert_fails(root, "normal_geometric_facing", "faces away from the camera")
+    rehash(event, "normal_geometric")
+    assert_fails(root, "normal_geometric_facing", "faces away from the camera")
 
 
 def test_unknown_instance_and_wrong_semantic(bundle):
@@ -193,9 +171,9 @@ def test_unknown_instance_and_wrong_semantic(bundle):
     inst = load_event(event)[1]["instance_id"].copy()
     inst[0, 0] = 77
     write_exr(event / "instance_id.exr", inst, ["instance_id"], "uint32")
-    _rehash(event, "instance_id")
-    _assert_fails(root, "instance_ids_known", "[77]")
-    _assert_fails(root, "semantic_matches_instance", "1 pixels")
+    rehash(event, "instance_id")
+    assert_fails(root, "instance_ids_known", "[77]")
+    assert_fails(root, "semantic_matches_instance", "1 pixels")
 
 
 def test_row_times_not_the_declared_model(bundle):
@@ -203,8 +181,8 @@ def test_row_times_not_the_declared_model(bundle):
     t = load_event(event)[1]["row_time_ns"].copy()
     t[4] += 1
     write_npy(event / "row_time_ns.npy", t)
-    _rehash(event, "row_time_ns")
-    _assert_fails(root, "row_times", "at 1 rows (first row 4")
+    rehash(event, "row_time_ns")
+    assert_fails(root, "row_times", "at 1 rows (first row 4")
 
 
 def test_invalid_pixel_with_an_object_id(bundle):
@@ -213,8 +191,8 @@ def test_invalid_pixel_with_an_object_id(bundle):
     valid = a["valid"].copy()
     valid[2, 2] = 0
     write_exr(event / "valid.exr", valid, ["valid"], "uint8")
-    _rehash(event, "valid")
-    _assert_fails(root, "validity_consistency", "hit an object but are marked invalid", "values where invalid")
+    rehash(event, "valid")
+    assert_fails(root, "validity_consistency", "hit an object but are marked invalid", "values where invalid")
 
 
 def test_cli_exit_codes(clean, bundle, tmp_path):

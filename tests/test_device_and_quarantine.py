@@ -74,3 +74,17 @@ def test_hard_qa_failure_is_quarantined_with_evidence(tmp_path, monkeypatch):
     assert any(c["check"] == "exact_reference" and c["status"] == "fail" for c in report["checks"])
     assert (q / "manifest.json").is_file() and (q / "camera_z.exr").is_file()
     assert not (tmp_path / "out" / "events").exists()
+
+
+def test_lidar_renders_on_cpu_when_the_gpu_backend_has_no_osl(tmp_path):
+    """Custom OSL cameras run on the GPU only with OptiX; on CUDA/HIP/Metal the sweep renders on the CPU."""
+    from scenes import lidar_calibration
+
+    _, rig = lidar_calibration.box_room(steps=16)
+    blend = common.save(tmp_path / "room.blend", rig)
+    plan = plan_export(ExportRequest(out=tmp_path / "out", blend=blend, rig=blend.with_suffix(".rig.json"), count=1))
+    plan.context.device = "GPU:CUDA:Fake H200"           # as if select_device had found a CUDA-only GPU
+    summary = run_export(plan)
+    manifest = json.loads((tmp_path / "out" / "events" / "lidar_top" / "000000" / "manifest.json").read_text())
+    assert summary["published"]
+    assert manifest["build"]["render_device"].startswith("CPU (custom OSL camera; GPU:CUDA:Fake H200")

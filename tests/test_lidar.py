@@ -16,7 +16,7 @@ from exporter.lidar_layout import sweep_layout
 from scenes import lidar_calibration as lc
 
 from .conftest import REPO, run_python
-from .helpers import load_event
+from .helpers import assert_fails, load_event, rehash
 
 RANGE_TOL = 1e-4     # m
 
@@ -224,3 +224,52 @@ def test_point_table_format(exports):
 def test_beam_directions_helper():
     d = beam_directions([0.0, 90.0], [0.0, 45.0])
     assert d == pytest.approx(np.array([[1, 0, 0], [0, np.sqrt(0.5), np.sqrt(0.5)]]))
+
+
+@pytest.fixture
+def room_copy(exports, tmp_path):
+    import shutil
+
+    e = exports("box_room", lc.box_room)
+    shutil.copytree(e.bundle, tmp_path / "b")
+    return tmp_path / "b", next((tmp_path / "b" / "events").glob("*/*"))
+
+
+def test_checker_catches_a_range_off_its_world_point(room_copy):
+    from contracts.arrays import write_exr
+
+    root, ev = room_copy
+    _, a = load_event(ev)
+    r = a["range"].copy()
+    r[10, 3] += 0.01
+    write_exr(ev / "range.exr", r, ["range"], "float32")
+    rehash(ev, "range")
+    assert_fails(root, "range_equals_world_distance", "differs from |p_world - origin(t)|")
+
+
+def test_checker_catches_points_stamped_with_the_sweep_start(room_copy):
+    from contracts.arrays import write_npy
+
+    root, ev = room_copy
+    _, a = load_event(ev)
+    pts = a["points"].copy()
+    pts["t_ns"] = pts["t_ns"][0]
+    write_npy(ev / "points.npy", pts)
+    rehash(ev, "points")
+    assert_fails(root, "points_times", "differ from beam times")
+
+
+def test_checker_catches_returns_beyond_the_declared_limits(room_copy):
+    root, ev = room_copy
+    m = json.loads((ev / "manifest.json").read_text())
+    m["calibration"]["range_limits_m"]["max"] = 4.0
+    (ev / "manifest.json").write_text(json.dumps(m))
+    assert_fails(root, "range_limits", "returns outside [0.3, 4.0] m")
+
+
+def test_checker_catches_a_wrong_beam_table(room_copy):
+    root, ev = room_copy
+    m = json.loads((ev / "manifest.json").read_text())
+    m["calibration"]["beams"]["channels"][5]["elevation_deg"] += 0.1
+    (ev / "manifest.json").write_text(json.dumps(m))
+    assert_fails(root, "beam_directions", "off their beam-table direction")

@@ -1,6 +1,10 @@
-"""The running example exported at 320x180 and checked against an independent second path:
-Blender's own BVH ray cast (scene.ray_cast) after frame_set(frame, subframe) at each row's time."""
+"""The running example (camera at 320x180 + a 64 x 2048 LiDAR sweep in one bundle) checked against an
+independent second path: Blender's own BVH ray cast (scene.ray_cast) after frame_set(frame, subframe)
+at each row's time; and the LiDAR against the camera rows whose time matches."""
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +15,7 @@ from contracts.frames import world_from_opencv_camera
 from contracts.timing import SceneClock
 from scenes import running_example
 
-from .helpers import load_event
+from .helpers import assert_fails, failures, load_event, rehash
 
 
 def _build(scale):
@@ -19,9 +23,18 @@ def _build(scale):
     return None, running_example.rig(rgb_samples=4, verify_rows=5)
 
 
+# camera event 30 reads out at 1.002-1.014 s; LiDAR sweep 10 starts at 1.0 s looking forward
+EVENTS = {"camera_front": (30, 1), "lidar_top": (10, 1)}
+
+
 @pytest.fixture(scope="module")
 def dusk(exports):
-    return exports("dusk_shuttle", _build, scale=4, first_event=30, count=1)
+    return exports("dusk_shuttle", _build, scale=4, events=EVENTS)
+
+
+@pytest.fixture(scope="module")
+def lidar_event(dusk):
+    return next(p for p in map(Path, dusk.summary["published"]) if p.parent.name == "lidar_top")
 
 
 def test_bundle_passes_the_checker(dusk):
@@ -88,3 +101,38 @@ def test_verification_record(dusk):
     assert ver["rows_checked"] == 5
     assert ver["worst_range_error_m"] < 1e-3 and ver["worst_silhouette_error_px"] <= 1.0
     assert m["method"]["cycles"]["half_row_correction_ns"] == pytest.approx(12e6 / 180 / 2)
+
+
+def test_lidar_returns_agree_with_time_matched_camera_rows(dusk):
+    report, failed = failures(dusk.bundle)
+    assert not failed
+    cross = [c for e in report["events"] for c in e["checks"] if c["check"].startswith("lidar_vs_camera")]
+    assert len(cross) == 1 and cross[0]["status"] == "pass", cross
+    assert cross[0]["values"]["pairs"] > 100 and cross[0]["values"]["worst_z_error_m"] < 5e-3
+
+
+def test_lidar_sweep_sees_the_scene(dusk, lidar_event):
+    m, a = load_event(lidar_event)
+    assert a["range"].shape == (2048, 64)
+    classes = set(np.unique(a["semantic_id"]).tolist())
+    assert {1, 3, 4} <= classes                      # road, buildings, vehicles
+    ver = m["method"]["verification"]
+    assert ver["firings_checked"] == 8 and ver["worst_range_error_m"] < 1e-3
+    moving = {o["name"] for o in m["objects"] if o["motion"] == "moving"}
+    assert moving == {"pedestrian", "cyclist"}
+
+
+def test_camera_depth_scaled_by_one_percent_breaks_the_lidar_agreement(dusk, tmp_path):
+    """camera_z and range scaled together stay self-consistent; only the LiDAR cross-check catches it."""
+    from contracts.arrays import write_exr
+
+    root = tmp_path / "bundle"
+    shutil.copytree(dusk.bundle, root)
+    cam = root / "events" / "camera_front" / "000030"
+    _, a = load_event(cam)
+    for name in ("camera_z", "range"):
+        write_exr(cam / f"{name}.exr", a[name] * np.float32(1.01), [name], "float32")
+        rehash(cam, name)
+    report, failed = failures(root)
+    assert [f["check"] for f in failed] == ["lidar_vs_camera:camera_front/30"]
+    assert_fails(root, "lidar_vs_camera:camera_front/30", "disagree with camera_z")
