@@ -77,7 +77,7 @@ def lidar_benchmark(work: Path, repeat: int, sample_firings: int) -> dict:
     blend, rig = running_example_files(work)
     p = plan_export(ExportRequest(out=work / "lidar_bundle", blend=blend, rig=rig, sensors=["lidar_top"],
                                   first_event=SWEEP, count=1, device="cpu"))
-    sensor, ctx = p.events[0][0], p.context
+    sensor, ctx = p.jobs[0].sensor, p.context
     scene, timing = ctx.scene, sensor.timing(SWEEP)
     per_firing, one_time = [], []
     for _ in range(repeat):
@@ -105,6 +105,28 @@ def lidar_benchmark(work: Path, repeat: int, sample_firings: int) -> dict:
             "export_s": export_s, "breakdown": breakdown}
 
 
+def flow_benchmark(work: Path, repeat: int) -> dict:
+    """Flow for a 1280x720 pair (events 30 -> 31) vs the label export of one event, interleaved."""
+    from exporter.run import _export_event, _export_flow
+
+    blend, rig = running_example_files(work)
+    labels, flows = [], []
+    for i in range(repeat):
+        p = plan_export(ExportRequest(out=work / f"flow_{i}", blend=blend, rig=rig, sensors=["camera_front"],
+                                      first_event=EVENT, count=2, flow=True, device="cpu"))
+        p.writer.open()
+        event_jobs = [j for j in p.jobs if not j.is_flow]
+        flow_job = next(j for j in p.jobs if j.is_flow)
+        labels.append(timed(lambda j=event_jobs[0], p=p: _export_event(p, j))[0])
+        _export_event(p, event_jobs[1])
+        seconds, (final, passed) = timed(lambda p=p, j=flow_job: _export_flow(p, j))
+        flows.append(seconds)
+    manifest = __import__("json").loads((final / "manifest.json").read_text())
+    a, b = statistics.median(flows), statistics.median(labels)
+    return {"flow_s": a, "label_s": b, "ratio": a / b, "passed": passed, "breakdown": manifest["run"]["seconds"],
+            "forward": manifest["method"]["forward"]}
+
+
 def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
     blend, rig = running_example_files(work)
 
@@ -115,7 +137,7 @@ def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
     def global_shutter_render():
         """(a) one plain 1-spp global-shutter render of the label passes at the event's reference time."""
         p = plan(work / "unused")
-        ctx, sensor = p.context, p.events[0][0]
+        ctx, sensor = p.context, p.jobs[0].sensor
         with ScenePatch() as patch:
             setup_label_render(patch, ctx, sensor, 1280, 720)
             patch.set(ctx.scene.render, "use_motion_blur", False)
@@ -137,7 +159,7 @@ def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
 
     # (c) naive exact: one border render per row at its exact time, extrapolated from sample rows
     p = plan(work / "unused")
-    ctx, sensor = p.context, p.events[0][0]
+    ctx, sensor = p.context, p.jobs[0].sensor
     cam = ctx.scene.objects[sensor.object]
     timing = sensor.timing(EVENT, 720)
     K = intrinsics_from_blender(camera_params(ctx.scene, cam, 1280, 720))
@@ -177,6 +199,7 @@ def main() -> int:
     try:
         cam = camera_benchmark(work, args.repeat, args.sample_rows)
         lidar = lidar_benchmark(work, args.repeat, args.sample_firings)
+        flow = flow_benchmark(work, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -200,6 +223,11 @@ def main() -> int:
     print(f"(ii) naive frame_set + scene.ray_cast per firing {lidar['naive_s']:8.3f} s   "
           f"({lidar['naive_per_firing_ms']:.2f} ms/firing x {F}, from {lidar['sample_firings']} firings; "
           f"(ii)/(L) = {lidar['naive_over_rowbeam']:.1f}  [target >= 50])")
+    print("Flow, 1280x720 pair (events 30 -> 31), both directions + scene flow, written and checked:")
+    print(f"(F) flow pair export                             {flow['flow_s']:8.3f} s   vs one event's label export "
+          f"{flow['label_s']:.3f} s: ratio {flow['ratio']:.2f}  [target <= 1.0]  ({flow['breakdown']}; "
+          f"fixed-point iterations {flow['forward']['iterations']}, max row residual "
+          f"{flow['forward']['max_row_residual']:.2g})")
     print(f"peak RSS                                         {peak_mb:8.0f} MB")
     return 0
 

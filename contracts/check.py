@@ -12,6 +12,7 @@ from . import CONTRACTS_VERSION
 from .arrays import decode_payload
 from .camera_checks import check_camera_event
 from .cross_modal import check_lidar_camera
+from .flow_checks import ENDPOINT_NEEDS, check_flow
 from .lidar_checks import check_lidar_event
 from .modalities import MODALITIES, manifest_dims, required
 from .errors import RowbeamError, UnusableInput
@@ -53,7 +54,7 @@ class EventReport:
 
 
 def find_manifests(path: Path) -> tuple[Path, list[Path]]:
-    """(bundle root, manifests) for a bundle folder or a single event folder."""
+    """(bundle root, manifests) for a bundle folder or a single event or flow folder."""
     if not path.exists():
         raise UnusableInput(f"{path}: no such file or folder")
     if path.is_file() and path.name == MANIFEST:
@@ -62,46 +63,89 @@ def find_manifests(path: Path) -> tuple[Path, list[Path]]:
         root = next((p for p in path.parents if (p / BUNDLE).is_file()), path)
         return root, [path / MANIFEST]
     if (path / BUNDLE).is_file():
-        manifests = sorted((path / "events").glob(f"*/*/{MANIFEST}"))
+        manifests = sorted((path / "events").glob(f"*/*/{MANIFEST}")) + sorted((path / "flows").glob(f"*/*/{MANIFEST}"))
         if not manifests:
             raise UnusableInput(f"{path}: bundle holds no events (events/<sensor>/<index>/{MANIFEST})")
         return path, manifests
     raise UnusableInput(f"{path}: not a rowbeam bundle (no {BUNDLE} or {MANIFEST})")
 
 
-def check_event(manifest_path: Path, root: Path) -> EventReport:
+def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = None) -> EventReport:
+    """Check one event or flow manifest. Payload uris resolve inside `base_root`; a flow's endpoint
+    events inside `bundle_root` (default: base_root)."""
     report = EventReport(manifest_path)
     try:
         manifest = json.loads(manifest_path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         report.add("manifest_json", False, f"{manifest_path}: not valid JSON ({exc})")
         return report
-    if isinstance(manifest, dict):
-        report.sample_id = manifest.get("sample_id")
-    errors = schema_errors(manifest, "rowbeam/sample@1")
+    schema = manifest.get("schema") if isinstance(manifest, dict) else None
+    if schema not in ("rowbeam/sample@1", "rowbeam/flow@1"):
+        report.add("schema", False, f"{manifest_path.name}: unknown document schema {schema!r}")
+        return report
+    report.sample_id = manifest.get("sample_id") or manifest.get("flow_id")
+    errors = schema_errors(manifest, schema)
     if errors:
         shown = "; ".join(errors[:3]) + (f" (+{len(errors) - 3} more)" if len(errors) > 3 else "")
-        report.add("schema", False, f"{manifest_path.name} violates rowbeam/sample@1: {shown}")
+        report.add("schema", False, f"{manifest_path.name} violates {schema}: {shown}")
         return report
-    report.add("schema", True, "manifest is valid rowbeam/sample@1")
-    sensor_type = manifest["sensor"]["type"]
-    arrays = _check_payloads(manifest, manifest_path.parent, root, sensor_type, report)
-    INVARIANTS[sensor_type](manifest, arrays, report.add)
+    report.add("schema", True, f"manifest is valid {schema}")
+    kind = "flow" if schema == "rowbeam/flow@1" else manifest["sensor"]["type"]
+    arrays = _check_payloads(manifest, manifest_path.parent, base_root, kind, report)
+    if kind == "flow":
+        endpoints = _load_endpoints(manifest, bundle_root or base_root, report)
+        if endpoints:
+            check_flow(manifest, arrays, *endpoints, report.add)
+    else:
+        INVARIANTS[kind](manifest, arrays, report.add)
     report.manifest, report.decoded = manifest, set(arrays)
     return report
 
 
-def _check_payloads(manifest, base: Path, root: Path, sensor_type: str, report: EventReport) -> dict:
+def check_event(manifest_path: Path, root: Path) -> EventReport:
+    return check_path(manifest_path, root)
+
+
+def _load_endpoints(manifest: dict, root: Path, report: EventReport):
+    """Decoded ENDPOINT_NEEDS of the flow's source and destination events, hashes verified."""
+    loaded = []
+    for role in ("source", "destination"):
+        ep = manifest["endpoints"][role]
+        try:
+            path = resolve_inside(root, ep["manifest"])
+            if not path.is_file():
+                raise RowbeamError(f"{role} event {ep['manifest']} does not exist")
+            if sha256_file(path) != ep["manifest_sha256"]:
+                raise RowbeamError(f"{role} event {ep['manifest']} changed since the flow was made (sha256)")
+            event = json.loads(path.read_text())
+            if event.get("sample_id") != ep["sample_id"] or event["sensor"]["id"] != manifest["sensor"]["id"]:
+                raise RowbeamError(f"{role} event {ep['manifest']} is not sample {ep['sample_id']} of this sensor")
+            arrays = {}
+            for name in ENDPOINT_NEEDS:
+                entry = event["modalities"][name]
+                payload = resolve_inside(path.parent, entry["uri"], root)
+                if sha256_file(payload) != entry["sha256"]:
+                    raise RowbeamError(f"{role} event payload {entry['uri']} does not match its sha256")
+                arrays[name] = decode_payload(payload, entry)
+        except (RowbeamError, KeyError, json.JSONDecodeError) as exc:
+            report.add(f"endpoint:{role}", False, str(exc))
+            return None
+        report.add(f"endpoint:{role}", True, f"{role} event {ep['manifest']} present and unchanged")
+        loaded.append(arrays)
+    return loaded
+
+
+def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventReport) -> dict:
     """Integrity and declared-contract checks for every modality; returns the decoded arrays."""
-    specs = MODALITIES[sensor_type]
+    specs = MODALITIES[kind]
     mods = manifest["modalities"]
-    missing = [m for m in required(sensor_type) if m not in mods]
+    missing = [m for m in required(kind) if m not in mods]
     unknown = [m for m in mods if m not in specs]
     report.add("modalities_present", not missing and not unknown,
                (f"missing modalities {missing}" if missing else "") + (f" unknown modalities {unknown}" if unknown else "")
                or "every required modality is declared")
     dims = manifest_dims(manifest)
-    exposure = manifest["event"].get("exposure_ns")
+    exposure = manifest.get("event", {}).get("exposure_ns")
     arrays = {}
     for name, entry in mods.items():
         if name not in specs:
@@ -139,7 +183,7 @@ def check_bundle(path) -> dict:
     t0 = time.perf_counter()
     path = Path(path)
     root, manifests = find_manifests(path)
-    events = [check_event(m, root) for m in manifests]
+    events = [check_path(m, root) for m in manifests]
     _check_cross_modal(events)
     failed = [e for e in events if e.failed]
     return {
@@ -171,7 +215,7 @@ def _load(report: EventReport, names) -> dict | None:
 
 def _check_cross_modal(events) -> None:
     """LiDAR sweeps against every camera event that overlaps them in time (same bundle, same clock)."""
-    usable = [e for e in events if e.manifest is not None]
+    usable = [e for e in events if e.manifest is not None and e.manifest["schema"] == "rowbeam/sample@1"]
     cameras = [e for e in usable if e.manifest["sensor"]["type"] == "rolling_shutter_camera"]
     for lid in (e for e in usable if e.manifest["sensor"]["type"] == "spinning_lidar"):
         l0, l1 = _time_span(lid.manifest)

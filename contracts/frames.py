@@ -163,3 +163,23 @@ def interpolate_rigid(T0, T1, a: float) -> np.ndarray:
                                               quat_wxyz_from_matrix(T1[:3, :3]), a))
     out[:3, 3] = (1 - a) * np.asarray(T0)[:3, 3] + a * np.asarray(T1)[:3, 3]
     return out
+
+
+def apply_per_row(T_rows, points, rows, frac=None) -> np.ndarray:
+    """T_rows[rows[i]] applied to points[i]: (K, 4, 4), (N, 3), (N,) int -> (N, 3).
+
+    With `frac`, the pose is linearly interpolated toward the next row: T[r] + frac * (T[r+1] - T[r])
+    (the last row has no successor and is used as is). Rolling-shutter data has one pose per row;
+    the rows' 3x4 matrices are gathered and applied as one batched product.
+    """
+    T_rows = np.asarray(T_rows, dtype=np.float64)
+    E = np.ascontiguousarray(T_rows[:, :3, :])                     # (K, 3, 4)
+    Ph = np.empty((len(rows), 4, 1))
+    Ph[:, :3, 0] = points
+    Ph[:, 3, 0] = 1.0
+    out = np.matmul(E.take(rows, axis=0), Ph)[:, :, 0]
+    if frac is not None:
+        D = np.zeros_like(E)
+        D[:-1] = E[1:] - E[:-1]
+        out += np.asarray(frac, dtype=np.float64)[:, None] * np.matmul(D.take(rows, axis=0), Ph)[:, :, 0]
+    return out

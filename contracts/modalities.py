@@ -142,7 +142,51 @@ LIDAR_MODALITIES = _table(
                  "{sensor}:lidar at reference_time_ns", ALWAYS_VALID, "instant"),
 )
 
-MODALITIES = {"rolling_shutter_camera": CAMERA_MODALITIES, "spinning_lidar": LIDAR_MODALITIES}
+FLAG_NAMES = ("source_valid", "dest_in_bounds", "dest_visible", "correspondence_defined")
+FLAG_TEXT = {
+    "source_valid": "the source pixel's ray hits a surface (the source event's valid)",
+    "dest_in_bounds": "the moved point projects in front of the destination camera inside its image "
+                      "(-0.5 <= u < W-0.5, -0.5 <= v < H-0.5)",
+    "dest_visible": "the moved point wins the destination's visibility test: the nearest destination pixel shows "
+                    "the same object and its camera_z (inverse-depth bilinear over the 2x2 neighbourhood when all "
+                    "four show that object) is within method.depth_test.abs_m + rel * z of the point's z",
+    "correspondence_defined": "the material point persists: the object exists at both times and is rigid or affine "
+                              "(no deforming modifier, no animated shape keys, not hidden or spawned between them)",
+}
+
+
+def _flow_specs(direction: str) -> list:
+    grid = "source" if direction == "forward" else "destination"
+    other = "destination" if direction == "forward" else "source"
+    specs = [ModalitySpec(
+        f"flow_{direction}", f"displacement (u right, v down) from each {grid}-event pixel centre to the projection "
+        f"of the same material point in the {other} event at the time of the row it lands on",
+        "px", "float32", ("u", "v"), ("H", "W", 2), f"{{sensor}}:image of the {grid} event",
+        {"policy": "validity_plane", "mask": f"flow_{direction}_correspondence_defined", "fill": "nan"},
+        "per_row", f"{grid} event row_time_ns -> {other} event row_time_ns at the landing row")]
+    for flag in FLAG_NAMES:
+        specs.append(ModalitySpec(f"flow_{direction}_{flag}", FLAG_TEXT[flag], "1", "uint8",
+                                  (f"flow_{direction}_{flag}",), ("H", "W"), f"{{sensor}}:image of the {grid} event",
+                                  ALWAYS_VALID, "per_row", f"{grid} event row_time_ns"))
+    return specs
+
+
+FLOW_MODALITIES = _table(
+    *_flow_specs("forward"),
+    *_flow_specs("backward"),
+    ModalitySpec("scene_flow_world", "3D displacement of the source pixel's material point from the source row's "
+                 "time to the destination row's time", "m", "float32", _XYZ, ("H", "W", 3), "world",
+                 {"policy": "validity_plane", "mask": "flow_forward_correspondence_defined", "fill": "nan"},
+                 "per_row", "source event row_time_ns -> destination landing row time"),
+    ModalitySpec("scene_flow_source_camera", "scene_flow_world rotated into the source camera frame (OpenCV optical) "
+                 "at the source row's time", "m", "float32", _XYZ, ("H", "W", 3),
+                 "{sensor}:opencv_optical at the source row's time",
+                 {"policy": "validity_plane", "mask": "flow_forward_correspondence_defined", "fill": "nan"},
+                 "per_row", "source event row_time_ns -> destination landing row time"),
+)
+
+MODALITIES = {"rolling_shutter_camera": CAMERA_MODALITIES, "spinning_lidar": LIDAR_MODALITIES,
+              "flow": FLOW_MODALITIES}
 
 
 def required(sensor_type: str) -> list[str]:
@@ -151,7 +195,7 @@ def required(sensor_type: str) -> list[str]:
 
 def manifest_dims(manifest: dict) -> dict:
     """Named dimensions of an event, from its manifest (N from the declared point table)."""
-    if manifest["sensor"]["type"] == "rolling_shutter_camera":
+    if manifest["sensor"]["type"] == "rolling_shutter_camera" or manifest.get("schema") == "rowbeam/flow@1":
         W, H = manifest["calibration"]["image_size_px"]
         return {"W": W, "H": H}
     beams = manifest["calibration"]["beams"]["channels"]

@@ -26,3 +26,10 @@ VERIFY_MAX_ID_MISMATCH_FRACTION = 0.01   # beams grazing an edge may hit the nei
 LIDAR_CAMERA_MAX_SKEW_NS = 1_000_000     # pair a return with a camera row at most 1 ms apart
 LIDAR_CAMERA_Z_ABS_TOL_M = 5e-3          # inverse-depth interpolation between pixel centres on planar faces
 LIDAR_CAMERA_Z_REL_TOL = 1e-3            # + neighbouring rows' poses differ by one row period of motion
+
+# Flow
+FLOW_DEPTH_TEST_ABS_M = 0.02        # dest_visible depth test: inverse-depth interpolation across a pixel on
+FLOW_DEPTH_TEST_REL = 0.01          # slanted faces, not occluders (those show another object id)
+FLOW_CYCLE_TOL_PX = 0.1             # forward then backward (bilinear) returns within 0.1 px where both visible
+FLOW_REPROJECTION_TOL_PX = 1e-3     # flow = projection of (source point + scene flow) at the landing row
+FLOW_SCENE_FLOW_TOL_M = 1e-4        # scene flow consistency (float32 storage of metres-scale vectors)

@@ -6,6 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import jsonschema
+from referencing import Registry, Resource
 
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 SCHEMA_FILES = {
@@ -14,14 +15,27 @@ SCHEMA_FILES = {
     "rowbeam/ontology@1": "ontology.schema.json",
     "rowbeam/bundle@1": "bundle.schema.json",
     "rowbeam/qa_report@1": "qa_report.schema.json",
+    "rowbeam/flow@1": "flow.schema.json",
+    "rowbeam/adapter_sidecar@1": "adapter_sidecar.schema.json",
 }
 
 
 @lru_cache(maxsize=None)
+def _schemas() -> dict:
+    return {sid: json.loads((SCHEMA_DIR / name).read_text()) for sid, name in SCHEMA_FILES.items()}
+
+
+@lru_cache(maxsize=None)
+def _registry() -> Registry:
+    """Every rowbeam schema under its $id, so one schema can $ref another's definitions."""
+    return Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in _schemas().values())
+
+
+@lru_cache(maxsize=None)
 def validator(schema_id: str) -> jsonschema.Draft202012Validator:
-    schema = json.loads((SCHEMA_DIR / SCHEMA_FILES[schema_id]).read_text())
+    schema = _schemas()[schema_id]
     jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft202012Validator(schema, registry=_registry())
 
 
 def json_path(error: jsonschema.ValidationError) -> str:

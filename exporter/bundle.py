@@ -1,9 +1,10 @@
 """Output folder management: dataset identity, staging, atomic publish, quarantine, resume.
 
-Layout:  OUT/bundle.json                      dataset identity (rowbeam/bundle@1)
-         OUT/events/<sensor>/<index:06d>/     manifest.json, payloads, qa_report.json
-         OUT/quarantine/<sensor>/<index:06d>/ events that failed a hard QA check, with evidence
-         OUT/.staging/                        events being written (never referenced)
+Layout:  OUT/bundle.json                               dataset identity (rowbeam/bundle@1)
+         OUT/events/<sensor>/<index:06d>/              manifest.json, payloads, qa_report.json
+         OUT/flows/<sensor>/<index0:06d>-<index1:06d>/ flow between two camera events (rowbeam/flow@1)
+         OUT/quarantine/events|flows/...               what failed a hard QA check, with its evidence
+         OUT/.staging/                                 folders being written (never referenced)
 An event folder appears by one directory rename after every payload and its manifest are
 fsynced, so an interrupted run never leaves a manifest pointing at a partial payload.
 """
@@ -20,7 +21,15 @@ from contracts.files import atomic_write_json, canonical_json, fsync_path, resol
 from contracts.schema import schema_errors
 
 BUNDLE_FILE = "bundle.json"
-LAYOUT = "events/<sensor>/<index:06d>/manifest.json"
+LAYOUT = "events/<sensor>/<index:06d>/manifest.json; flows/<sensor>/<index0:06d>-<index1:06d>/manifest.json"
+
+
+def event_location(sensor_id: str, index: int) -> str:
+    return f"events/{sensor_id}/{index:06d}"
+
+
+def flow_location(sensor_id: str, i0: int, i1: int) -> str:
+    return f"flows/{sensor_id}/{i0:06d}-{i1:06d}"
 
 
 def dataset_id(identity: dict) -> str:
@@ -63,34 +72,38 @@ class BundleWriter:
             atomic_write_json(self.root / BUNDLE_FILE, {"schema": "rowbeam/bundle@1", "dataset_id": self.dataset_id,
                                                         "identity": self.identity, "layout": LAYOUT, **self.extra})
 
-    def event_dir(self, sensor_id: str, index: int, area: str = "events") -> Path:
-        return self.root / area / sensor_id / f"{index:06d}"
+    def event_dir(self, sensor_id: str, index: int) -> Path:
+        return self.root / event_location(sensor_id, index)
 
-    def is_complete(self, sensor_id: str, index: int) -> bool:
-        """True when the published event's manifest is valid and every payload hash verifies."""
-        d = self.event_dir(sensor_id, index)
+    def flow_dir(self, sensor_id: str, i0: int, i1: int) -> Path:
+        return self.root / flow_location(sensor_id, i0, i1)
+
+    def is_complete(self, location: str) -> bool:
+        """True when the published folder's manifest is valid and every payload (and endpoint) hash verifies."""
+        d = self.root / location
         try:
             manifest = json.loads((d / "manifest.json").read_text())
-            if schema_errors(manifest, "rowbeam/sample@1"):
+            if schema_errors(manifest, manifest.get("schema", "")):
                 return False
-            return all(sha256_file(resolve_inside(d, m["uri"], self.root)) == m["sha256"]
-                       for m in manifest["modalities"].values())
+            files = [(resolve_inside(d, m["uri"], self.root), m["sha256"]) for m in manifest["modalities"].values()]
+            files += [(resolve_inside(self.root, e["manifest"]), e["manifest_sha256"])
+                      for e in manifest.get("endpoints", {}).values()]
+            return all(sha256_file(p) == digest for p, digest in files)
         except (OSError, ValueError, KeyError, RowbeamError):
             return False
 
-    def stage(self, sensor_id: str, index: int) -> Path:
-        d = self.root / ".staging" / f"{sensor_id}-{index:06d}-{os.getpid()}"
+    def stage(self, location: str) -> Path:
+        d = self.root / ".staging" / f"{location.replace('/', '-')}-{os.getpid()}"
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
         return d
 
-    def publish(self, staged: Path, sensor_id: str, index: int, passed: bool) -> Path:
-        """Move a fully written, fsynced event folder into events/ (or quarantine/) atomically."""
+    def publish(self, staged: Path, location: str, passed: bool) -> Path:
+        """Move a fully written, fsynced folder to `location` (or quarantine/`location`) atomically."""
         fsync_path(staged)
-        area = "events" if passed else "quarantine"
-        final = self.event_dir(sensor_id, index, area)
+        final = self.root / location if passed else self.root / "quarantine" / location
         final.parent.mkdir(parents=True, exist_ok=True)
-        for stale in (self.event_dir(sensor_id, index, "events"), self.event_dir(sensor_id, index, "quarantine")):
+        for stale in (self.root / location, self.root / "quarantine" / location):
             if stale.exists():
                 trash = stale.with_name(f".{stale.name}.old-{os.getpid()}")
                 os.replace(stale, trash)

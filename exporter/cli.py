@@ -24,7 +24,24 @@ def parse_args(argv: list[str], blend_positional: bool) -> argparse.Namespace:
     p.add_argument("--count", type=int, help="number of events per sensor (default: all inside the frame range)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="Cycles device: GPU when available (auto), or force one")
+    p.add_argument("--flow", action="store_true",
+                   help="also export optical/scene flow between consecutive exported events of each camera")
+    p.add_argument("--flow-pairs", metavar="I:J,...",
+                   help="flow between these event pairs of each camera (exported first when missing)")
     return p.parse_args(argv)
+
+
+def parse_pairs(text: str | None) -> list | None:
+    if not text:
+        return None
+    pairs = []
+    for item in text.split(","):
+        try:
+            a, b = (int(x) for x in item.split(":"))
+        except ValueError:
+            raise RowbeamError(f"--flow-pairs: {item!r} is not SOURCE:DESTINATION event indices") from None
+        pairs.append((a, b))
+    return pairs
 
 
 def main(argv: list[str], blend_positional: bool) -> int:
@@ -36,9 +53,12 @@ def main(argv: list[str], blend_positional: bool) -> int:
             out=Path(args.out), blend=Path(args.blend) if blend_positional else None,
             rig=Path(args.rig) if args.rig else None,
             sensors=[s for s in args.sensors.split(",") if s] if args.sensors else None,
-            first_event=args.first_event, count=args.count, device=args.device)
+            first_event=args.first_event, count=args.count, device=args.device, flow=args.flow,
+            flow_pairs=parse_pairs(args.flow_pairs))
         plan = plan_export(request)
-        print(f"rowbeam: {len(plan.events)} event(s) -> {plan.writer.root} (device {plan.context.device})", flush=True)
+        flows = sum(j.is_flow for j in plan.jobs)
+        print(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "
+              f"(device {plan.context.device})", flush=True)
         summary = run_export(plan, progress=lambda d, t, text: print(f"rowbeam: [{d}/{t}] {text}", flush=True))
     except RowbeamError as exc:
         print(f"rowbeam: error: {exc}", file=sys.stderr)

@@ -182,7 +182,7 @@ def render_passes(scene, view_layer) -> dict:
     """Render the scene once; return {pass: array} with row 0 at the top.
 
     Keys: combined (H,W,4), depth (H,W), position (H,W,3), normal (H,W,3), index (H,W),
-    true_normal (H,W,3) -- whichever passes are enabled.
+    true_normal (H,W,3), vector (H,W,4) -- whichever passes are enabled.
     """
     fd, path = tempfile.mkstemp(prefix="rowbeam_render_", suffix=".exr")
     os.close(fd)
@@ -216,6 +216,7 @@ def _collect_passes(channels: dict, layer: str) -> dict:
         "position": stack("Position", "XYZ"),
         "normal": stack("Normal", "XYZ"),
         "true_normal": stack(TRUE_NORMAL_AOV, "RGB"),
+        "vector": stack("Vector", "XYZW"),
     }
     for key, name in (("depth", "Depth.Z"), ("index", "Object Index.X"), ("index", "IndexOB.X")):
         if f"{layer}.{name}" in channels:

@@ -29,12 +29,14 @@ CONVENTIONS = {
 }
 
 
-def write_payloads(event_dir: Path, arrays: dict, sensor, dims: dict, exposure_ns: int | None = None) -> dict:
-    """Write each array as its sensor type's modality contract says; return the manifest `modalities` table."""
+def write_payloads(event_dir: Path, arrays: dict, kind: str, sensor_id: str, dims: dict,
+                   exposure_ns: int | None = None) -> dict:
+    """Write each array as the modality contract of `kind` (a sensor type, or "flow") says;
+    return the manifest `modalities` table."""
     table = {}
     for name, array in arrays.items():
-        spec = MODALITIES[sensor.type][name]
-        entry = spec.entry(sensor.id, dims, exposure_ns)
+        spec = MODALITIES[kind][name]
+        entry = spec.entry(sensor_id, dims, exposure_ns)
         filename = f"{name}.exr" if spec.channels else f"{name}.npy"
         path = event_dir / filename
         if spec.channels:
@@ -102,7 +104,7 @@ def assemble_manifest(core: dict, *, sample_id, sensor, modalities, objects, ont
 
 
 def write_manifest(event_dir: Path, manifest: dict) -> None:
-    errors = schema_errors(manifest, "rowbeam/sample@1")
+    errors = schema_errors(manifest, manifest["schema"])
     if errors:  # an exporter bug, not a user error: never publish an invalid manifest
         raise AssertionError(f"exporter produced an invalid manifest: {errors[0]}")
     atomic_write_json(event_dir / "manifest.json", manifest)

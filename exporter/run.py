@@ -15,7 +15,7 @@ from pathlib import Path
 import bpy
 
 from contracts import CONTRACTS_VERSION
-from contracts.check import check_event
+from contracts.check import check_path
 from contracts.errors import RowbeamError
 from contracts.files import atomic_write_json, canonical_json, sha256_file
 from contracts.ontology import load_ontology
@@ -24,9 +24,10 @@ from contracts.rig import CameraSensor, Rig, load_rig, parse_rig
 from . import ROWBEAM_VERSION
 from . import cycles_setup as cs
 from .blend_io import git_revision, open_blend
-from .bundle import BundleWriter
+from .bundle import BundleWriter, event_location, flow_location
 from .camera_event import export_camera_event
 from .camera_labels import semantic_lut
+from .flow_pair import compute_flow_pair, endpoint, flow_manifest
 from .lidar_event import export_lidar_event
 from .manifest import assemble_manifest, camera_core, lidar_core, write_manifest, write_payloads
 from .object_table import build_object_table
@@ -47,6 +48,33 @@ class ExportRequest:
     first_event: int = 0
     count: int | None = None
     device: str = "auto"
+    flow: bool = False                 # flow between consecutive exported events of each camera
+    flow_pairs: list | None = None     # explicit (source index, destination index) pairs for every camera
+
+
+@dataclass(frozen=True)
+class Job:
+    """One folder to produce: a sensor event, or the flow between two events of a camera."""
+
+    sensor: object
+    index: int
+    index1: int | None = None
+
+    @property
+    def is_flow(self) -> bool:
+        return self.index1 is not None
+
+    @property
+    def location(self) -> str:
+        if self.is_flow:
+            return flow_location(self.sensor.id, self.index, self.index1)
+        return event_location(self.sensor.id, self.index)
+
+    @property
+    def label(self) -> str:
+        if self.is_flow:
+            return f"{self.sensor.id} flow {self.index}->{self.index1}"
+        return f"{self.sensor.id} event {self.index}"
 
 
 @dataclass
@@ -82,7 +110,7 @@ class ExportPlan:
     rig: Rig
     rig_sha256: str
     blend_sha256: str
-    events: list                      # [(sensor, index)]
+    jobs: list                        # [Job]: events first, then flows
     lineage: dict
     writer: BundleWriter
     context: ExportContext
@@ -153,11 +181,12 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     view_layer = bpy.context.view_layer
     clock = scene_clock(scene)
     table = build_object_table(scene, view_layer, ontology)
-    events = []
+    jobs = []
     for s in sensors:
         count = request.count if request.count is not None else max(
             _default_event_count(scene, clock, s) - request.first_event, 0)
-        events += [(s, request.first_event + k) for k in range(count)]
+        jobs += [Job(s, request.first_event + k) for k in range(count)]
+    jobs += _flow_jobs(request, sensors, jobs)
     lineage = _lineage(rig, scene, blend_path)
     rig_sha = hashlib.sha256(canonical_json(rig.document)).hexdigest()
     blend_sha = sha256_file(blend_path)
@@ -168,31 +197,54 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     writer.validate()
     ctx = ExportContext(scene, view_layer, clock, table, semantic_lut(table), ontology)
     ctx.device = cs.select_device(scene, ctx.device_patch, request.device)
-    return ExportPlan(request, rig, rig_sha, blend_sha, events, lineage, writer, ctx)
+    return ExportPlan(request, rig, rig_sha, blend_sha, jobs, lineage, writer, ctx)
+
+
+def _flow_jobs(request: ExportRequest, sensors, event_jobs) -> list:
+    """Flow jobs (and any endpoint events not already planned) for --flow / --flow-pairs."""
+    if not request.flow and not request.flow_pairs:
+        return []
+    cameras = [s for s in sensors if isinstance(s, CameraSensor)]
+    if not cameras:
+        raise RowbeamError("--flow needs a rolling_shutter_camera among the selected sensors")
+    jobs, planned = [], {(j.sensor.id, j.index) for j in event_jobs}
+    for cam in cameras:
+        pairs = list(request.flow_pairs or [])
+        if request.flow:
+            indices = sorted(j.index for j in event_jobs if j.sensor is cam)
+            pairs += list(zip(indices, indices[1:], strict=False))
+        for i0, i1 in dict.fromkeys(pairs):
+            if i0 == i1 or min(i0, i1) < 0:
+                raise RowbeamError(f"--flow-pairs: {i0}:{i1} needs two different non-negative event indices")
+            for i in (i0, i1):
+                if (cam.id, i) not in planned:
+                    planned.add((cam.id, i))
+                    jobs.insert(0, Job(cam, i))
+            jobs.append(Job(cam, i0, i1))
+    return jobs
 
 
 def run_export(plan: ExportPlan, progress=None, should_cancel=None) -> dict:
-    """Export every planned event. `progress(done, total, text)`; `should_cancel()` is polled
-    between events, and a cancelled run leaves only complete, published events."""
+    """Produce every planned folder (events, then flows). `progress(done, total, text)`;
+    `should_cancel()` is polled between folders, and a cancelled run leaves only complete, published ones."""
     ctx, writer = plan.context, plan.writer
     writer.open()
     summary = {"out": str(writer.root), "published": [], "quarantined": [], "skipped": [], "cancelled": False}
     frame = (ctx.scene.frame_current, ctx.scene.frame_subframe)
-    total = len(plan.events)
+    total = len(plan.jobs)
     try:
-        for done, (sensor, index) in enumerate(plan.events):
+        for done, job in enumerate(plan.jobs):
             if should_cancel and should_cancel():
                 summary["cancelled"] = True
                 break
-            label = f"{sensor.id} event {index}"
-            if writer.is_complete(sensor.id, index):
-                summary["skipped"].append(str(writer.event_dir(sensor.id, index)))
-                _report(progress, done + 1, total, f"{label}: already complete, skipped")
+            if writer.is_complete(job.location):
+                summary["skipped"].append(str(writer.root / job.location))
+                _report(progress, done + 1, total, f"{job.label}: already complete, skipped")
                 continue
             t0 = time.perf_counter()
-            final, passed = _export_one(plan, sensor, index)
+            final, passed = (_export_flow if job.is_flow else _export_event)(plan, job)
             (summary["published"] if passed else summary["quarantined"]).append(str(final))
-            _report(progress, done + 1, total, f"{label}: {'published' if passed else 'QUARANTINED'} "
+            _report(progress, done + 1, total, f"{job.label}: {'published' if passed else 'QUARANTINED'} "
                     f"{final.relative_to(writer.root)} ({time.perf_counter() - t0:.1f} s)")
     finally:
         writer.discard_staging()
@@ -212,27 +264,59 @@ SENSOR_EXPORTERS = {
 }
 
 
-def _export_one(plan: ExportPlan, sensor, index: int):
-    ctx, writer = plan.context, plan.writer
+def _build_info(plan: ExportPlan, render_device: str) -> dict:
+    return {"blender_version": bpy.app.version_string, "rowbeam_version": ROWBEAM_VERSION,
+            "git_revision": git_revision(), "blend_sha256": plan.blend_sha256, "rig_sha256": plan.rig_sha256,
+            "render_device": render_device, "contracts_version": CONTRACTS_VERSION}
+
+
+def _lineage_info(plan: ExportPlan) -> dict:
+    return {"scenario": plan.lineage["scenario"], "lineage_group": plan.lineage["lineage_group"],
+            "source": plan.lineage["source"]}
+
+
+def _run_info(seconds: dict, t0: float) -> dict:
+    return {"host": platform.node(), "python": platform.python_version(),
+            "seconds": {k: round(v, 3) for k, v in {**seconds, "total": time.perf_counter() - t0}.items()}}
+
+
+def _check_and_publish(plan: ExportPlan, staged: Path, location: str, manifest: dict):
+    write_manifest(staged, manifest)
+    report = check_path(staged / "manifest.json", staged, plan.writer.root)
+    atomic_write_json(staged / "qa_report.json", {"schema": "rowbeam/event_qa@1", "status":
+                                                   "fail" if report.failed else "pass", "checks": report.results})
+    return plan.writer.publish(staged, location, not report.failed), not report.failed
+
+
+def _export_event(plan: ExportPlan, job: Job):
+    ctx, sensor, index = plan.context, job.sensor, job.index
     t0 = time.perf_counter()
     export_event, core = SENSOR_EXPORTERS[sensor.type]
     out = export_event(ctx, sensor, index)
-    staged = writer.stage(sensor.id, index)
-    modalities = write_payloads(staged, out.arrays, sensor, out.dims, out.exposure_ns)
-    scenario = plan.lineage["scenario"]
+    staged = plan.writer.stage(job.location)
+    modalities = write_payloads(staged, out.arrays, sensor.type, sensor.id, out.dims, out.exposure_ns)
     manifest = assemble_manifest(
-        core(out, sensor, index),
-        sample_id=f"{scenario}.{sensor.id}.{out.reference_time_ns}",
+        core(out, sensor, index), sample_id=f"{plan.lineage['scenario']}.{sensor.id}.{out.reference_time_ns}",
         sensor=sensor, modalities=modalities, objects=ctx.table, ontology=ctx.ontology,
-        build={"blender_version": bpy.app.version_string, "rowbeam_version": ROWBEAM_VERSION,
-               "git_revision": git_revision(), "blend_sha256": plan.blend_sha256, "rig_sha256": plan.rig_sha256,
-               "render_device": out.render_device, "contracts_version": CONTRACTS_VERSION},
-        lineage={"scenario": scenario, "lineage_group": plan.lineage["lineage_group"],
-                 "source": plan.lineage["source"]},
-        run={"host": platform.node(), "python": platform.python_version(),
-             "seconds": {k: round(v, 3) for k, v in {**out.seconds, "total": time.perf_counter() - t0}.items()}})
-    write_manifest(staged, manifest)
-    report = check_event(staged / "manifest.json", staged)
-    atomic_write_json(staged / "qa_report.json", {"schema": "rowbeam/event_qa@1", "status":
-                                                   "fail" if report.failed else "pass", "checks": report.results})
-    return writer.publish(staged, sensor.id, index, not report.failed), not report.failed
+        build=_build_info(plan, out.render_device), lineage=_lineage_info(plan), run=_run_info(out.seconds, t0))
+    return _check_and_publish(plan, staged, job.location, manifest)
+
+
+def _export_flow(plan: ExportPlan, job: Job):
+    ctx, writer, sensor = plan.context, plan.writer, job.sensor
+    t0 = time.perf_counter()
+    src, dst = writer.event_dir(sensor.id, job.index), writer.event_dir(sensor.id, job.index1)
+    for d in (src, dst):
+        if not writer.is_complete(d.relative_to(writer.root).as_posix()):
+            raise RowbeamError(f"{job.label}: endpoint {d.relative_to(writer.root)} is not a complete published event")
+    arrays, method, (m0, m1) = compute_flow_pair(ctx, src, dst)
+    W, H = m0["calibration"]["image_size_px"]
+    staged = writer.stage(job.location)
+    modalities = write_payloads(staged, arrays, "flow", sensor.id, {"W": W, "H": H})
+    manifest = flow_manifest(
+        flow_id=f"{plan.lineage['scenario']}.{sensor.id}.flow.{job.index}-{job.index1}", sensor=sensor,
+        endpoints={"source": endpoint(writer.root, src, m0), "destination": endpoint(writer.root, dst, m1)},
+        calibration={"image_size_px": [W, H], "K": m0["calibration"]["K"]}, modalities=modalities,
+        method=method, build=_build_info(plan, "CPU (numpy)"), lineage=_lineage_info(plan),
+        run=_run_info(method.pop("seconds"), t0))
+    return _check_and_publish(plan, staged, job.location, manifest)

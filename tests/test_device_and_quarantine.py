@@ -68,7 +68,7 @@ def test_hard_qa_failure_is_quarantined_with_evidence(tmp_path, monkeypatch):
     summary = run_export(plan_export(ExportRequest(out=tmp_path / "out", blend=blend,
                                                    rig=blend.with_suffix(".rig.json"), count=1)))
     assert not summary["published"] and len(summary["quarantined"]) == 1
-    q = tmp_path / "out" / "quarantine" / "camera_front" / "000000"
+    q = tmp_path / "out" / "quarantine" / "events" / "camera_front" / "000000"
     report = json.loads((q / "qa_report.json").read_text())
     assert report["status"] == "fail"
     assert any(c["check"] == "exact_reference" and c["status"] == "fail" for c in report["checks"])

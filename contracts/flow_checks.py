@@ -1,0 +1,165 @@
+"""Invariants of a flow pair (`rowbeam/flow@1`) against its two endpoint camera events."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import qa_profile as tol
+from .camera_model import normalized, pixel_grid
+from .frames import apply_per_row
+from .modalities import FLAG_NAMES
+
+ENDPOINT_NEEDS = ("camera_z", "valid", "instance_id", "normal_geometric", "row_T_world_camera")
+
+
+def check_flow(manifest: dict, arrays: dict, src: dict, dst: dict, add) -> None:
+    """`src`/`dst`: decoded ENDPOINT_NEEDS arrays of the source and destination events."""
+    K = np.array(manifest["calibration"]["K"])
+    for direction, source_event in (("forward", src), ("backward", dst)):
+        _check_flags(direction, arrays, source_event, add)
+    if not {"flow_forward", "scene_flow_world", "flow_forward_dest_visible"} <= arrays.keys():
+        return
+    moved_z, landing = _reproject(K, arrays, src, dst, add)
+    _check_depth_warp(manifest, arrays, dst, moved_z, landing, add)
+    if {"flow_backward", "flow_backward_dest_visible"} <= arrays.keys():
+        _check_cycle(arrays, src, dst, add)
+
+
+def _check_flags(direction, arrays, source_event, add):
+    names = [f"flow_{direction}_{f}" for f in FLAG_NAMES]
+    if not all(n in arrays for n in names) or f"flow_{direction}" not in arrays:
+        return
+    valid, in_bounds, visible, defined = (arrays[n].astype(bool) for n in names)
+    problems = []
+    if not np.array_equal(valid, source_event["valid"] == 1):
+        problems.append("source_valid differs from the source event's valid plane")
+    for child, parent, text in ((visible, in_bounds, "dest_visible without dest_in_bounds"),
+                                (in_bounds, defined, "dest_in_bounds without correspondence_defined"),
+                                (defined, valid, "correspondence_defined without source_valid")):
+        n = int(np.count_nonzero(child & ~parent))
+        if n:
+            problems.append(f"{n} pixels {text}")
+    flow = arrays[f"flow_{direction}"]
+    finite = np.isfinite(flow).all(axis=-1)
+    if not np.array_equal(finite, defined):
+        problems.append(f"flow finite at {int(np.count_nonzero(finite != defined))} pixels where "
+                        "correspondence_defined says otherwise")
+    H, W = flow.shape[:2]
+    u, v = pixel_grid(W, H)
+    ud, vd = u + flow[..., 0], v + flow[..., 1]
+    inside = (ud >= -0.5) & (ud < W - 0.5) & (vd >= -0.5) & (vd < H - 0.5)
+    n = int(np.count_nonzero(defined & (inside != in_bounds)))
+    if n:
+        problems.append(f"dest_in_bounds disagrees with the flow's landing point at {n} pixels")
+    add(f"flow_{direction}_flags", not problems, "; ".join(problems) if problems else
+        f"{direction} flags nest (visible => in bounds => defined => source valid) and match the flow",
+        defined_fraction=float(defined.mean()), visible_fraction=float(visible.mean()))
+
+
+def _reproject(K, arrays, src, dst, add):
+    """Source point + scene flow, seen by the destination camera at the landing row, must land at p + flow."""
+    defined = arrays["flow_forward_correspondence_defined"].astype(bool)
+    H, W = defined.shape
+    u, v = pixel_grid(W, H)
+    idx = np.flatnonzero(defined.ravel())
+    u, v = u.ravel()[idx], v.ravel()[idx]
+    rows = v.astype(np.int64)
+    z = src["camera_z"].ravel()[idx].astype(np.float64)
+    xn, yn = normalized(K, u, v)
+    P = apply_per_row(src["row_T_world_camera"], np.stack([xn * z, yn * z, z], -1), rows)
+    d = arrays["scene_flow_world"].reshape(-1, 3)[idx].astype(np.float64)
+    flow = arrays["flow_forward"].reshape(-1, 2)[idx].astype(np.float64)
+    landing = np.clip(v + flow[:, 1], 0.0, H - 1.0)
+    r0 = np.minimum(np.floor(landing).astype(np.int64), H - 1)
+    X = apply_per_row(np.linalg.inv(dst["row_T_world_camera"]), P + d, r0, landing - r0)
+    uu = K[0, 0] * X[:, 0] / X[:, 2] + K[0, 2]
+    vv = K[1, 1] * X[:, 1] / X[:, 2] + K[1, 2]
+    err = np.hypot(uu - (u + flow[:, 0]), vv - (v + flow[:, 1]))
+    worst = float(err.max(initial=0.0))
+    add("flow_matches_scene_flow", worst <= tol.FLOW_REPROJECTION_TOL_PX,
+        f"source point + scene_flow_world projects up to {worst:.3g} px away from pixel + flow_forward"
+        if worst > tol.FLOW_REPROJECTION_TOL_PX else
+        "source point + scene_flow_world, seen at the landing row, lands at pixel + flow_forward", worst_px=worst)
+    if "scene_flow_source_camera" in arrays:
+        R_cw = np.zeros((H, 4, 4))
+        R_cw[:, :3, :3] = np.transpose(src["row_T_world_camera"][:, :3, :3], (0, 2, 1))
+        sfc = arrays["scene_flow_source_camera"].reshape(-1, 3)[idx].astype(np.float64)
+        worst_c = float(np.abs(apply_per_row(R_cw, d, rows) - sfc).max(initial=0.0))
+        add("scene_flow_frames", worst_c <= tol.FLOW_SCENE_FLOW_TOL_M,
+            f"scene_flow_source_camera differs from R_camera_world scene_flow_world by {worst_c:.3g} m"
+            if worst_c > tol.FLOW_SCENE_FLOW_TOL_M
+            else "scene_flow_source_camera = R_camera_world(t_src) scene_flow_world",
+            worst_m=worst_c)
+    moved_z = np.full(H * W, np.nan)
+    moved_z[idx] = X[:, 2]
+    land_uv = np.full((H * W, 2), np.nan)
+    land_uv[idx] = np.stack([uu, vv], -1)
+    return moved_z.reshape(H, W), land_uv.reshape(H, W, 2)
+
+
+def _check_depth_warp(manifest, arrays, dst, moved_z, landing, add):
+    """Where dest_visible: the destination's camera_z at the landing point equals the moved point's z."""
+    visible = arrays["flow_forward_dest_visible"].astype(bool)
+    if not visible.any():
+        add("flow_depth_warp", True, "no destination-visible pixels", severity="warn")
+        return
+    H, W = visible.shape
+    uv = landing[visible]
+    z = moved_z[visible]
+    cz = dst["camera_z"].astype(np.float64)
+    u0 = np.clip(np.floor(uv[:, 0]), 0, W - 2).astype(np.int64)
+    v0 = np.clip(np.floor(uv[:, 1]), 0, H - 2).astype(np.int64)
+    fu, fv = np.clip(uv[:, 0] - u0, 0, 1), np.clip(uv[:, 1] - v0, 0, 1)
+    near = cz[np.clip(np.rint(uv[:, 1]), 0, H - 1).astype(np.int64),
+              np.clip(np.rint(uv[:, 0]), 0, W - 1).astype(np.int64)]
+    inst = dst["instance_id"]
+    first = inst[v0, u0]
+    same, inv = np.ones(len(z), bool), np.zeros(len(z))
+    for du, dv, w in ((0, 0, (1 - fu) * (1 - fv)), (1, 0, fu * (1 - fv)), (0, 1, (1 - fu) * fv), (1, 1, fu * fv)):
+        same &= inst[v0 + dv, u0 + du] == first
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv += w / cz[v0 + dv, u0 + du]
+    warped = np.where(same, 1.0 / inv, near)
+    dt = manifest["method"]["depth_test"]
+    err = np.abs(warped - z)
+    limit = dt["abs_m"] + dt["rel"] * z + 1e-5          # 10 um slack for float32 storage
+    bad = int(np.count_nonzero(~(err <= limit)))
+    add("flow_depth_warp", bad == 0,
+        f"destination camera_z disagrees with the moved point's z at {bad} dest_visible pixels" if bad else
+        f"destination camera_z warped to the landing points agrees with the moved points (worst {err.max():.3g} m)",
+        worst_m=float(err.max()))
+
+
+def _check_cycle(arrays, src, dst, add):
+    """Forward then backward (bilinear over four destination pixels on the source pixel's object and
+    one planar face) returns to the start where both directions are visible."""
+    fwd, bwd = arrays["flow_forward"].astype(np.float64), arrays["flow_backward"].astype(np.float64)
+    vis_f, vis_b = arrays["flow_forward_dest_visible"].astype(bool), arrays["flow_backward_dest_visible"].astype(bool)
+    H, W = vis_f.shape
+    u, v = pixel_grid(W, H)
+    q = np.stack([u + fwd[..., 0], v + fwd[..., 1]], -1)[vis_f]
+    p = np.stack([u, v], -1)[vis_f]
+    obj = src["instance_id"][vis_f]
+    u0 = np.clip(np.floor(q[:, 0]), 0, W - 2).astype(np.int64)
+    v0 = np.clip(np.floor(q[:, 1]), 0, H - 2).astype(np.int64)
+    fu, fv = np.clip(q[:, 0] - u0, 0, 1), np.clip(q[:, 1] - v0, 0, 1)
+    face = _face_keys(dst)
+    first = face[v0, u0]
+    usable = (dst["instance_id"][v0, u0] == obj)
+    back = np.zeros_like(q)
+    for du, dv, w in ((0, 0, (1 - fu) * (1 - fv)), (1, 0, fu * (1 - fv)), (0, 1, (1 - fu) * fv), (1, 1, fu * fv)):
+        usable &= vis_b[v0 + dv, u0 + du] & (face[v0 + dv, u0 + du] == first)
+        back += w[:, None] * np.nan_to_num(bwd[v0 + dv, u0 + du])
+    err = np.hypot(*(q + back - p)[usable].T) if usable.any() else np.zeros(0)
+    bad = int(np.count_nonzero(err > tol.FLOW_CYCLE_TOL_PX))
+    add("flow_cycle_consistency", bad == 0,
+        f"forward+backward misses the start by more than {tol.FLOW_CYCLE_TOL_PX} px at {bad} of {err.size} pixels "
+        f"(worst {err.max():.3g} px)" if bad else
+        f"forward+backward returns within {tol.FLOW_CYCLE_TOL_PX} px at all {err.size} mutually visible pixels",
+        pixels=int(err.size), worst_px=float(err.max(initial=0.0)))
+
+
+def _face_keys(event) -> np.ndarray:
+    """(H, W) int64 key of (object, geometric normal quantised to 2.5e-4): equal keys = one planar face."""
+    n = np.nan_to_num(event["normal_geometric"], nan=-2.0)
+    q = np.clip(np.rint((n + 2.0) * 2000.0), 0, 8191).astype(np.int64)
+    return (event["instance_id"].astype(np.int64) << 39) | (q[..., 0] << 26) | (q[..., 1] << 13) | q[..., 2]

@@ -1,0 +1,173 @@
+"""Geometric optical flow and scene flow between two rolling-shutter camera events (numpy only).
+
+A source pixel's surface point P (world, at the source row's time) is fixed in its object's
+frame: X_o = M_o(t_src)^-1 P, with M_o the object's matrix_world (affine, so scaled objects are
+exact). At the destination it is M_o(t) X_o seen by the destination camera at time t, where t is
+the time of the destination row the point lands on: row v_d solves
+    v_d = v of project(T_camera_world(t(v_d)) M_o(t(v_d)) X_o)
+by fixed-point iteration over the destination's per-row poses (interpolated linearly between
+adjacent rows; rows are one row period apart). The final |v_d - v| is the recorded residual.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from contracts.camera_model import normalized, pixel_grid
+from contracts.frames import apply_per_row
+from contracts.ontology import BACKGROUND_ID
+
+MAX_ITERATIONS = 20
+CONVERGED_ROWS = 1e-4       # a row error of 1e-4 moves the flow by (image speed x row period) x 1e-4: ~1e-5 px
+
+
+@dataclass
+class EventGeometry:
+    """What flow needs from one exported camera event (arrays as decoded from its payloads)."""
+
+    K: np.ndarray
+    camera_z: np.ndarray          # (H, W) float32, NaN where invalid
+    instance_id: np.ndarray       # (H, W) uint32 render indices
+    row_T_world_camera: np.ndarray  # (H, 4, 4)
+    object_matrices: np.ndarray   # (S, H, 4, 4) matrix_world of each tracked object at each row's time
+    object_slot: np.ndarray       # render index -> tracked-object slot (-1: static, untracked)
+    undefined: np.ndarray         # render index -> 1 where correspondence cannot be defined (deforming, ...)
+
+    @property
+    def shape(self):
+        return self.camera_z.shape
+
+
+@dataclass
+class FlowResult:
+    flow: np.ndarray                  # (H, W, 2) float32 px, NaN where correspondence undefined
+    source_valid: np.ndarray          # uint8 planes (H, W)
+    dest_in_bounds: np.ndarray
+    dest_visible: np.ndarray
+    correspondence_defined: np.ndarray
+    scene_flow_world: np.ndarray      # (H, W, 3) float32 m
+    scene_flow_source_camera: np.ndarray
+    stats: dict
+
+
+def source_points(src: EventGeometry):
+    """(pixel indices (N,), u, v, world points (N, 3)) of every valid source pixel."""
+    H, W = src.shape
+    u, v = pixel_grid(W, H)
+    idx = np.flatnonzero(np.isfinite(src.camera_z).ravel())
+    u, v = u.ravel()[idx], v.ravel()[idx]
+    z = src.camera_z.ravel()[idx].astype(np.float64)
+    xn, yn = normalized(src.K, u, v)
+    Xc = np.stack([xn * z, yn * z, z], -1)
+    rows = v.astype(np.int64)
+    return idx, u, v, apply_per_row(src.row_T_world_camera, Xc, rows)
+
+
+def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, depth_rel: float) -> FlowResult:
+    H, W = src.shape
+    idx, u, v, P = source_points(src)
+    rows = v.astype(np.int64)
+    render = src.instance_id.ravel()[idx].astype(np.int64)
+    slot = src.object_slot[render]
+    moving = slot >= 0
+    # material coordinates of points on tracked (moving) objects
+    X_o = P.copy()
+    if moving.any():
+        S = src.object_matrices.shape[0]
+        M_inv = np.linalg.inv(src.object_matrices.reshape(S * H, 4, 4))
+        X_o[moving] = apply_per_row(M_inv, P[moving], slot[moving] * H + rows[moving])
+    T_cw_dst = np.linalg.inv(dst.row_T_world_camera)           # (H, 4, 4)
+    S = dst.object_matrices.shape[0]
+    moving_idx = np.flatnonzero(moving)
+    # per tracked object and destination row, one matrix: flatten (slot, row) into one row index
+    M_rows = dst.object_matrices.reshape(S * H, 4, 4) if S else np.zeros((0, 4, 4))
+
+    def destination(vd):
+        vc = np.clip(vd, 0.0, H - 1.0)
+        r0 = np.minimum(np.floor(vc).astype(np.int64), H - 1)
+        a = vc - r0
+        Pd = P.copy()
+        if moving_idx.size:
+            m = moving_idx
+            # a slot's last row (r0 = H - 1) has a == 0, so interpolation never reaches the next slot
+            Pd[m] = apply_per_row(M_rows, X_o[m], slot[m] * H + r0[m], a[m])
+        Xc = apply_per_row(T_cw_dst, Pd, r0, a)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ud = dst.K[0, 0] * Xc[:, 0] / Xc[:, 2] + dst.K[0, 2]
+            vn = dst.K[1, 1] * Xc[:, 1] / Xc[:, 2] + dst.K[1, 2]
+        return Pd, Xc, ud, vn
+
+    def landing_row(vd):
+        Pd, Xc, ud, vn = destination(vd)
+        return np.where(np.isfinite(vn) & (Xc[:, 2] > 0), vn, vd), (Pd, Xc, ud, vn)   # behind: keep the row
+
+    # Secant iteration on v = g(v): g is nearly affine in v (slope = image speed x row period), so two
+    # evaluations predict the fixed point; rows outside the image use the edge row's time.
+    v0, (g0, _) = v, landing_row(v)
+    v1, (g1, out) = g0, landing_row(g0)
+    iterations = 2
+    while True:
+        change = np.abs(np.clip(g1, 0.0, H - 1.0) - np.clip(v1, 0.0, H - 1.0))
+        if change.max(initial=0.0) < CONVERGED_ROWS or iterations >= MAX_ITERATIONS:
+            break
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = np.where(np.abs(v1 - v0) > 1e-12, (g1 - g0) / (v1 - v0), 0.0)
+        v2 = v1 + (g1 - v1) / (1.0 - np.clip(np.nan_to_num(slope), -0.9, 0.9))
+        v0, g0 = v1, g1
+        v1, (g1, out) = v2, landing_row(v2)
+        iterations += 1
+    vd = v1
+    Pd, Xc, ud, vn = out
+    # residual: rows between the row whose time was used and the row the point lands on
+    resid = np.abs(np.nan_to_num(np.clip(vn, 0.0, H - 1.0) - np.clip(vd, 0.0, H - 1.0)))
+
+    undefined = dst.undefined[render].astype(bool) | src.undefined[render].astype(bool)
+    in_front = Xc[:, 2] > 0
+    defined = ~undefined & (render != BACKGROUND_ID) & in_front
+    in_bounds = defined & (ud >= -0.5) & (ud < W - 0.5) & (vn >= -0.5) & (vn < H - 0.5)
+    visible = in_bounds & _depth_test(dst, ud, vn, Xc[:, 2], render, depth_abs_m, depth_rel)
+
+    flow = np.full((H * W, 2), np.nan, np.float32)
+    flow[idx[defined], 0] = (ud - u)[defined]
+    flow[idx[defined], 1] = (vn - v)[defined]
+    sf = np.full((H * W, 3), np.nan, np.float32)
+    sfc = np.full((H * W, 3), np.nan, np.float32)
+    d = Pd - P
+    sf[idx[defined]] = d[defined]
+    R_cw_src = np.zeros((H, 4, 4))
+    R_cw_src[:, :3, :3] = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))
+    sfc[idx[defined]] = apply_per_row(R_cw_src, d[defined], rows[defined])
+
+    def plane(mask_pixels):
+        out = np.zeros(H * W, np.uint8)
+        out[idx[mask_pixels]] = 1
+        return out.reshape(H, W)
+    stats = {"iterations": iterations, "max_row_residual": float(resid[in_bounds].max(initial=0.0)),
+             "defined_pixels": int(defined.sum()), "visible_pixels": int(visible.sum())}
+    return FlowResult(flow.reshape(H, W, 2), plane(np.ones_like(defined)), plane(in_bounds), plane(visible),
+                      plane(defined), sf.reshape(H, W, 3), sfc.reshape(H, W, 3), stats)
+
+
+def _depth_test(dst: EventGeometry, ud, vd, z, render, abs_m, rel) -> np.ndarray:
+    """The moved point wins the destination's visibility: the nearest destination pixel shows the same
+    object and its camera_z (inverse-depth bilinear over the 2x2 neighbourhood when all four show that
+    object, else the nearest pixel's) is within abs_m + rel * z of the point's z."""
+    H, W = dst.shape
+    ok = np.isfinite(ud) & np.isfinite(vd)
+    un = np.clip(np.rint(np.nan_to_num(ud)), 0, W - 1).astype(np.int64)
+    vn = np.clip(np.rint(np.nan_to_num(vd)), 0, H - 1).astype(np.int64)
+    same = ok & (dst.instance_id[vn, un].astype(np.int64) == render)
+    z_near = dst.camera_z[vn, un].astype(np.float64)
+    u0 = np.clip(np.floor(np.nan_to_num(ud)), 0, W - 2).astype(np.int64)
+    v0 = np.clip(np.floor(np.nan_to_num(vd)), 0, H - 2).astype(np.int64)
+    fu = np.clip(np.nan_to_num(ud) - u0, 0, 1)
+    fv = np.clip(np.nan_to_num(vd) - v0, 0, 1)
+    inv = np.zeros_like(z)
+    all_same = np.ones_like(same)
+    for du, dv, w in ((0, 0, (1 - fu) * (1 - fv)), (1, 0, fu * (1 - fv)), (0, 1, (1 - fu) * fv), (1, 1, fu * fv)):
+        all_same &= dst.instance_id[v0 + dv, u0 + du].astype(np.int64) == render
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv += w / dst.camera_z[v0 + dv, u0 + du].astype(np.float64)
+    z_dst = np.where(all_same, 1.0 / inv, z_near)
+    return same & (np.abs(z_dst - z) <= abs_m + rel * np.abs(z))

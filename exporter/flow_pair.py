@@ -1,0 +1,133 @@
+"""Export the flow between two camera events of one sensor (bpy for object poses over time).
+
+Reads both exported events (camera_z, instance_id, per-row poses), evaluates every moving
+object's matrix_world at every row time of both events (frame_set with subframe), runs
+`flow_math.geometric_flow` both ways and writes a `rowbeam/flow@1` folder
+flows/<sensor>/<i0>-<i1>/ next to the events.
+"""
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from contracts import qa_profile
+from contracts.arrays import decode_payload
+from contracts.camera_model import PIXEL_CONVENTION_TEXT
+from contracts.files import sha256_file
+from contracts.modalities import FLAG_NAMES, FLAG_TEXT
+from contracts.timing import RollingShutterTiming
+
+from .flow_math import EventGeometry, geometric_flow
+from .scene_clock import set_time
+
+NEEDED = ("camera_z", "instance_id", "row_T_world_camera")
+DEFINITION = ("material-point flow: the source pixel's surface point, fixed in its object's frame (matrix_world, "
+              "affine), moved to the destination time and projected by the destination camera at the time of the "
+              "destination row it lands on (fixed point over the destination's per-row poses, linear between "
+              "adjacent rows); backward flow is the same from the destination grid to the source event")
+CONVENTIONS = {
+    "flow": "pixels; u right, v down; flow = (u_dest - u_src, v_dest - v_src); NaN where the correspondence "
+            "is undefined",
+    "grid": "flow_forward and scene flow on the source event's pixel grid, flow_backward on the destination's",
+    "direction": "forward: source -> destination (later) event; backward: destination -> source; backward flow "
+                 "is not the negative of forward flow at the same index (different grids and visibility)",
+    "time": "each source pixel at its own row's reference time; its destination at the reference time of the "
+            "destination row it lands on (rows outside the image use the nearest edge row's time)",
+    "pixel": PIXEL_CONVENTION_TEXT,
+    "scene_flow": "scene_flow_world = P(dest time) - P(source time) in world metres; scene_flow_source_camera = "
+                  "the same vector in the source camera frame (OpenCV optical) at the source row's time",
+}
+
+
+def load_event(event_dir: Path) -> tuple[dict, dict]:
+    manifest = json.loads((event_dir / "manifest.json").read_text())
+    mods = manifest["modalities"]
+    return manifest, {n: decode_payload(event_dir / mods[n]["uri"], mods[n]) for n in NEEDED}
+
+
+def _object_luts(ctx, moving_names, t_src, t_dst):
+    """render index -> tracked slot (-1 static) and -> undefined (deforming, or hidden at one endpoint)."""
+    size = max((e.render_index for e in ctx.table), default=0) + 1
+    slot = np.full(size, -1, np.int64)
+    undefined = np.zeros(size, np.uint8)
+    scene = ctx.scene
+    hidden = {}
+    for t in (t_src, t_dst):
+        set_time(scene, ctx.clock, t)
+        for e in ctx.table:
+            hidden.setdefault(e.obj_name, set()).add(bool(scene.objects[e.obj_name].hide_render))
+    for e in ctx.table:
+        obj = scene.objects[e.obj_name]
+        keys = getattr(obj.data, "shape_keys", None)
+        deforms = obj.is_deform_modified(scene, "RENDER") or bool(keys and keys.animation_data)
+        if deforms or len(hidden[e.obj_name]) > 1:
+            undefined[e.render_index] = 1
+        if e.obj_name in moving_names:
+            slot[e.render_index] = moving_names.index(e.obj_name)
+    return slot, undefined
+
+
+def _object_matrices(ctx, names, times) -> np.ndarray:
+    out = np.empty((len(names), len(times), 4, 4))
+    objs = [ctx.scene.objects[n] for n in names]
+    for i, t in enumerate(times):
+        set_time(ctx.scene, ctx.clock, t)
+        for j, o in enumerate(objs):
+            out[j, i] = np.array(o.matrix_world)
+    return out
+
+
+def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, dict]:
+    """(arrays, method, endpoints) of the flow between two published camera events."""
+    t0 = time.perf_counter()
+    (m0, a0), (m1, a1) = load_event(src_dir), load_event(dst_dir)
+    timing0, timing1 = (RollingShutterTiming.from_manifest(m["event"]) for m in (m0, m1))
+    moving = [e.obj_name for e in ctx.table if e.motion == "moving"]
+    slot, undefined = _object_luts(ctx, moving, timing0.reference_time_ns(), timing1.reference_time_ns())
+    geoms = []
+    for m, a, timing in ((m0, a0, timing0), (m1, a1, timing1)):
+        mats = _object_matrices(ctx, moving, [timing.row_time_exact(v) for v in range(timing.rows)])
+        geoms.append(EventGeometry(np.array(m["calibration"]["K"]), a["camera_z"], a["instance_id"],
+                                   a["row_T_world_camera"], mats, slot, undefined))
+    poses_s = time.perf_counter() - t0
+    tol = (qa_profile.FLOW_DEPTH_TEST_ABS_M, qa_profile.FLOW_DEPTH_TEST_REL)
+    t1 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=2) as pool:        # numpy releases the GIL: both directions at once
+        fwd_job = pool.submit(geometric_flow, geoms[0], geoms[1], *tol)
+        bwd_job = pool.submit(geometric_flow, geoms[1], geoms[0], *tol)
+        fwd, bwd = fwd_job.result(), bwd_job.result()
+    arrays = {"flow_forward": fwd.flow, "flow_backward": bwd.flow,
+              "scene_flow_world": fwd.scene_flow_world, "scene_flow_source_camera": fwd.scene_flow_source_camera}
+    for direction, result in (("forward", fwd), ("backward", bwd)):
+        for flag in FLAG_NAMES:
+            arrays[f"flow_{direction}_{flag}"] = getattr(result, flag)
+    row_ns = timing1.readout_ns / timing1.rows
+    method = {
+        "definition": DEFINITION,
+        "depth_test": {"abs_m": tol[0], "rel": tol[1]},
+        "object_poses": "matrix_world of every moving object at every row's exact time of both events "
+                        "(scene.frame_set with subframe)",
+        "forward": {**fwd.stats, "max_row_time_residual_ns": fwd.stats["max_row_residual"] * row_ns},
+        "backward": {**bwd.stats, "max_row_time_residual_ns": bwd.stats["max_row_residual"] * row_ns},
+        "seconds": {"poses": round(poses_s, 3), "flow": round(time.perf_counter() - t1, 3)},
+    }
+    return arrays, method, (m0, m1)
+
+
+def endpoint(root: Path, event_dir: Path, manifest: dict) -> dict:
+    path = event_dir / "manifest.json"
+    return {"index": manifest["event"]["index"], "sample_id": manifest["sample_id"],
+            "manifest": path.relative_to(root).as_posix(), "manifest_sha256": sha256_file(path),
+            "reference_time_ns": manifest["event"]["reference_time_ns"]}
+
+
+def flow_manifest(*, flow_id, sensor, endpoints, calibration, modalities, method, build, lineage, run) -> dict:
+    return {"schema": "rowbeam/flow@1", "flow_id": flow_id,
+            "sensor": {"id": sensor.id, "type": sensor.type, "object": sensor.object},
+            "endpoints": endpoints, "calibration": calibration, "conventions": CONVENTIONS,
+            "flags": dict(FLAG_TEXT), "method": method, "modalities": modalities,
+            "build": build, "lineage": lineage, "run": run}
