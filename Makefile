@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 DEMO := out/demo
 
-.PHONY: demo test bench clean venv
+.PHONY: demo test bench clean venv extension test-blender
 
 venv: $(STAMP)
 
@@ -22,7 +22,7 @@ $(DEMO)/dusk_shuttle.blend: $(STAMP) scenes/*.py
 
 demo: $(DEMO)/dusk_shuttle.blend
 	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
-		--out $(DEMO)/bundle --sensors camera_front --first-event 30 --count 3
+		--out $(DEMO)/bundle --sensors camera_front --first-event 30 --count 3 --flow
 	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
 		--out $(DEMO)/bundle --sensors lidar_top --first-event 10 --count 1
 	$(BIN)/python -m contracts check $(DEMO)/bundle --report $(DEMO)/qa_report.json
@@ -35,5 +35,18 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
 
+# dist/rowbeam-<version>.zip for every platform Blender ships, validated by Blender's own CLI
+extension: $(STAMP)
+	$(BIN)/python tools/build_extension.py
+
+# The same suite inside a real Blender (pytest-blender): make test-blender BLENDER=/path/to/blender
+test-blender:
+	@test -n "$(BLENDER)" || { echo "usage: make test-blender BLENDER=/path/to/blender"; exit 2; }
+	test -x .venv-blender/bin/python || $(PY) -m venv .venv-blender
+	.venv-blender/bin/python -m pip install --quiet pytest==9.2.0 pytest-blender==3.0.8
+	BPY="$$(.venv-blender/bin/pytest-blender --blender-executable $(BLENDER))" && "$$BPY" -m ensurepip --upgrade \
+		&& "$$BPY" -m pip install --quiet OpenEXR==3.5.3 jsonschema==4.26.0 pytest==9.2.0
+	.venv-blender/bin/python -m pytest --blender-executable $(BLENDER) -q tests
+
 clean:
-	rm -rf out build dist .pytest_cache
+	rm -rf out build dist .pytest_cache .venv-blender

@@ -27,6 +27,13 @@ def open_blend(path) -> None:
 
 
 def git_revision() -> str:
+    """Revision of the rowbeam source: git when run from a checkout, else the one recorded at build time."""
+    if not (REPO_ROOT / ".git").exists():
+        try:
+            from ._build_info import GIT_REVISION  # written into the extension's wheel by tools/build_extension.py
+            return GIT_REVISION
+        except ImportError:
+            return "unknown"
     try:
         rev = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()

@@ -224,32 +224,46 @@ def _flow_jobs(request: ExportRequest, sensors, event_jobs) -> list:
     return jobs
 
 
-def run_export(plan: ExportPlan, progress=None, should_cancel=None) -> dict:
-    """Produce every planned folder (events, then flows). `progress(done, total, text)`;
-    `should_cancel()` is polled between folders, and a cancelled run leaves only complete, published ones."""
+def new_summary(plan: ExportPlan) -> dict:
+    return {"out": str(plan.writer.root), "published": [], "quarantined": [], "skipped": [], "cancelled": True}
+
+
+def iter_export(plan: ExportPlan, summary: dict):
+    """Produce the planned folders one at a time (events, then flows), recording them in `summary`
+    and yielding (done, total, text) after each. Closing the generator early (a cancel) leaves only
+    complete, published folders: staging is discarded and the scene restored in `finally`."""
     ctx, writer = plan.context, plan.writer
     writer.open()
-    summary = {"out": str(writer.root), "published": [], "quarantined": [], "skipped": [], "cancelled": False}
     frame = (ctx.scene.frame_current, ctx.scene.frame_subframe)
     total = len(plan.jobs)
     try:
         for done, job in enumerate(plan.jobs):
-            if should_cancel and should_cancel():
-                summary["cancelled"] = True
-                break
             if writer.is_complete(job.location):
                 summary["skipped"].append(str(writer.root / job.location))
-                _report(progress, done + 1, total, f"{job.label}: already complete, skipped")
+                yield done + 1, total, f"{job.label}: already complete, skipped"
                 continue
             t0 = time.perf_counter()
             final, passed = (_export_flow if job.is_flow else _export_event)(plan, job)
             (summary["published"] if passed else summary["quarantined"]).append(str(final))
-            _report(progress, done + 1, total, f"{job.label}: {'published' if passed else 'QUARANTINED'} "
-                    f"{final.relative_to(writer.root)} ({time.perf_counter() - t0:.1f} s)")
+            yield done + 1, total, (f"{job.label}: {'published' if passed else 'QUARANTINED'} "
+                                    f"{final.relative_to(writer.root)} ({time.perf_counter() - t0:.1f} s)")
+        summary["cancelled"] = False
     finally:
         writer.discard_staging()
         ctx.scene.frame_set(frame[0], subframe=frame[1])
         ctx.device_patch.restore()
+
+
+def run_export(plan: ExportPlan, progress=None, should_cancel=None) -> dict:
+    """Produce every planned folder. `progress(done, total, text)` after each; `should_cancel()`
+    is polled between folders."""
+    summary = new_summary(plan)
+    steps = iter_export(plan, summary)
+    for done, total, text in steps:
+        _report(progress, done, total, text)
+        if should_cancel and should_cancel() and done < total:
+            steps.close()
+            break
     return summary
 
 

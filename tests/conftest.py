@@ -58,6 +58,28 @@ def exports(tmp_path_factory):
     return get
 
 
-def run_python(*args, cwd=REPO, timeout=600) -> subprocess.CompletedProcess:
-    """Run `python ARGS...` with the test interpreter; capture text output."""
-    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+def blender_binary() -> str | None:
+    """The Blender executable when the suite runs inside one (make test-blender); None with the bpy wheel."""
+    import bpy
+
+    return bpy.app.binary_path or None
+
+
+def run_python(*args, cwd=REPO, timeout=600, env=None) -> subprocess.CompletedProcess:
+    """Run `python ARGS...` the way this interpreter can: with the bpy wheel, the test interpreter;
+    inside a real Blender, Python scripts that need bpy run as `blender -b [file.blend] -P script -- args`
+    and everything else (the checker) with Blender's bundled Python."""
+    args = [str(a) for a in args]
+    blender = blender_binary()
+    if blender and args and args[0].endswith(".py"):
+        script, rest = args[0], args[1:]
+        blend = [rest.pop(0)] if rest and rest[0].endswith(".blend") else []
+        cmd = [blender, "-b", *blend, "--factory-startup", "-P", script, "--", *rest]
+    else:
+        cmd = [sys.executable, *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def script_args() -> list[str]:
+    """Arguments of a test helper script, whether run by python or by `blender -b -P script -- args`."""
+    return sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else sys.argv[1:]

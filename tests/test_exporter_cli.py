@@ -9,7 +9,7 @@ import pytest
 
 from scenes import calibration, common
 
-from .conftest import REPO, run_python
+from .conftest import REPO, blender_binary, run_python
 
 EXPORT = REPO / "render_export.py"
 
@@ -63,15 +63,19 @@ def test_python_entry_exports_and_resumes(scene_files, tmp_path):
 
 
 def test_blender_dash_p_entry(scene_files, tmp_path):
-    """`blender -b a.blend -P render_export.py -- ARGS`: emulated with the bpy wheel (file open, argv after --)."""
+    """`blender -b a.blend -P render_export.py -- ARGS`: the real command inside a Blender binary; with the
+    bpy wheel, emulated (the file open, the script run as __main__ with argv after --)."""
     a, _ = scene_files
     out = tmp_path / "out"
-    code = (f"import bpy, sys; bpy.ops.wm.open_mainfile(filepath={str(a)!r}); "
-            f"sys.argv = ['blender', '-b', {str(a)!r}, '-P', {str(EXPORT)!r}, '--', '--rig', "
-            f"{str(a.with_suffix('.rig.json'))!r}, '--out', {str(out)!r}, '--count', '1']; "
-            f"exec(compile(open({str(EXPORT)!r}).read(), 'render_export.py', 'exec'), "
-            f"{{'__name__': '__main__', '__file__': {str(EXPORT)!r}}})")
-    r = run_python("-c", code)
+    args = ["--rig", str(a.with_suffix(".rig.json")), "--out", str(out), "--count", "1"]
+    if blender_binary():
+        r = run_python(EXPORT, a, *args)
+    else:
+        code = (f"import bpy, sys; bpy.ops.wm.open_mainfile(filepath={str(a)!r}); "
+                f"sys.argv = ['blender', '-b', {str(a)!r}, '-P', {str(EXPORT)!r}, '--', *{args!r}]; "
+                f"exec(compile(open({str(EXPORT)!r}).read(), 'render_export.py', 'exec'), "
+                f"{{'__name__': '__main__', '__file__': {str(EXPORT)!r}}})")
+        r = run_python("-c", code)
     assert r.returncode == 0, r.stderr
     assert (out / "events" / "camera_front" / "000000" / "manifest.json").is_file()
 
@@ -197,3 +201,21 @@ def test_blend_scripts_are_not_run(tmp_path):
     r = run_python(EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "out", "--count", "1")
     assert r.returncode == 0, r.stderr
     assert not marker.exists()
+
+
+def test_cancel_between_events_leaves_only_complete_events(tmp_path, scene_files):
+    """What the panel's Esc does: close the export after the first event."""
+    from exporter.run import ExportRequest, iter_export, new_summary, plan_export, run_export
+
+    a, _ = scene_files
+    request = ExportRequest(out=tmp_path / "out", blend=a, rig=a.with_suffix(".rig.json"), count=3)
+    plan = plan_export(request)
+    summary = new_summary(plan)
+    steps = iter_export(plan, summary)
+    done, total, _ = next(steps)
+    steps.close()
+    assert (done, total) == (1, 3) and summary["cancelled"] and len(summary["published"]) == 1
+    assert [p.name for p in (tmp_path / "out" / "events" / "camera_front").iterdir()] == ["000000"]
+    assert not (tmp_path / "out" / ".staging").exists()
+    again = run_export(plan_export(request))
+    assert len(again["skipped"]) == 1 and len(again["published"]) == 2 and not again["cancelled"]

@@ -1,0 +1,180 @@
+"""Sensor settings as Blender properties, and their exact conversion to and from `rowbeam/rig@1`.
+
+The rig document stored on the scene (scene["rowbeam_rig"], JSON) is what the exporter reads; the
+properties are its editor. Every edit rewrites the document. Times that can exceed 32-bit
+integers (first event / first sweep) are edited as decimal ns strings so no value is rounded.
+"""
+from __future__ import annotations
+
+import json
+
+import bpy
+from bpy.app.handlers import persistent
+from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty, StringProperty)
+
+RIG_PROPERTY = "rowbeam_rig"
+SENSOR_TYPES = [("rolling_shutter_camera", "Rolling-shutter camera", "Camera with per-row acquisition times"),
+                ("spinning_lidar", "Spinning LiDAR", "Rotating LiDAR with per-firing times")]
+LIDAR_PRESETS = [("NONE", "Custom table", "Channel elevations typed below"),
+                 ("uniform_32", "Uniform 32", "32 channels from -25 to +15 deg"),
+                 ("uniform_64", "Uniform 64", "64 channels from -25 to +15 deg"),
+                 ("uniform_128", "Uniform 128", "128 channels from -25 to +15 deg"),
+                 ("vlp16", "VLP-16-like", "16 lasers 2 deg apart, fired 2.304 us apart")]
+
+
+def sync_rig(self=None, context=None):
+    """Rewrite the scene's rig document from the sensor properties."""
+    scene = self.id_data if isinstance(getattr(self, "id_data", None), bpy.types.Scene) else (context or bpy.context).scene
+    scene[RIG_PROPERTY] = json.dumps(rig_document(scene), sort_keys=True)
+
+
+def _ns_text_ok(text: str) -> bool:
+    return text.strip().isdigit()
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.replace(";", ",").split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.replace(";", ",").split(",") if x.strip()]
+
+
+class RowbeamSensor(bpy.types.PropertyGroup):
+    sensor_type: EnumProperty(items=SENSOR_TYPES, name="Type", update=sync_rig)
+    sensor_id: StringProperty(name="Id", default="sensor", update=sync_rig,
+                              description="Sensor id in manifests and folder names (letters, digits, _ . -)")
+    target: PointerProperty(type=bpy.types.Object, name="Object", update=sync_rig,
+                            description="Camera object, or the LiDAR mount (its local axes: x forward, y left, z up)")
+    # rolling-shutter camera
+    rate_hz: FloatProperty(name="Rate (Hz)", default=30.0, min=1e-6, update=sync_rig)
+    first_event_ns: StringProperty(name="First event (ns)", default="0", update=sync_rig)
+    readout_ns: IntProperty(name="Readout (ns)", default=12_000_000, min=0, update=sync_rig)
+    exposure_ns: IntProperty(name="Exposure (ns)", default=4_000_000, min=0, update=sync_rig)
+    readout_direction: EnumProperty(items=[("top_to_bottom", "Top to bottom", ""), ("bottom_to_top", "Bottom to top", "")],
+                                    name="Readout", update=sync_rig)
+    override_size: BoolProperty(name="Own image size", default=False, update=sync_rig)
+    width: IntProperty(name="Width", default=1280, min=4, update=sync_rig)
+    height: IntProperty(name="Height", default=720, min=4, update=sync_rig)
+    rgb_samples: IntProperty(name="RGB samples", default=64, min=0, update=sync_rig)
+    verify_rows: IntProperty(name="Verified rows", default=3, min=0, update=sync_rig)
+    # spinning LiDAR
+    rotation_hz: FloatProperty(name="Rotation (Hz)", default=10.0, min=1e-6, update=sync_rig)
+    azimuth_steps: IntProperty(name="Firings per sweep", default=2048, min=1, update=sync_rig)
+    preset: EnumProperty(items=LIDAR_PRESETS, name="Channels", default="uniform_64", update=sync_rig)
+    elevations: StringProperty(name="Elevations (deg)", default="-15, -5, 5, 15", update=sync_rig,
+                               description="One elevation per channel, comma separated")
+    first_sweep_ns: StringProperty(name="First sweep (ns)", default="0", update=sync_rig)
+    min_range_m: FloatProperty(name="Min range (m)", default=0.3, min=0.0, update=sync_rig)
+    max_range_m: FloatProperty(name="Max range (m)", default=120.0, min=1e-3, update=sync_rig)
+    spin_direction: EnumProperty(items=[("ccw", "Counter-clockwise", ""), ("cw", "Clockwise", "")],
+                                 name="Spin", update=sync_rig)
+    start_azimuth_deg: FloatProperty(name="Start azimuth (deg)", default=0.0, update=sync_rig)
+    azimuth_offsets: StringProperty(name="Azimuth offsets (deg)", default="", update=sync_rig,
+                                    description="Per channel, comma separated; empty = 0")
+    time_offsets: StringProperty(name="Time offsets (ns)", default="", update=sync_rig,
+                                 description="Per channel, comma separated; empty = 0")
+    verify_firings: IntProperty(name="Verified firings", default=8, min=0, update=sync_rig)
+    # both
+    motion_steps: IntProperty(name="Motion steps", default=7, min=1, max=7, update=sync_rig)
+
+
+def sensor_document(s: RowbeamSensor) -> dict:
+    """The rig entry of one sensor (values that do not parse are passed through for the schema to name)."""
+    doc = {"id": s.sensor_id, "type": s.sensor_type, "object": s.target.name if s.target else "",
+           "motion_steps": s.motion_steps}
+    if s.sensor_type == "rolling_shutter_camera":
+        doc.update(rate_hz=s.rate_hz, readout_ns=s.readout_ns, exposure_ns=s.exposure_ns,
+                   readout_direction=s.readout_direction, rgb_samples=s.rgb_samples, verify_rows=s.verify_rows,
+                   first_event_ns=int(s.first_event_ns) if _ns_text_ok(s.first_event_ns) else s.first_event_ns)
+        if s.override_size:
+            doc["image_size_px"] = [s.width, s.height]
+        return doc
+    doc.update(rotation_hz=s.rotation_hz, azimuth_steps=s.azimuth_steps, min_range_m=s.min_range_m,
+               max_range_m=s.max_range_m, spin_direction=s.spin_direction, start_azimuth_deg=s.start_azimuth_deg,
+               verify_firings=s.verify_firings,
+               first_sweep_ns=int(s.first_sweep_ns) if _ns_text_ok(s.first_sweep_ns) else s.first_sweep_ns)
+    try:
+        if s.preset == "NONE":
+            doc["elevations_deg"] = _floats(s.elevations)
+        else:
+            doc["preset"] = s.preset
+        if s.azimuth_offsets.strip():
+            doc["azimuth_offsets_deg"] = _floats(s.azimuth_offsets)
+        if s.time_offsets.strip():
+            doc["time_offsets_ns"] = _ints(s.time_offsets)
+    except ValueError:
+        doc["elevations_deg"] = s.elevations           # let the schema report the bad text
+    return doc
+
+
+def rig_document(scene) -> dict:
+    settings = scene.rowbeam
+    doc = {"schema": "rowbeam/rig@1", "sensors": [sensor_document(s) for s in settings.sensors]}
+    if settings.ontology_path:
+        doc["ontology"] = ontology_reference(settings.ontology_path)
+    return doc
+
+
+def ontology_reference(path: str) -> str:
+    """Ontology path as the exporter resolves it: relative to the .blend's folder when saved."""
+    import os
+
+    absolute = bpy.path.abspath(path)
+    if bpy.data.filepath:
+        return os.path.relpath(absolute, os.path.dirname(bpy.data.filepath)).replace(os.sep, "/")
+    return absolute
+
+
+def load_rig_document(scene, doc: dict) -> None:
+    """Replace the scene's sensors with those of a (validated) rig document."""
+    settings = scene.rowbeam
+    settings.sensors.clear()
+    for raw in doc.get("sensors", []):
+        s = settings.sensors.add()
+        s.sensor_type = raw["type"]
+        s.sensor_id = raw["id"]
+        s.target = scene.objects.get(raw["object"])
+        s.motion_steps = raw.get("motion_steps", 7)
+        if raw["type"] == "rolling_shutter_camera":
+            s.rate_hz, s.readout_ns, s.exposure_ns = raw["rate_hz"], raw["readout_ns"], raw["exposure_ns"]
+            s.first_event_ns = str(raw["first_event_ns"])
+            s.readout_direction = raw["readout_direction"]
+            s.rgb_samples, s.verify_rows = raw.get("rgb_samples", 64), raw.get("verify_rows", 3)
+            if raw.get("image_size_px"):
+                s.override_size, (s.width, s.height) = True, raw["image_size_px"]
+        else:
+            s.rotation_hz, s.azimuth_steps = raw["rotation_hz"], raw["azimuth_steps"]
+            s.first_sweep_ns = str(raw["first_sweep_ns"])
+            s.min_range_m, s.max_range_m = raw["min_range_m"], raw["max_range_m"]
+            s.spin_direction = raw.get("spin_direction", "ccw")
+            s.start_azimuth_deg = raw.get("start_azimuth_deg", 0.0)
+            s.verify_firings = raw.get("verify_firings", 8)
+            if "preset" in raw:
+                s.preset = raw["preset"]
+            else:
+                s.preset, s.elevations = "NONE", ", ".join(repr(float(e)) for e in raw["elevations_deg"])
+            s.azimuth_offsets = ", ".join(repr(float(e)) for e in raw.get("azimuth_offsets_deg", []))
+            s.time_offsets = ", ".join(str(int(e)) for e in raw.get("time_offsets_ns", []))
+    if doc.get("ontology"):
+        settings.ontology_path = doc["ontology"] if doc["ontology"].startswith("/") else "//" + doc["ontology"]
+    scene[RIG_PROPERTY] = json.dumps(rig_document(scene), sort_keys=True)
+
+
+def adopt_stored_rig(scene) -> None:
+    """A .blend whose rig was stored without the add-on (a script, a farm tool) gets editable sensors,
+    instead of the first edit overwriting the stored document with an empty rig."""
+    text = scene.get(RIG_PROPERTY)
+    if text and len(scene.rowbeam.sensors) == 0:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            return
+        if doc.get("sensors"):
+            load_rig_document(scene, doc)
+
+
+@persistent
+def on_load(_filepath):
+    for scene in bpy.data.scenes:
+        adopt_stored_rig(scene)

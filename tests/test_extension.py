@@ -1,0 +1,100 @@
+"""The Blender extension: build the zip, install it into bpy, drive it through its operators, export from
+the UI operator and headlessly from the same saved .blend, compare, uninstall cleanly."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from scenes import calibration, common
+
+from .conftest import REPO, run_python
+
+
+@pytest.fixture(scope="module")
+def extension_zip(tmp_path_factory):
+    sys.path.insert(0, str(REPO / "tools"))
+    import build_extension
+
+    return build_extension.build(["linux-x64"], tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def session(extension_zip, tmp_path_factory):
+    d = tmp_path_factory.mktemp("ui")
+    calibration.fronto_plane(scale=16)
+    common.add_empty("lidar_mount", (10.0, 2.0, 1.0))
+    import bpy
+
+    stored = common.camera_rig("stored_cam", "camera_front")       # as a script would store it
+    bpy.context.scene["rowbeam_rig"] = json.dumps(stored)
+    blend = common.save(d / "scene.blend")
+    args = {"blend": str(blend), "zip": str(extension_zip), "out_ui": str(d / "out_ui"), "rig_out": str(d / "rig.json")}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["BLENDER_USER_RESOURCES"] = str(d / "user")              # isolated extension repository
+    r = run_python(REPO / "tests" / "extension_session.py", json.dumps(args), cwd=d, env=env, timeout=900)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")), None)
+    assert line, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(line[len("RESULT"):]), blend, d
+
+
+def test_zip_is_valid_and_bundles_its_dependencies(extension_zip):
+    import zipfile
+
+    names = zipfile.ZipFile(extension_zip).namelist()
+    assert "blender_manifest.toml" in names and "__init__.py" in names
+    wheels = {n.split("/")[1].split("-")[0].lower() for n in names if n.startswith("wheels/")}
+    assert {"openexr", "jsonschema", "referencing", "rpds_py", "attrs", "rowbeam_core"} <= wheels
+
+
+def test_extension_runs_its_bundled_code(session):
+    res, _, d = session
+    assert str(d / "user") in res["contracts_file"]           # not the checkout: the wheel inside the zip
+
+
+def test_sensors_and_labels_through_the_ui(session):
+    res, _, d = session
+    assert res["adopted"] == ["stored_cam"]             # a rig stored without the add-on becomes editable
+    assert res["order_after_move"] == ["lidar_top", "camera_front"]
+    rig = res["stored_rig"]
+    assert [s["id"] for s in rig["sensors"]] == ["camera_front", "lidar_top"]
+    cam = rig["sensors"][0]
+    assert (cam["readout_ns"], cam["exposure_ns"], cam["rate_hz"]) == (12_000_000, 4_000_000, 30.0)
+    assert json.loads((d / "rig.json").read_text())["sensors"] == rig["sensors"]      # rig file export
+    assert res["id_after_rename"] == res["id_before"]                 # renaming keeps the id
+    assert res["plane_id_after_dup"] == res["id_before"]              # the original keeps it
+    assert res["dup_id"] != res["id_before"]                          # the duplicate gets a new one
+
+
+def test_ui_export_checks_clean(session):
+    res, _, d = session
+    assert res["export"] == ["FINISHED"]
+    assert res["check_status"] == "pass", res["check_lines"]
+    assert Path(res["report_path"]).is_file()
+
+
+def test_headless_export_of_the_saved_file_is_identical(session):
+    """render_export.py without --rig reads the rig stored in the .blend; same events, same manifests."""
+    res, blend, d = session
+    r = run_python(REPO / "render_export.py", blend, "--out", d / "out_cli", "--first-event", "1", "--count", "1",
+                   "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    ui = sorted((d / "out_ui" / "events").glob("*/*/manifest.json"))
+    cli = sorted((d / "out_cli" / "events").glob("*/*/manifest.json"))
+    assert [p.relative_to(d / "out_ui") for p in ui] == [p.relative_to(d / "out_cli") for p in cli] and len(ui) == 2
+    for a, b in zip(ui, cli, strict=True):
+        ma, mb = json.loads(a.read_text()), json.loads(b.read_text())
+        ma.pop("run"), mb.pop("run")                                   # declared run metadata: timings, host
+        assert ma == mb, a
+    assert {m["sha256"] for p in ui for m in json.loads(p.read_text())["modalities"].values()} == \
+           {m["sha256"] for p in cli for m in json.loads(p.read_text())["modalities"].values()}
+
+
+def test_uninstall_leaves_nothing_registered(session):
+    res, _, _ = session
+    assert res["leftover_classes"] == [] and res["leftover_handlers"] == []
+    assert not res["scene_attr"]
+    assert not any("rowbeam" in a for a in res["addons"])
