@@ -61,6 +61,46 @@ state = bpy.context.window_manager.rowbeam_state
 res["check_status"], res["check_lines"], res["report_path"] = state.check_status, state.check_lines, state.report_path
 res["stored_rig"] = json.loads(scene["rowbeam_rig"])
 
+# every panel draws without error, and everything it draws exists (layout stand-in: no UI here)
+class Layout:
+    def __init__(self):
+        self.problems = problems
+
+    def prop(self, data, name, **kw):
+        if not (name.startswith('["') or name in data.bl_rna.properties):
+            problems.append(f"prop {type(data).__name__}.{name} does not exist")
+        return self
+
+    def operator(self, idname, **kw):
+        if not hasattr(bpy.types, idname.split(".")[0].upper() + "_OT_" + idname.split(".")[1]):
+            problems.append(f"operator {idname} does not exist")
+        return type("Props", (), {})()
+
+    def operator_menu_enum(self, idname, prop, **kw):
+        return self.operator(idname)
+
+    def template_list(self, list_type, *a, **kw):
+        if not hasattr(bpy.types, list_type):
+            problems.append(f"UI list {list_type} does not exist")
+
+    def __getattr__(self, name):
+        return lambda *a, **kw: self
+
+
+problems = []
+context = type("Context", (), {"scene": scene, "window_manager": bpy.context.window_manager,
+                                "active_object": scene.objects["camera_front"]})()
+for name in [n for n in dir(bpy.types) if n.startswith("ROWBEAM_PT")]:
+    panel = getattr(bpy.types, name)
+    stub = type("Stub", (), {"layout": Layout(), "draw_sensor": staticmethod(getattr(panel, "draw_sensor", print))})()
+    for i in range(len(scene.rowbeam.sensors)):
+        scene.rowbeam.active_sensor = i
+        panel.draw(stub, context)
+bpy.context.window_manager.rowbeam_state.running = True
+bpy.types.ROWBEAM_PT_export.draw(type("Stub", (), {"layout": Layout()})(), context)
+res["panel_problems"] = problems
+res["panels"] = sorted(n for n in dir(bpy.types) if n.startswith("ROWBEAM_PT"))
+
 # uninstall: nothing of rowbeam may stay registered
 repos = [r.module for r in bpy.context.preferences.extensions.repos]
 bpy.ops.extensions.package_uninstall(repo_index=repos.index("user_default"), pkg_id="rowbeam")

@@ -93,6 +93,13 @@ def test_headless_export_of_the_saved_file_is_identical(session):
            {m["sha256"] for p in cli for m in json.loads(p.read_text())["modalities"].values()}
 
 
+def test_panels_draw_what_exists(session):
+    res, _, _ = session
+    assert res["panels"] == ["ROWBEAM_PT_check", "ROWBEAM_PT_export", "ROWBEAM_PT_labels", "ROWBEAM_PT_main",
+                             "ROWBEAM_PT_sensors"]
+    assert res["panel_problems"] == []
+
+
 def test_uninstall_leaves_nothing_registered(session):
     res, _, _ = session
     assert res["leftover_classes"] == [] and res["leftover_handlers"] == []
