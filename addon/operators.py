@@ -109,12 +109,16 @@ class ROWBEAM_OT_camera_preset(bpy.types.Operator):
         return {"FINISHED"}
 
 
-class ROWBEAM_OT_rig_import(bpy.types.Operator, ImportHelper):
+class RigFile:
+    """File-browser settings shared by the rig import and export operators."""
+    filename_ext = ".json"
+    filter_glob: StringProperty(default="*.json", options={"HIDDEN"})
+
+
+class ROWBEAM_OT_rig_import(RigFile, bpy.types.Operator, ImportHelper):
     """Replace the sensors with those of a rig file (rowbeam/rig@1)"""
     bl_idname = "rowbeam.rig_import"
     bl_label = "Import Rig"
-    filename_ext = ".json"
-    filter_glob: StringProperty(default="*.json", options={"HIDDEN"})
 
     def execute(self, context):
         try:
@@ -127,12 +131,10 @@ class ROWBEAM_OT_rig_import(bpy.types.Operator, ImportHelper):
         return {"FINISHED"}
 
 
-class ROWBEAM_OT_rig_export(bpy.types.Operator, ExportHelper):
+class ROWBEAM_OT_rig_export(RigFile, bpy.types.Operator, ExportHelper):
     """Write the sensors as a rig file (rowbeam/rig@1)"""
     bl_idname = "rowbeam.rig_export"
     bl_label = "Export Rig"
-    filename_ext = ".json"
-    filter_glob: StringProperty(default="*.json", options={"HIDDEN"})
 
     def execute(self, context):
         doc = rig_document(context.scene)
