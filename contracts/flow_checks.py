@@ -5,7 +5,7 @@ import numpy as np
 
 from . import qa_profile as tol
 from .camera_model import normalized, pixel_grid
-from .frames import apply_per_row
+from .frames import apply_per_row, apply_rows_grid
 from .modalities import FLAG_NAMES
 
 ENDPOINT_NEEDS = ("camera_z", "valid", "instance_id", "normal_geometric", "row_T_world_camera")
@@ -60,12 +60,12 @@ def _reproject(K, arrays, src, dst, add):
     defined = arrays["flow_forward_correspondence_defined"].astype(bool)
     H, W = defined.shape
     u, v = pixel_grid(W, H)
+    xn, yn = normalized(K, u, v)
+    z_grid = src["camera_z"].astype(np.float64)
+    P_grid = apply_rows_grid(src["row_T_world_camera"], np.stack([xn * z_grid, yn * z_grid, z_grid], -1))
     idx = np.flatnonzero(defined.ravel())
     u, v = u.ravel()[idx], v.ravel()[idx]
-    rows = v.astype(np.int64)
-    z = src["camera_z"].ravel()[idx].astype(np.float64)
-    xn, yn = normalized(K, u, v)
-    P = apply_per_row(src["row_T_world_camera"], np.stack([xn * z, yn * z, z], -1), rows)
+    P = P_grid.reshape(-1, 3)[idx]
     d = arrays["scene_flow_world"].reshape(-1, 3)[idx].astype(np.float64)
     flow = arrays["flow_forward"].reshape(-1, 2)[idx].astype(np.float64)
     landing = np.clip(v + flow[:, 1], 0.0, H - 1.0)
@@ -80,10 +80,10 @@ def _reproject(K, arrays, src, dst, add):
         if worst > tol.FLOW_REPROJECTION_TOL_PX else
         "source point + scene_flow_world, seen at the landing row, lands at pixel + flow_forward", worst_px=worst)
     if "scene_flow_source_camera" in arrays:
-        R_cw = np.zeros((H, 4, 4))
-        R_cw[:, :3, :3] = np.transpose(src["row_T_world_camera"][:, :3, :3], (0, 2, 1))
+        R_cw = np.transpose(src["row_T_world_camera"][:, :3, :3], (0, 2, 1))
+        rotated = np.einsum("hij,hwj->hwi", R_cw, np.nan_to_num(arrays["scene_flow_world"].astype(np.float64)))
         sfc = arrays["scene_flow_source_camera"].reshape(-1, 3)[idx].astype(np.float64)
-        worst_c = float(np.abs(apply_per_row(R_cw, d, rows) - sfc).max(initial=0.0))
+        worst_c = float(np.abs(rotated.reshape(-1, 3)[idx] - sfc).max(initial=0.0))
         add("scene_flow_frames", worst_c <= tol.FLOW_SCENE_FLOW_TOL_M,
             f"scene_flow_source_camera differs from R_camera_world scene_flow_world by {worst_c:.3g} m"
             if worst_c > tol.FLOW_SCENE_FLOW_TOL_M

@@ -183,3 +183,13 @@ def apply_per_row(T_rows, points, rows, frac=None) -> np.ndarray:
         D[:-1] = E[1:] - E[:-1]
         out += np.asarray(frac, dtype=np.float64)[:, None] * np.matmul(D.take(rows, axis=0), Ph)[:, :, 0]
     return out
+
+
+def apply_rows_grid(T_rows, grid, rotate_only: bool = False) -> np.ndarray:
+    """Row h's transform applied to every point (or, with rotate_only, vector) of image row h:
+    (H, 4, 4), (H, W, 3) -> (H, W, 3). No gather: image rows are already grouped."""
+    T_rows = np.asarray(T_rows, dtype=np.float64)
+    out = np.einsum("hij,hwj->hwi", T_rows[:, :3, :3], np.asarray(grid, dtype=np.float64))
+    if not rotate_only:
+        out += T_rows[:, None, :3, 3]
+    return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contracts.camera_model import normalized, pixel_grid
-from contracts.frames import apply_per_row
+from contracts.frames import apply_per_row, apply_rows_grid
 from contracts.ontology import BACKGROUND_ID
 
 MAX_ITERATIONS = 20
@@ -55,13 +55,11 @@ def source_points(src: EventGeometry):
     """(pixel indices (N,), u, v, world points (N, 3)) of every valid source pixel."""
     H, W = src.shape
     u, v = pixel_grid(W, H)
-    idx = np.flatnonzero(np.isfinite(src.camera_z).ravel())
-    u, v = u.ravel()[idx], v.ravel()[idx]
-    z = src.camera_z.ravel()[idx].astype(np.float64)
     xn, yn = normalized(src.K, u, v)
-    Xc = np.stack([xn * z, yn * z, z], -1)
-    rows = v.astype(np.int64)
-    return idx, u, v, apply_per_row(src.row_T_world_camera, Xc, rows)
+    z = src.camera_z.astype(np.float64)
+    world = apply_rows_grid(src.row_T_world_camera, np.stack([xn * z, yn * z, z], -1)).reshape(-1, 3)
+    idx = np.flatnonzero(np.isfinite(z).ravel())
+    return idx, u.ravel()[idx], v.ravel()[idx], world[idx]
 
 
 def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, depth_rel: float) -> FlowResult:
@@ -135,9 +133,11 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     sfc = np.full((H * W, 3), np.nan, np.float32)
     d = Pd - P
     sf[idx[defined]] = d[defined]
-    R_cw_src = np.zeros((H, 4, 4))
-    R_cw_src[:, :3, :3] = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))
-    sfc[idx[defined]] = apply_per_row(R_cw_src, d[defined], rows[defined])
+    R_cw_src = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))
+    d_grid = np.zeros((H * W, 3))
+    d_grid[idx] = d
+    sfc_all = np.einsum("hij,hwj->hwi", R_cw_src, d_grid.reshape(H, W, 3)).reshape(-1, 3)
+    sfc[idx[defined]] = sfc_all[idx[defined]]
 
     def plane(mask_pixels):
         out = np.zeros(H * W, np.uint8)
