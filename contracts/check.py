@@ -246,7 +246,7 @@ def _worst_values(events) -> dict:
 
 def summary_lines(report: dict) -> list[str]:
     s = report["summary"]
-    lines = [f"rowbeam check: {report['status'].upper()} — {s['events']} event(s), "
+    lines = [f"rowbeam check: {report['status'].upper()} — {s['events']} folder(s) (events and flows), "
              f"{s['failed_events']} failed, {s['failed_checks']} failed check(s), {s['warnings']} warning(s)"]
     for e in report["events"]:
         for r in e["checks"]:
