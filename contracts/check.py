@@ -102,10 +102,6 @@ def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = 
     return report
 
 
-def check_event(manifest_path: Path, root: Path) -> EventReport:
-    return check_path(manifest_path, root)
-
-
 def _load_endpoints(manifest: dict, root: Path, report: EventReport):
     """Decoded ENDPOINT_NEEDS of the flow's source and destination events, hashes verified."""
     loaded = []

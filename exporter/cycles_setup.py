@@ -23,7 +23,6 @@ from .scene_patch import ScenePatch
 
 TRUE_NORMAL_AOV = "rowbeam_true_normal"
 GPU_BACKENDS = ("OPTIX", "CUDA", "HIP", "ONEAPI", "METAL")
-BACKGROUND_DEPTH = 1e9          # Cycles writes 1e10 where a ray hits nothing
 
 
 def select_device(scene, patch: ScenePatch, preference: str, cycles_prefs=None) -> str:

@@ -22,7 +22,7 @@ from contracts.modalities import FLAG_NAMES, FLAG_TEXT
 from contracts.timing import RollingShutterTiming
 
 from .flow_math import EventGeometry, geometric_flow
-from .scene_clock import set_time
+from .scene_clock import objects_world_matrices, set_time
 
 NEEDED = ("camera_z", "instance_id", "row_T_world_camera")
 DEFINITION = ("material-point flow: the source pixel's surface point, fixed in its object's frame (matrix_world, "
@@ -71,16 +71,6 @@ def _object_luts(ctx, moving_names, t_src, t_dst):
     return slot, undefined
 
 
-def _object_matrices(ctx, names, times) -> np.ndarray:
-    out = np.empty((len(names), len(times), 4, 4))
-    objs = [ctx.scene.objects[n] for n in names]
-    for i, t in enumerate(times):
-        set_time(ctx.scene, ctx.clock, t)
-        for j, o in enumerate(objs):
-            out[j, i] = np.array(o.matrix_world)
-    return out
-
-
 def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, dict]:
     """(arrays, method, endpoints) of the flow between two published camera events."""
     t0 = time.perf_counter()
@@ -90,7 +80,8 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
     slot, undefined = _object_luts(ctx, moving, timing0.reference_time_ns(), timing1.reference_time_ns())
     geoms = []
     for m, a, timing in ((m0, a0, timing0), (m1, a1, timing1)):
-        mats = _object_matrices(ctx, moving, [timing.row_time_exact(v) for v in range(timing.rows)])
+        mats = objects_world_matrices(ctx.scene, ctx.clock, [ctx.scene.objects[n] for n in moving],
+                                      [timing.row_time_exact(v) for v in range(timing.rows)])
         geoms.append(EventGeometry(np.array(m["calibration"]["K"]), a["camera_z"], a["instance_id"],
                                    a["row_T_world_camera"], mats, slot, undefined))
     poses_s = time.perf_counter() - t0

@@ -17,13 +17,20 @@ def set_time(scene, clock: SceneClock, t_ns) -> None:
     scene.frame_set(frame, subframe=sub)
 
 
-def world_matrices(scene, clock: SceneClock, obj, times_ns) -> np.ndarray:
-    """matrix_world of `obj` evaluated at each time (N, 4, 4), float64, scale kept."""
-    out = np.empty((len(times_ns), 4, 4))
+def objects_world_matrices(scene, clock: SceneClock, objects, times_ns) -> np.ndarray:
+    """matrix_world of each object at each time (len(objects), N, 4, 4), float64, scale kept;
+    one frame_set per time for all objects."""
+    out = np.empty((len(objects), len(times_ns), 4, 4))
     for i, t in enumerate(times_ns):
         set_time(scene, clock, t)
-        out[i] = np.array(obj.matrix_world, dtype=np.float64)
+        for j, obj in enumerate(objects):
+            out[j, i] = np.array(obj.matrix_world, dtype=np.float64)
     return out
+
+
+def world_matrices(scene, clock: SceneClock, obj, times_ns) -> np.ndarray:
+    """matrix_world of `obj` evaluated at each time (N, 4, 4), float64, scale kept."""
+    return objects_world_matrices(scene, clock, [obj], times_ns)[0]
 
 
 def camera_poses(scene, clock: SceneClock, camera_obj, times_ns) -> np.ndarray:
