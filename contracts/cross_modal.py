@@ -14,6 +14,7 @@ import numpy as np
 
 from . import qa_profile as tol
 from .camera_model import project
+from .pixel_sampling import bilinear_corners
 
 
 def row_of_projection(points_world, row_T_world_camera, K, iterations=4):
@@ -50,19 +51,18 @@ def check_lidar_camera(lidar_manifest, lidar_arrays, camera_manifest, camera_arr
     skew = np.abs(row_t[row] - sel["t_ns"])
     inside = (z > 0) & (uv[:, 0] >= 0) & (uv[:, 0] <= W - 1) & (uv[:, 1] >= 0) & (uv[:, 1] <= H - 1)
     ok = inside & (skew <= tol.LIDAR_CAMERA_MAX_SKEW_NS)
-    u0 = np.clip(np.floor(np.nan_to_num(uv[:, 0])).astype(np.int64), 0, W - 2)
-    v0 = np.clip(np.floor(np.nan_to_num(uv[:, 1])).astype(np.int64), 0, H - 2)
     want = np.array([cam_index.get(by_index[int(i)]["id"], -1) for i in sel["instance_id"]])
     inst, valid, cz = camera_arrays["instance_id"], camera_arrays["valid"], camera_arrays["camera_z"]
     normal = camera_arrays["normal_geometric"]
+    corners = bilinear_corners(uv[:, 0], uv[:, 1], W, H)
+    r0, c0 = corners[0][0], corners[0][1]
     inv = np.zeros(len(sel))
-    fu, fv = uv[:, 0] - u0, uv[:, 1] - v0
-    for du, dv, w in ((0, 0, (1 - fu) * (1 - fv)), (1, 0, fu * (1 - fv)), (0, 1, (1 - fu) * fv), (1, 1, fu * fv)):
-        ok &= (inst[v0 + dv, u0 + du] == want) & (valid[v0 + dv, u0 + du] == 1)
+    for r, c, w in corners:
+        ok &= (inst[r, c] == want) & (valid[r, c] == 1)
         # one planar face around the return: all four geometric normals agree
-        ok &= np.nan_to_num(np.abs(normal[v0 + dv, u0 + du] - normal[v0, u0]).max(axis=-1), nan=1.0) < 1e-3
+        ok &= np.nan_to_num(np.abs(normal[r, c] - normal[r0, c0]).max(axis=-1), nan=1.0) < 1e-3
         with np.errstate(divide="ignore", invalid="ignore"):
-            inv += w / cz[v0 + dv, u0 + du].astype(np.float64)
+            inv += w / cz[r, c].astype(np.float64)
     if not ok.any():
         add(name, True, f"no static return lands, within {tol.LIDAR_CAMERA_MAX_SKEW_NS / 1e6:g} ms, on a camera "
             "row showing the same surface", severity="warn")

@@ -6,6 +6,7 @@ import numpy as np
 from . import qa_profile as tol
 from .camera_model import normalized, pixel_grid
 from .frames import apply_per_row, apply_rows_grid
+from .pixel_sampling import bilinear_corners, camera_z_at
 from .modalities import FLAG_NAMES
 
 ENDPOINT_NEEDS = ("camera_z", "valid", "instance_id", "normal_geometric", "row_T_world_camera")
@@ -19,7 +20,7 @@ def check_flow(manifest: dict, arrays: dict, src: dict, dst: dict, add) -> None:
     if not {"flow_forward", "scene_flow_world", "flow_forward_dest_visible"} <= arrays.keys():
         return
     moved_z, landing = _reproject(K, arrays, src, dst, add)
-    _check_depth_warp(manifest, arrays, dst, moved_z, landing, add)
+    _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add)
     if {"flow_backward", "flow_backward_dest_visible"} <= arrays.keys():
         _check_cycle(arrays, src, dst, add)
 
@@ -96,29 +97,16 @@ def _reproject(K, arrays, src, dst, add):
     return moved_z.reshape(H, W), land_uv.reshape(H, W, 2)
 
 
-def _check_depth_warp(manifest, arrays, dst, moved_z, landing, add):
+def _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add):
     """Where dest_visible: the destination's camera_z at the landing point equals the moved point's z."""
     visible = arrays["flow_forward_dest_visible"].astype(bool)
     if not visible.any():
         add("flow_depth_warp", True, "no destination-visible pixels", severity="warn")
         return
-    H, W = visible.shape
     uv = landing[visible]
     z = moved_z[visible]
-    cz = dst["camera_z"].astype(np.float64)
-    u0 = np.clip(np.floor(uv[:, 0]), 0, W - 2).astype(np.int64)
-    v0 = np.clip(np.floor(uv[:, 1]), 0, H - 2).astype(np.int64)
-    fu, fv = np.clip(uv[:, 0] - u0, 0, 1), np.clip(uv[:, 1] - v0, 0, 1)
-    near = cz[np.clip(np.rint(uv[:, 1]), 0, H - 1).astype(np.int64),
-              np.clip(np.rint(uv[:, 0]), 0, W - 1).astype(np.int64)]
-    inst = dst["instance_id"]
-    first = inst[v0, u0]
-    same, inv = np.ones(len(z), bool), np.zeros(len(z))
-    for du, dv, w in ((0, 0, (1 - fu) * (1 - fv)), (1, 0, fu * (1 - fv)), (0, 1, (1 - fu) * fv), (1, 1, fu * fv)):
-        same &= inst[v0 + dv, u0 + du] == first
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inv += w / cz[v0 + dv, u0 + du]
-    warped = np.where(same, 1.0 / inv, near)
+    warped, _ = camera_z_at(dst["camera_z"], dst["instance_id"], uv[:, 0], uv[:, 1],
+                            src["instance_id"][visible].astype(np.int64))
     dt = manifest["method"]["depth_test"]
     err = np.abs(warped - z)
     limit = dt["abs_m"] + dt["rel"] * z + 1e-5          # 10 um slack for float32 storage
@@ -139,16 +127,14 @@ def _check_cycle(arrays, src, dst, add):
     q = np.stack([u + fwd[..., 0], v + fwd[..., 1]], -1)[vis_f]
     p = np.stack([u, v], -1)[vis_f]
     obj = src["instance_id"][vis_f]
-    u0 = np.clip(np.floor(q[:, 0]), 0, W - 2).astype(np.int64)
-    v0 = np.clip(np.floor(q[:, 1]), 0, H - 2).astype(np.int64)
-    fu, fv = np.clip(q[:, 0] - u0, 0, 1), np.clip(q[:, 1] - v0, 0, 1)
+    corners = bilinear_corners(q[:, 0], q[:, 1], W, H)
     face = _face_keys(dst)
-    first = face[v0, u0]
-    usable = (dst["instance_id"][v0, u0] == obj)
+    first = face[corners[0][0], corners[0][1]]
+    usable = dst["instance_id"][corners[0][0], corners[0][1]] == obj
     back = np.zeros_like(q)
-    for du, dv, w in ((0, 0, (1 - fu) * (1 - fv)), (1, 0, fu * (1 - fv)), (0, 1, (1 - fu) * fv), (1, 1, fu * fv)):
-        usable &= vis_b[v0 + dv, u0 + du] & (face[v0 + dv, u0 + du] == first)
-        back += w[:, None] * np.nan_to_num(bwd[v0 + dv, u0 + du])
+    for r, c, w in corners:
+        usable &= vis_b[r, c] & (face[r, c] == first)
+        back += w[:, None] * np.nan_to_num(bwd[r, c])
     err = np.hypot(*(q + back - p)[usable].T) if usable.any() else np.zeros(0)
     bad = int(np.count_nonzero(err > tol.FLOW_CYCLE_TOL_PX))
     add("flow_cycle_consistency", bad == 0,

@@ -17,6 +17,7 @@ import numpy as np
 from contracts.camera_model import normalized, pixel_grid
 from contracts.frames import apply_per_row, apply_rows_grid
 from contracts.ontology import BACKGROUND_ID
+from contracts.pixel_sampling import camera_z_at
 
 MAX_ITERATIONS = 20
 CONVERGED_ROWS = 1e-4       # a row error of 1e-4 moves the flow by (image speed x row period) x 1e-4: ~1e-5 px
@@ -151,23 +152,8 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
 
 def _depth_test(dst: EventGeometry, ud, vd, z, render, abs_m, rel) -> np.ndarray:
     """The moved point wins the destination's visibility: the nearest destination pixel shows the same
-    object and its camera_z (inverse-depth bilinear over the 2x2 neighbourhood when all four show that
-    object, else the nearest pixel's) is within abs_m + rel * z of the point's z."""
-    H, W = dst.shape
-    ok = np.isfinite(ud) & np.isfinite(vd)
-    un = np.clip(np.rint(np.nan_to_num(ud)), 0, W - 1).astype(np.int64)
-    vn = np.clip(np.rint(np.nan_to_num(vd)), 0, H - 1).astype(np.int64)
-    same = ok & (dst.instance_id[vn, un].astype(np.int64) == render)
-    z_near = dst.camera_z[vn, un].astype(np.float64)
-    u0 = np.clip(np.floor(np.nan_to_num(ud)), 0, W - 2).astype(np.int64)
-    v0 = np.clip(np.floor(np.nan_to_num(vd)), 0, H - 2).astype(np.int64)
-    fu = np.clip(np.nan_to_num(ud) - u0, 0, 1)
-    fv = np.clip(np.nan_to_num(vd) - v0, 0, 1)
-    inv = np.zeros_like(z)
-    all_same = np.ones_like(same)
-    for du, dv, w in ((0, 0, (1 - fu) * (1 - fv)), (1, 0, fu * (1 - fv)), (0, 1, (1 - fu) * fv), (1, 1, fu * fv)):
-        all_same &= dst.instance_id[v0 + dv, u0 + du].astype(np.int64) == render
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inv += w / dst.camera_z[v0 + dv, u0 + du].astype(np.float64)
-    z_dst = np.where(all_same, 1.0 / inv, z_near)
-    return same & (np.abs(z_dst - z) <= abs_m + rel * np.abs(z))
+    object and its camera_z (`camera_z_at`: inverse-depth bilinear when all four neighbours show that
+    object) is within abs_m + rel * z of the point's z."""
+    z_dst, seen = camera_z_at(dst.camera_z, dst.instance_id, ud, vd, render)
+    ok = np.isfinite(ud) & np.isfinite(vd) & (seen == render)
+    return ok & (np.abs(z_dst - z) <= abs_m + rel * np.abs(z))
