@@ -38,6 +38,13 @@ def rotate_to_camera(row_T_world_camera: np.ndarray, world_vectors: np.ndarray) 
         return v / n
 
 
+def resolve_hits(depth, index_pass, position, lut_size: int):
+    """(render indices, surface hit, hit on an object outside the table) from Cycles' data passes."""
+    index = np.rint(index_pass).astype(np.int64)
+    surface = (depth < BACKGROUND_DEPTH) & np.isfinite(position).all(axis=-1)
+    return index, surface, surface & ((index <= 0) | (index >= lut_size))
+
+
 def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut: np.ndarray,
                   first_row: int = 0) -> tuple[dict, dict]:
     """Label arrays for rows first_row.. of an image (passes may hold a band of rows).
@@ -47,10 +54,8 @@ def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, l
     """
     depth = passes["depth"]
     h, w = depth.shape
-    index = np.rint(passes["index"]).astype(np.int64)
     position = passes["position"]
-    hit_surface = (depth < BACKGROUND_DEPTH) & np.isfinite(position).all(axis=-1)
-    unresolved = hit_surface & ((index <= 0) | (index >= lut.size))
+    index, hit_surface, unresolved = resolve_hits(depth, passes["index"], position, lut.size)
     valid = hit_surface & ~unresolved
     u, v = pixel_grid(w, h)
     v = v + first_row

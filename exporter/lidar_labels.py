@@ -11,7 +11,7 @@ import numpy as np
 
 from contracts.modalities import LIDAR_MODALITIES
 
-from .camera_labels import BACKGROUND_DEPTH
+from .camera_labels import resolve_hits
 
 
 def derive_lidar_labels(passes: dict, layout, beam_poses: np.ndarray, directions: np.ndarray,
@@ -21,15 +21,12 @@ def derive_lidar_labels(passes: dict, layout, beam_poses: np.ndarray, directions
     Returns (arrays without timing/pose payloads, stats); arrays include `_world` (F, C, 3) hit points.
     """
     rows, cols = layout.pixel_of_beam()
-    depth = passes["depth"][rows, cols]
-    index = np.rint(passes["index"][rows, cols]).astype(np.int64)
     P = passes["position"][rows, cols].astype(np.float64)
+    index, surface, unresolved = resolve_hits(passes["depth"][rows, cols], passes["index"][rows, cols], P, lut.size)
     R = beam_poses[..., :3, :3]
     o = beam_poses[..., :3, 3]
     p = np.einsum("fcji,fcj->fci", R, P - o)
     rng = np.linalg.norm(p, axis=-1)
-    surface = (depth < BACKGROUND_DEPTH) & np.isfinite(P).all(axis=-1)
-    unresolved = surface & ((index <= 0) | (index >= lut.size))
     in_limits = (rng >= limits[0]) & (rng <= limits[1])
     n = np.einsum("fcji,fcj->fci", R, passes["true_normal"][rows, cols].astype(np.float64))
     with np.errstate(invalid="ignore", divide="ignore"):
