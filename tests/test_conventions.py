@@ -18,10 +18,13 @@ def test_seed_point_camera_z_range_and_pixel():
     uv, in_front = project(SEED_K, X)
     assert in_front
     assert uv == pytest.approx([740.0, 260.0], abs=1e-12)
-    assert X[2] == 8.0
-    assert range_from_camera_z(SEED_K, 740.0, 260.0, 8.0) == pytest.approx(math.sqrt(66), abs=1e-12)
+    # the pixel's ray back to camera_z 8 m recovers the point; range is |X| = sqrt(66)
+    assert backproject(SEED_K, 740.0, 260.0, 8.0) == pytest.approx(X, abs=1e-12)
+    r = range_from_camera_z(SEED_K, 740.0, 260.0, 8.0)
+    assert r == pytest.approx(math.sqrt(66), abs=1e-12)
+    assert camera_z_from_range(SEED_K, 740.0, 260.0, r) == pytest.approx(8.0, abs=1e-12)
     # range is not z: the 1.5 % difference of the seed
-    assert math.sqrt(66) - 8.0 == pytest.approx(0.124, abs=1e-3)
+    assert (r - 8.0) / 8.0 == pytest.approx(0.0155, abs=1e-4)
 
 
 def test_seed_world_round_trip():

@@ -2,12 +2,11 @@
 upgrade changes one of these, this file says which design decision to revisit."""
 from __future__ import annotations
 
-import math
-
 import bpy
 import numpy as np
 import pytest
 
+from contracts.frames import apply, invert_rigid
 from contracts.timing import SceneClock
 from exporter import cycles_setup as cs
 from exporter.scene_patch import ScenePatch
@@ -43,11 +42,13 @@ def test_native_rolling_shutter_is_half_a_row_late():
 
 def test_background_depth_and_position():
     common.new_scene(16, 8)
-    cam = common.add_camera("cam", np.eye(4), 10.0, 7.5, 3.5, 16, 8)
-    assert cam
+    common.add_camera("cam", np.eye(4), 10.0, 7.5, 3.5, 16, 8)
     passes = _render(bpy.context.scene)
+    assert passes["depth"].shape == (8, 16) and passes["position"].shape == (8, 16, 3)
     assert np.all(passes["depth"] == np.float32(1e10))
     assert np.all(passes["index"] == 0)
+    # no hit: Position and Normal are exactly zero (not a point at infinity), so only depth/index mark validity
+    assert np.all(passes["position"] == 0) and np.all(passes["normal"] == 0)
 
 
 def test_back_face_normals_are_flipped_toward_the_viewer():
@@ -91,7 +92,12 @@ def test_depth_pass_uses_the_frame_centre_camera():
     centre_time = float(clock.ns_of(1, 0.5))
     frame_centre_z = 12.0 - 30.0 * centre_time * 1e-9
     # first row was traced at t = 1/H frame: its true camera_z is ~12 - 1/H, yet Z reads the centre camera's
-    first_row_truth = 12.0 - 1.0 / H
+    u, t_row = float(W // 2), float(clock.ns_of(1, 1.0 / H))
+    first_row_truth = float(truth.camera_z(np.array([u]), np.array([0.0]), t_row)[0])
     assert abs(z[0, W // 2] - frame_centre_z) < 1e-3
     assert abs(z[0, W // 2] - first_row_truth) > 0.4
-    assert math.isfinite(first_row_truth)
+    # the Position pass holds the row's hit point: seen from the camera pose at the row's own time it gives
+    # the true camera_z (what rowbeam derives)
+    P = passes["position"][0, W // 2].astype(np.float64)
+    z_from_position = apply(invert_rigid(truth.camera_pose(t_row)), P)[2]
+    assert abs(z_from_position - first_row_truth) < 1e-3
