@@ -206,25 +206,45 @@ def test_checker_catches_flow_faults(van, tmp_path):
 
 
 def test_adapters_round_trip_and_record_losses(van, tmp_path):
+    """Every adapter file is read back by OpenCV, not by our own readers, so a row-order, W/H or channel
+    mistake shared by our writer and reader fails. cv2 4.11 conventions: readOpticalFlow -> (H, W, 2)
+    float32 (u, v), row 0 at the top; imread(PFM) -> (H, W, 3) float32 with rows turned top-first and
+    channels in BGR order, i.e. (0, v, u); imread(16-bit PNG) -> (H, W, 3) uint16 BGR, i.e. (valid, v, u)."""
+    import cv2
+
     _, flow = van
     _, a = load_event(flow)
+    fwd = a["flow_forward"]
     vis = a["flow_forward_dest_visible"] == 1
     defined = a["flow_forward_correspondence_defined"] == 1
+    assert fwd.shape[0] != fwd.shape[1] and vis.any() and (~vis).any()   # a W/H swap or flip cannot hide
     side = export_flow(flow, "flo", tmp_path / "f.flo", "valid")
-    back = read_flo(tmp_path / "f.flo")
-    assert np.array_equal(back[vis], a["flow_forward"][vis]) and np.all(back[~vis] == np.float32(1e10))
-    assert side["max_rounding_error_px"] == 0.0 and not schema_errors(side, "rowbeam/adapter_sidecar@1")
-    geo = read_flo(tmp_path / "g.flo") if export_flow(flow, "flo", tmp_path / "g.flo", "geometric") else None
-    assert np.array_equal(geo[defined], a["flow_forward"][defined])
+    back = cv2.readOpticalFlow(str(tmp_path / "f.flo"))
+    assert back.shape == fwd.shape and back.dtype == np.float32
+    assert np.array_equal(back[vis], fwd[vis]) and np.all(back[~vis] == np.float32(1e10))
+    assert side["max_rounding_error_px"] == float(np.abs(back[vis] - fwd[vis]).max())
+    assert side["pixels_written_known"] == int(vis.sum()) and not schema_errors(side, "rowbeam/adapter_sidecar@1")
+    assert np.array_equal(read_flo(tmp_path / "f.flo"), back)              # our reader agrees with OpenCV
+    export_flow(flow, "flo", tmp_path / "g.flo", "geometric")
+    geo = cv2.readOpticalFlow(str(tmp_path / "g.flo"))
+    assert np.array_equal(geo[defined], fwd[defined]) and np.all(geo[~defined] == np.float32(1e10))
     side = export_flow(flow, "kitti", tmp_path / "k.png", "occ")
-    kf, kvalid = read_kitti(tmp_path / "k.png")
-    assert np.array_equal(kvalid, defined)
-    err = np.abs(kf[defined] - a["flow_forward"][defined]).max()
+    bgr = cv2.imread(str(tmp_path / "k.png"), cv2.IMREAD_UNCHANGED)
+    assert bgr.shape == fwd.shape[:2] + (3,) and bgr.dtype == np.uint16
+    kf = (bgr[..., [2, 1]].astype(np.float64) - 2**15) / 64
+    assert np.array_equal(bgr[..., 0] == 1, defined) and not bgr[..., 0][~defined].any()
+    err = np.abs(kf[defined] - fwd[defined]).max()
     assert err <= 1 / 128 and side["max_rounding_error_px"] == pytest.approx(err, abs=1e-6)
+    ours, ours_valid = read_kitti(tmp_path / "k.png")
+    assert np.array_equal(ours, kf) and np.array_equal(ours_valid, defined)
     assert any("1/64 px" in x for x in side["lost"])
-    export_flow(flow, "pfm", tmp_path / "f.pfm")
-    pfm = read_pfm(tmp_path / "f.pfm")
-    assert np.array_equal(pfm[..., :2][defined], a["flow_forward"][defined]) and np.isnan(pfm[~defined][:, 0]).all()
+    side = export_flow(flow, "pfm", tmp_path / "f.pfm")
+    pfm = cv2.imread(str(tmp_path / "f.pfm"), cv2.IMREAD_UNCHANGED)
+    assert pfm.shape == fwd.shape[:2] + (3,) and pfm.dtype == np.float32
+    uv = pfm[..., [2, 1]]
+    assert np.array_equal(uv[defined], fwd[defined]) and np.isnan(uv[~defined]).all() and not pfm[..., 0].any()
+    assert side["max_rounding_error_px"] == float(np.abs(uv[defined] - fwd[defined]).max())
+    assert np.array_equal(read_pfm(tmp_path / "f.pfm"), pfm[..., ::-1], equal_nan=True)
     sidecar = json.loads((tmp_path / "f.pfm.json").read_text())
     assert sidecar["channels"][:2] == ["u (right)", "v (down)"]
 
