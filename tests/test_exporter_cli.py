@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -187,8 +188,20 @@ def test_interrupted_event_leaves_no_manifest_and_resumes(tmp_path, scene_files,
     assert len(summary["published"]) == 1
 
 
+def _run_with_autoexec(code: str) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh bpy process whose preferences let .blend files run their scripts on load
+    (the bpy wheel's default is off, which alone would keep a registered text block from running)."""
+    code = "import bpy; bpy.context.preferences.filepaths.use_scripts_auto_execute = True; " + code
+    blender = blender_binary()
+    if blender:
+        cmd = [blender, "-b", "--factory-startup", "--python-exit-code", "1", "--python-expr", code]
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    return run_python("-c", code)
+
+
 def test_blend_scripts_are_not_run(tmp_path):
-    """A .blend with a registered startup text block: its script must not run on export."""
+    """A .blend with a registered startup text block: its script must not run on export, even where
+    Blender is set to auto-run scripts (the exporter opens files with use_scripts=False)."""
     import bpy
 
     _, rig = calibration.fronto_plane(scale=16)
@@ -198,8 +211,15 @@ def test_blend_scripts_are_not_run(tmp_path):
     text.write(f"open({str(marker)!r}, 'w').write('ran')\n")
     text.use_module = True
     blend = common.save(tmp_path / "evil.blend", rig)
-    r = run_python(EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "out", "--count", "1")
+    # control: with auto-execution on, a plain open runs the script, so the check below can fail
+    r = _run_with_autoexec(f"bpy.ops.wm.open_mainfile(filepath={str(blend)!r})")
+    assert r.returncode == 0 and marker.read_text() == "ran", r.stderr
+    marker.unlink()
+    argv = [str(EXPORT), str(blend), "--rig", str(blend.with_suffix(".rig.json")), "--out", str(tmp_path / "out"),
+            "--count", "1"]
+    r = _run_with_autoexec(f"import runpy, sys; sys.argv = {argv!r}; runpy.run_path({str(EXPORT)!r}, run_name='__main__')")
     assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "events" / "camera_front" / "000000" / "manifest.json").is_file()
     assert not marker.exists()
 
 
