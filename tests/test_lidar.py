@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -9,8 +10,7 @@ import pytest
 
 from contracts.check import check_bundle
 from contracts.errors import RowbeamError
-from contracts.lidar import SpinningTiming, beam_directions, preset_table
-from contracts.lidar_checks import _declared_directions
+from contracts.lidar import beam_directions, preset_table
 from contracts.rig import parse_rig
 from exporter.lidar_layout import sweep_layout
 from scenes import lidar_calibration as lc
@@ -70,7 +70,7 @@ def test_presets():
 @pytest.mark.parametrize("fields, fragment", [
     ({"elevations_deg": [-10.0, 95.0]}, "sensors[0].elevations_deg[1]: 95.0 is greater than the maximum of 90"),
     ({"azimuth_steps": 0}, "sensors[0].azimuth_steps: 0 is less than the minimum of 1"),
-    ({"rotation_hz": -10}, "sensors[0].rotation_hz: -10 is less than or equal to the minimum of 0"),
+    ({"rotation_hz": -10}, "sensors[0].rotation_hz: -10 is less than"),
     ({"min_range_m": 50, "max_range_m": 10}, "min_range_m: 50 must be below max_range_m 10"),
     ({"azimuth_offsets_deg": [0, 1]}, "azimuth_offsets_deg: 2 values for 3 channels"),
     ({"time_offsets_ns": [0, 0, 60000]}, "time_offsets_ns: offset 60000 ns is not shorter than the firing period"),
@@ -107,11 +107,54 @@ def test_layout_of_sequential_firing():
     assert rows[2, 15] == 2 * 24 + 15 and cols[2, 15] == 0
 
 
+SWEEP = 1                # build_and_export exports event 1 unless told otherwise
+
+
+def _half_up(q: Fraction) -> int:
+    return math.floor(q + Fraction(1, 2))
+
+
+def _rig_beams(sensor: dict, sweep: int) -> dict:
+    """Truth of one sweep from the rig document alone, by the README's definitions (not the exported beam
+    table, not contracts.lidar): beam times (F, C) int64 ns, unit directions (F, C, 3) in the LiDAR frame
+    (x forward, y left, z up), sweep start and reference (centre) time in ns."""
+    preset = sensor.get("preset")
+    if preset and preset.startswith("uniform_"):             # evenly from -25 deg to +15 deg
+        elev, delays = np.linspace(-25.0, 15.0, int(preset.split("_")[1])), None
+    elif preset == "vlp16":                                     # VLP-16 manual: laser c at c deg (odd), c - 15 (even)
+        elev = np.array([c if c % 2 else c - 15 for c in range(16)], float)
+        delays = [2304 * c for c in range(16)]
+    else:
+        elev, delays = np.asarray(sensor["elevations_deg"], float), None
+    C = len(elev)
+    delays = np.asarray(sensor.get("time_offsets_ns", delays or [0] * C), np.int64)
+    az_offsets = np.asarray(sensor.get("azimuth_offsets_deg", [0.0] * C), float)
+    hz, steps = Fraction(sensor["rotation_hz"]), sensor["azimuth_steps"]
+    start = sensor["first_sweep_ns"] + _half_up(Fraction(sweep * 10**9) / hz)
+    period = Fraction(10**9) / (hz * steps)                    # ns between firings
+    firing = np.array([start + _half_up(k * period) for k in range(steps)], np.int64)
+    since_start_s = (np.arange(steps)[:, None] * float(period) + delays[None, :]) * 1e-9
+    sign = 1.0 if sensor.get("spin_direction", "ccw") == "ccw" else -1.0
+    az = np.radians(sensor.get("start_azimuth_deg", 0.0) + sign * 360.0 * float(hz) * since_start_s
+                    + az_offsets[None, :])
+    el = np.broadcast_to(np.radians(elev)[None, :], az.shape)
+    dirs = np.stack([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], -1)
+    return {"t": firing[:, None] + delays[None, :], "dirs": dirs, "start": start, "elevations_deg": elev,
+            "reference": start + _half_up(steps * period / 2)}
+
+
 def _expected(e, m, a):
-    timing = SpinningTiming.from_manifest(m["event"])
-    dirs = _declared_directions(timing, m["calibration"], m["calibration"]["beams"]["channels"])
-    t = timing.beam_times_ns()
+    """(rig-derived directions, beam times, closed-form ranges from the scene's mount motion and planes); also
+    checks that the exported beam and point times are the rig's."""
+    assert e.event.name == f"{SWEEP:06d}"
+    truth = _rig_beams(json.loads(e.rig.read_text())["sensors"][0], SWEEP)
+    dirs, t = truth["dirs"], truth["t"]
+    assert m["event"]["sweep_start_ns"] == truth["start"]
+    assert np.array_equal(truth["start"] + a["time_offset_ns"].astype(np.int64), t)
+    pts = a["points"]
+    assert np.array_equal(pts["t_ns"], t[pts["firing"], pts["channel"]])
     F, C = a["range"].shape
+    assert (F, C) == t.shape
     return dirs, t, np.array([[e.truth.expected_range(t[k, c], dirs[k, c]) for c in range(C)] for k in range(F)])
 
 
@@ -132,7 +175,7 @@ def test_box_room_exact_ranges_and_normals(exports):
     assert np.abs(np.abs(n_world).max(axis=-1) - 1.0).max() < 1e-5          # axis-aligned walls
     assert np.all(np.einsum("fci,fci->fc", a["normal_geometric"], dirs) < 0)
     assert np.abs(a["cos_incidence"] + np.einsum("fci,fci->fc", a["normal_geometric"], dirs)).max() < 1e-6
-    assert len(a["points"]) == 256 * 32 and a["points"]["t_ns"][0] == m["event"]["sweep_start_ns"]
+    assert len(a["points"]) == 256 * 32 and a["points"]["t_ns"][0] == t[0, 0]
     _passes(e)
 
 
@@ -158,10 +201,10 @@ def test_moving_wall_range_per_firing(exports):
     assert np.abs(a["range"] - expected)[facing].max() < RANGE_TOL
     # every return lies on the wall plane at its own time (independent of beam direction rounding)
     pts = a["points"]
-    x_wall = e.truth.notes["x0"] + e.truth.notes["speed"] * pts["t_ns"] * 1e-9
+    x_wall = e.truth.notes["x0"] + e.truth.notes["speed"] * t[pts["firing"], pts["channel"]] * 1e-9
     assert np.abs(pts["x_world"] - x_wall).max() < RANGE_TOL
     # and visibly differs from the sweep-start wall for late firings (up to 2 m along x)
-    x_start = e.truth.notes["x0"] + e.truth.notes["speed"] * m["event"]["sweep_start_ns"] * 1e-9
+    x_start = e.truth.notes["x0"] + e.truth.notes["speed"] * t[0, 0] * 1e-9
     late = pts["firing"] > 200
     assert np.abs(pts["x_world"][late] - x_start).min() > 1.5
     _passes(e)
@@ -171,10 +214,11 @@ def test_moving_wall_with_sequential_channel_times(exports):
     """VLP-16 timing: channel 15 fires 34.56 us after channel 0; at 20 m/s that is 0.7 mm, resolved."""
     e = exports("moving_wall_vlp16", lc.moving_wall, steps=1800, preset="vlp16")
     m, a = load_event(e.event)
+    _, t, _ = _expected(e, m, a)
     pts = a["points"]
     speed, x0 = e.truth.notes["speed"], e.truth.notes["x0"]
-    at_own_time = np.abs(pts["x_world"] - (x0 + speed * pts["t_ns"] * 1e-9))
-    firing_time = m["event"]["sweep_start_ns"] + np.rint(pts["firing"] * m["event"]["firing_period_ns"])
+    at_own_time = np.abs(pts["x_world"] - (x0 + speed * t[pts["firing"], pts["channel"]] * 1e-9))
+    firing_time = t[pts["firing"], 0]                          # channel 0 fires with no delay
     at_firing_time = np.abs(pts["x_world"] - (x0 + speed * firing_time * 1e-9))
     assert at_own_time.max() < 2e-5
     late_channels = pts["channel"] >= 12
@@ -189,21 +233,58 @@ def test_ego_translating_sensor(exports):
     dirs, t, expected = _expected(e, m, a)
     assert a["valid"].all()
     assert np.abs(a["range"] - expected).max() < RANGE_TOL
-    firing_t = SpinningTiming.from_manifest(m["event"]).firing_times_ns()
+    firing_t = t[:, 0]                                          # no channel delays
     poses = a["firing_T_world_lidar"][:, 0]
     assert np.abs(poses[-1, :3, 3] - poses[0, :3, 3])[0] == pytest.approx(15 * (firing_t[-1] - firing_t[0]) * 1e-9,
                                                                             abs=1e-5)
     for k in (0, 100, 255):
         assert np.abs(poses[k] - e.truth.pose(firing_t[k])).max() < 1e-5
     # motion-compensated points: world points in the LiDAR frame at the sweep centre
-    ref = m["calibration"]["T_lidar_world"]
-    T_ref = np.linalg.inv(e.truth.pose(ref["time_ns"]))
+    reference_ns = _rig_beams(json.loads(e.rig.read_text())["sensors"][0], SWEEP)["reference"]
+    assert m["calibration"]["T_lidar_world"]["time_ns"] == reference_ns
+    T_ref = np.linalg.inv(e.truth.pose(reference_ns))
     pts = a["points"]
     world = np.stack([pts["x_world"], pts["y_world"], pts["z_world"]], -1)
     assert np.abs(a["points_motion_compensated"] - (world @ T_ref[:3, :3].T + T_ref[:3, 3])).max() < 1e-5
     # the per-point LiDAR-frame xyz differs from the compensated one by the ego motion (up to 0.75 m)
     own = np.stack([pts["x"], pts["y"], pts["z"]], -1)
     assert np.abs(own - a["points_motion_compensated"])[:, 0].max() > 0.7
+    _passes(e)
+
+
+def _cw_uniform_128(steps: int = 96):
+    """The translating mount with a clockwise head starting at 37.5 deg, per-channel azimuth offsets
+    (+-3 deg) and the uniform_128 preset; 96 firings: a firing period of 1041666.67 ns (rounded times)."""
+    truth, rig = lc.ego_translating(steps=steps)
+    rig["sensors"][0].update(preset="uniform_128", spin_direction="cw", start_azimuth_deg=37.5,
+                             azimuth_offsets_deg=[round(3.0 * math.sin(c), 4) for c in range(128)])
+    return truth, rig
+
+
+def test_cw_sweep_with_azimuth_offsets_and_uniform_128(exports):
+    """Every range equals the corridor's closed form along the rig-derived beam (cw spin, start azimuth,
+    offsets, README preset elevations) from the mount's position at the beam's own time."""
+    e = exports("cw_uniform_128", _cw_uniform_128)
+    m, a = load_event(e.event)
+    sensor = json.loads(e.rig.read_text())["sensors"][0]
+    dirs, t, expected = _expected(e, m, a)
+    assert a["range"].shape == (96, 128) and a["valid"].all()
+    assert np.abs(a["range"] - expected).max() < RANGE_TOL
+    beams = m["calibration"]["beams"]
+    assert beams["spin_direction"] == "cw"
+    assert [c["elevation_deg"] for c in beams["channels"]] == pytest.approx(np.linspace(-25, 15, 128), abs=1e-12)
+    assert [c["azimuth_offset_deg"] for c in beams["channels"]] == sensor["azimuth_offsets_deg"]
+    # every world point lies on its rig-derived beam from the mount's true origin at the beam's time
+    pts = a["points"]
+    world = np.stack([pts["x_world"], pts["y_world"], pts["z_world"]], -1)
+    poses = np.array([e.truth.pose(x) for x in pts["t_ns"]])
+    beam_world = np.einsum("nij,nj->ni", poses[:, :3, :3], dirs[pts["firing"], pts["channel"]])
+    predicted = poses[:, :3, 3] + beam_world * expected[pts["firing"], pts["channel"]][:, None]
+    assert np.abs(world - predicted).max() < RANGE_TOL
+    # the truth discriminates: a ccw head or dropped offsets would put most beams elsewhere
+    for wrong in ({"spin_direction": "ccw"}, {"azimuth_offsets_deg": [0.0] * 128}):
+        other = _rig_beams({**sensor, **wrong}, SWEEP)["dirs"]
+        assert np.degrees(np.arccos(np.clip(np.einsum("fci,fci->fc", other, dirs), -1, 1))).mean() > 1.0
     _passes(e)
 
 
@@ -218,7 +299,13 @@ def test_point_table_format(exports):
     beams = m["calibration"]["beams"]
     assert len(beams["channels"]) == 32 and beams["spin_direction"] == "ccw"
     assert m["calibration"]["range_limits_m"] == {"min": 0.3, "max": 120.0}
-    json.dumps(m)
+    # the file itself, read by numpy alone, has the README's little-endian record layout
+    readme = [("t_ns", "<i8"), ("channel", "<u2"), ("firing", "<u4")] + [(n, "<f8") for n in (
+        "x", "y", "z", "x_world", "y_world", "z_world")] + [("instance_id", "<u4"), ("semantic_id", "<u4")]
+    raw = np.load(e.event / entry["uri"], allow_pickle=False)
+    assert raw.dtype == np.dtype(readme) and raw.shape == (256 * 32,)
+    assert [(f["name"], np.dtype(f["dtype"]).newbyteorder("<")) for f in entry["fields"]] == \
+        [(n, np.dtype(t)) for n, t in readme]
 
 
 def test_beam_directions_helper():
