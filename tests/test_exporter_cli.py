@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from scenes import calibration, common
@@ -239,3 +242,156 @@ def test_cancel_between_events_leaves_only_complete_events(tmp_path, scene_files
     assert not (tmp_path / "out" / ".staging").exists()
     again = run_export(plan_export(request))
     assert len(again["skipped"]) == 1 and len(again["published"]) == 2 and not again["cancelled"]
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def _frame_range_end_ns(scene) -> Fraction:
+    """Scene-clock time (ns, t = 0 at frame_start) of frame_end."""
+    return Fraction(scene.frame_end - scene.frame_start) * Fraction(scene.render.fps_base) / scene.render.fps * 10**9
+
+
+def test_default_count_is_every_camera_event_inside_the_frame_range(tmp_path):
+    """Without --count: every event k whose acquisition (start_k .. start_k + readout + exposure) ends by
+    frame_end; a 3-frame scene at 30 fps holds 2 events of 16 ms at 30 Hz (the third would end at 82.7 ms)."""
+    import bpy
+
+    _, rig = calibration.fronto_plane(scale=16)
+    s = rig["sensors"][0]
+    s["rgb_samples"] = 0
+    bpy.context.scene.frame_end = 3
+    end_ns = _frame_range_end_ns(bpy.context.scene)
+    blend = common.save(tmp_path / "short.blend", rig)
+    n = 0
+    while s["first_event_ns"] + Fraction(n * 10**9, s["rate_hz"]) + s["readout_ns"] + s["exposure_ns"] <= end_ns:
+        n += 1
+    assert n >= 2
+    out = tmp_path / "out"
+    r = run_python(EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert _names(out / "events" / "camera_front") == [f"{k:06d}" for k in range(n)]
+    assert f"published {n}," in r.stdout
+
+
+def test_default_count_for_a_lidar(tmp_path):
+    """Without --count a LiDAR exports every sweep that ends by frame_end: 8 frames at 30 fps = 233 ms
+    hold sweeps 0 and 1 of 100 ms."""
+    import bpy
+
+    from scenes import lidar_calibration
+
+    _, rig = lidar_calibration.box_room(steps=16)
+    s = rig["sensors"][0]
+    bpy.context.scene.frame_end = 8
+    end_ns = _frame_range_end_ns(bpy.context.scene)
+    blend = common.save(tmp_path / "room.blend", rig)
+    n = 0
+    while s["first_sweep_ns"] + Fraction((n + 1) * 10**9, s["rotation_hz"]) <= end_ns:
+        n += 1
+    assert n >= 2
+    out = tmp_path / "out"
+    r = run_python(EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert _names(out / "events" / "lidar_top") == [f"{k:06d}" for k in range(n)]
+
+
+@pytest.fixture(scope="module")
+def two_cameras(tmp_path_factory):
+    """A rig of two cameras on one object; `--sensors camera_small --first-event 1 --count 1` exports only
+    camera_small: 40 x 24 px (scene: 80 x 45), motion_steps 3, 10 Hz from 5 ms, 6 ms readout, 2 ms exposure."""
+    d = tmp_path_factory.mktemp("two_cameras")
+    truth, rig = calibration.fronto_plane(scale=16)
+    front = rig["sensors"][0]
+    front["rgb_samples"] = 0
+    small = dict(front, id="camera_small", rate_hz=10, first_event_ns=5_000_000, readout_ns=6_000_000,
+                 exposure_ns=2_000_000, image_size_px=[40, 24], motion_steps=3, verify_rows=2)
+    rig["sensors"].append(small)
+    blend = common.save(d / "two.blend", rig)
+    out = d / "out"
+    r = run_python(EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", out, "--sensors", "camera_small",
+                   "--first-event", "1", "--count", "1")
+    assert r.returncode == 0, r.stderr
+    return truth, small, out
+
+
+def test_sensors_option_exports_only_the_named_sensor(two_cameras):
+    """Only camera_small's folder exists, and its row times follow camera_small's timing (README formula:
+    start + readout (v + 0.5)/H + exposure/2, rounded half up), not camera_front's."""
+    from .helpers import load_event
+
+    _, small, out = two_cameras
+    assert _names(out / "events") == ["camera_small"]
+    assert _names(out / "events" / "camera_small") == ["000001"]
+    m, a = load_event(out / "events" / "camera_small" / "000001")
+    H = small["image_size_px"][1]
+    start = small["first_event_ns"] + Fraction(10**9, small["rate_hz"])
+    want = [math.floor(start + Fraction(small["readout_ns"] * (2 * v + 1), 2 * H) + Fraction(small["exposure_ns"], 2)
+                       + Fraction(1, 2)) for v in range(H)]
+    assert a["row_time_ns"].tolist() == want
+
+
+def test_image_size_px_sets_the_exported_grid(two_cameras):
+    """image_size_px [40, 24] on an 80 x 45 scene camera: every array is 24 x 40, K is the same camera at
+    40 px (AUTO fit: focal length and principal-point offset scale by 40/80), and the plane at z = 8 m
+    has camera_z 8 and range 8 sqrt(1 + x_n^2 + y_n^2) on that grid."""
+    from .helpers import load_event
+
+    truth, small, out = two_cameras
+    W, H = small["image_size_px"]
+    m, a = load_event(out / "events" / "camera_small" / "000001")
+    assert m["calibration"]["image_size_px"] == [W, H]
+    for name in ("camera_z", "range", "valid", "instance_id", "semantic_id"):
+        assert a[name].shape == (H, W), name
+    assert a["normal_geometric"].shape == (H, W, 3) and a["row_T_world_camera"].shape == (H, 4, 4)
+    W0, H0 = truth.size
+    k = W / W0
+    K = np.array([[truth.K[0, 0] * k, 0, W / 2 - 0.5 + (truth.K[0, 2] - (W0 / 2 - 0.5)) * k],
+                  [0, truth.K[1, 1] * k, H / 2 - 0.5 + (truth.K[1, 2] - (H0 / 2 - 0.5)) * k], [0, 0, 1]])
+    assert np.array(m["calibration"]["K"]) == pytest.approx(K, abs=1e-6)        # Blender stores shifts as float32
+    u, v = np.meshgrid(np.arange(W, dtype=np.float64), np.arange(H, dtype=np.float64))
+    x_n, y_n = (u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1]
+    assert a["valid"].all()
+    assert np.abs(a["camera_z"] - 8.0).max() < 1e-3
+    assert np.abs(a["range"] - 8.0 * np.sqrt(1 + x_n**2 + y_n**2)).max() < 1e-3
+
+
+def test_motion_steps_reach_the_label_render(two_cameras):
+    _, small, out = two_cameras
+    m = json.loads((out / "events" / "camera_small" / "000001" / "manifest.json").read_text())
+    assert small["motion_steps"] != 7                             # not the default
+    assert m["method"]["cycles"]["motion_steps"] == small["motion_steps"]
+
+
+def test_flow_option_exports_consecutive_pairs(tmp_path):
+    """--count 3 --flow: flows 0->1 and 1->2, each naming its endpoint events, with the rolling-shutter flow
+    of a plate moving down: v = w T / (1 - w r), w = speed f / z px/s, r = readout / H, T = event spacing."""
+    from scenes import flow_scenes
+
+    from .helpers import load_event
+
+    truth, rig = flow_scenes.plate_moving_down(scale=16)
+    s = rig["sensors"][0]
+    blend = common.save(tmp_path / "p.blend", rig)
+    out = tmp_path / "out"
+    r = run_python(EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", out, "--count", "3", "--flow")
+    assert r.returncode == 0, r.stderr
+    flows = out / "flows" / "camera_front"
+    assert _names(flows) == ["000000-000001", "000001-000002"]
+    w = truth["speed"] * truth["K"][1, 1] / truth["z"]
+    for i in (0, 1):
+        m, a = load_event(flows / f"{i:06d}-{i + 1:06d}")
+        for role, k in (("source", i), ("destination", i + 1)):
+            event = json.loads((out / "events" / "camera_front" / f"{k:06d}" / "manifest.json").read_text())
+            assert m["endpoints"][role]["index"] == k and m["endpoints"][role]["sample_id"] == event["sample_id"]
+        H = a["flow_forward"].shape[0]
+        start = [s["first_event_ns"] + math.floor(Fraction(j * 10**9, s["rate_hz"]) + Fraction(1, 2)) for j in (i, i + 1)]
+        T, row = (start[1] - start[0]) * 1e-9, s["readout_ns"] * 1e-9 / H
+        rows = np.arange(H)[:, None] + a["flow_forward"][..., 1]
+        inside = (a["flow_forward_dest_in_bounds"] == 1) & (rows <= H - 1)     # edge rows take the last row's time
+        assert inside.mean() > 0.85
+        assert np.abs(a["flow_forward"][..., 1][inside] - w * T / (1 - w * row)).max() < 1e-3
+        assert np.abs(a["flow_forward"][..., 0][inside]).max() < 1e-3
+    check = run_python("-m", "contracts", "check", out)
+    assert check.returncode == 0, check.stdout
