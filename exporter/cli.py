@@ -47,6 +47,9 @@ def parse_pairs(text: str | None) -> list | None:
 def main(argv: list[str], blend_positional: bool) -> int:
     args = parse_args(argv, blend_positional)
     try:
+        from .run_temp import enter_process_temp
+
+        enter_process_temp()        # before bpy loads, so Blender's own temp folder is created inside it
         from .run import ExportRequest, plan_export, run_export
 
         request = ExportRequest(
@@ -63,6 +66,14 @@ def main(argv: list[str], blend_positional: bool) -> int:
     except RowbeamError as exc:
         print(f"rowbeam: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:          # disk full, read-only or not permitted: one line naming the path
+        from .bundle import write_error
+
+        error = write_error(exc, f"--out {args.out}")
+        if error is None:
+            raise
+        print(f"rowbeam: error: {error}", file=sys.stderr)
+        return error.exit_code
     print(f"rowbeam: published {len(summary['published'])}, quarantined {len(summary['quarantined'])}, "
           f"skipped {len(summary['skipped'])} -> {summary['out']}")
     return 1 if summary["quarantined"] else 0

@@ -24,13 +24,14 @@ from contracts.rig import CameraSensor, Rig, load_rig, parse_rig
 from . import ROWBEAM_VERSION
 from . import cycles_setup as cs
 from .blend_io import git_revision, open_blend
-from .bundle import BundleWriter, event_location, flow_location
+from .bundle import BundleWriter, event_location, flow_location, write_error
 from .camera_event import export_camera_event
 from .camera_labels import semantic_lut
 from .flow_pair import compute_flow_pair, endpoint, flow_manifest
 from .lidar_event import export_lidar_event
 from .manifest import assemble_manifest, camera_core, lidar_core, write_manifest, write_payloads
 from .object_table import build_object_table
+from .run_temp import run_temp
 from .scene_clock import scene_clock
 from .scene_patch import ScenePatch
 
@@ -225,33 +226,50 @@ def _flow_jobs(request: ExportRequest, sensors, event_jobs) -> list:
 
 
 def new_summary(plan: ExportPlan) -> dict:
-    return {"out": str(plan.writer.root), "published": [], "quarantined": [], "skipped": [], "cancelled": True}
+    return {"out": str(plan.writer.root), "published": [], "quarantined": [], "skipped": [], "reclaimed": [],
+            "cancelled": True}
 
 
 def iter_export(plan: ExportPlan, summary: dict):
     """Produce the planned folders one at a time (events, then flows), recording them in `summary`
-    and yielding (done, total, text) after each. Closing the generator early (a cancel) leaves only
-    complete, published folders: staging is discarded and the scene restored in `finally`."""
+    and yielding (done, total, text) after each. Each folder is checked, rendered and published under
+    its lock, so concurrent writers on one folder produce it once (the others skip it). Closing the
+    generator early (a cancel) or an error leaves only complete, published folders: staging and the
+    run's temporary folder are removed and the scene restored in `finally`. A full disk or a
+    permission error on the output is raised as one RowbeamError line naming the path."""
     ctx, writer = plan.context, plan.writer
-    writer.open()
     frame = (ctx.scene.frame_current, ctx.scene.frame_subframe)
-    total = len(plan.jobs)
-    try:
-        for done, job in enumerate(plan.jobs):
-            if writer.is_complete(job.location):
-                summary["skipped"].append(str(writer.root / job.location))
-                yield done + 1, total, f"{job.label}: already complete, skipped"
-                continue
-            t0 = time.perf_counter()
-            final, passed = (_export_flow if job.is_flow else _export_event)(plan, job)
-            (summary["published"] if passed else summary["quarantined"]).append(str(final))
-            yield done + 1, total, (f"{job.label}: {'published' if passed else 'QUARANTINED'} "
-                                    f"{final.relative_to(writer.root)} ({time.perf_counter() - t0:.1f} s)")
-        summary["cancelled"] = False
-    finally:
-        writer.discard_staging()
-        ctx.scene.frame_set(frame[0], subframe=frame[1])
-        ctx.device_patch.restore()
+    total, job = len(plan.jobs), None
+    with run_temp():
+        try:
+            writer.open()
+            summary["reclaimed"] = list(writer.reclaimed)
+            for done, job in enumerate(plan.jobs):
+                t0 = time.perf_counter()
+                ctx.progress.start_job(f"[{done + 1}/{total}] {job.label}")
+                with writer.claim(job.location):
+                    result = None if writer.is_complete(job.location) else (
+                        (_export_flow if job.is_flow else _export_event)(plan, job))
+                if result is None:
+                    summary["skipped"].append(str(writer.root / job.location))
+                    yield done + 1, total, f"{job.label}: already complete, skipped"
+                    continue
+                final, passed = result
+                (summary["published"] if passed else summary["quarantined"]).append(str(final))
+                yield done + 1, total, (f"{job.label}: {'published' if passed else 'QUARANTINED'} "
+                                        f"{final.relative_to(writer.root)} ({time.perf_counter() - t0:.1f} s)")
+            summary["cancelled"] = False
+        except (OSError, RuntimeError) as exc:
+            where = (f"{job.label} not published to {writer.root} (published folders are complete; rerun to resume)"
+                     if job else f"nothing written to {writer.root}")
+            error = write_error(exc, where)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            writer.close()
+            ctx.scene.frame_set(frame[0], subframe=frame[1])
+            ctx.device_patch.restore()
 
 
 def run_export(plan: ExportPlan, progress=None, should_cancel=None) -> dict:

@@ -40,3 +40,30 @@ def assert_fails(bundle_dir, check, *fragments) -> None:
     assert hits, f"expected a failing {check!r}, got {[(f['check'], f['message']) for f in fails]}"
     for frag in fragments:
         assert any(frag in f["message"] for f in hits), (frag, hits)
+
+
+def bundle_digest(bundle) -> dict:
+    """{path relative to the bundle: sha256} of every file under it, for comparing two exports of one dataset.
+
+    A manifest is hashed without its `run` block (host, python, seconds: the only per-run fields) and
+    without `build.git_revision` (commits may land between the two exports), and a flow's endpoint
+    `manifest_sha256` is first checked against the endpoint manifest file in the same bundle, then left
+    out (it hashes the endpoint's run block)."""
+    import hashlib
+
+    from contracts.files import canonical_json, sha256_file
+
+    bundle = Path(bundle)
+    digest = {}
+    for p in sorted(q for q in bundle.rglob("*") if q.is_file()):
+        rel = p.relative_to(bundle).as_posix()
+        if p.name != "manifest.json":
+            digest[rel] = sha256_file(p)
+            continue
+        m = json.loads(p.read_text())
+        m.pop("run", None)
+        m.get("build", {}).pop("git_revision", None)
+        for e in m.get("endpoints", {}).values():
+            assert sha256_file(bundle / e.pop("manifest")) == e.pop("manifest_sha256"), (rel, "endpoint hash")
+        digest[rel] = hashlib.sha256(canonical_json(m)).hexdigest()
+    return digest
