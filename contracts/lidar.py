@@ -57,13 +57,27 @@ class LidarSensor:
     def channels(self) -> int:
         return len(self.elevations_deg)
 
+    @property
+    def first_event_ns(self) -> int:
+        """Event (sweep) 0 start, ns; the periodic-sensor interface shared with CameraSensor."""
+        return self.first_sweep_ns
+
+    @property
+    def rate_hz(self) -> float:
+        """Events (sweeps) per second."""
+        return self.rotation_hz
+
     def sweep_start_ns(self, index: int) -> int:
         return periodic_event_start_ns(self.first_sweep_ns, self.rotation_hz, index)
+
+    def event_start_ns(self, index: int) -> int:
+        return self.sweep_start_ns(index)
 
     def timing(self, index: int) -> "SpinningTiming":
         return SpinningTiming(self.sweep_start_ns(index), self.rotation_hz, self.azimuth_steps, self.time_offsets_ns)
 
     def event_duration_ns(self) -> int:
+        """One full sweep (1/rotation_hz), ns rounded half up."""
         return round_half_up(NS_PER_S / exact(self.rotation_hz))
 
     def beam_table(self) -> list[dict]:

@@ -36,6 +36,20 @@ def periodic_event_start_ns(first_event_ns: int, rate_hz: float, index: int) -> 
     return first_event_ns + round_half_up(Fraction(index * NS_PER_S) / exact(rate_hz))
 
 
+def periodic_event_count(first_event_ns: int, rate_hz: float, duration_ns: int, end_ns) -> int:
+    """How many events k >= 0 end by end_ns (ns, int or Fraction): periodic_event_start_ns(k) + duration_ns <= end_ns.
+
+    Closed form, no loop: round_half_up(x) <= M  <=>  x < floor(M) + 1/2, so k * 1e9/rate < L with
+    L = floor(end - first - duration) + 1/2 holds for k = 0 .. ceil(L * rate / 1e9) - 1.
+    """
+    slack = exact(end_ns) - first_event_ns - duration_ns
+    limit = Fraction(slack.numerator // slack.denominator) + Fraction(1, 2)
+    if limit <= 0:
+        return 0
+    q = limit * exact(rate_hz) / NS_PER_S
+    return -(-q.numerator // q.denominator)
+
+
 @dataclass(frozen=True)
 class RollingShutterTiming:
     """Rolling shutter: row v of `rows` starts exposing at start + readout*v'/rows.

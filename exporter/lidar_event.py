@@ -1,8 +1,10 @@
 """Render one spinning-LiDAR sweep with every beam at its own time; verify sampled firings (bpy).
 
 Method: a custom OSL camera (rows = firing slots, columns = channels) on the mount, rendered
-once by Cycles with motion blur and a TOP rolling shutter of duration 0, the shutter shifted so
-row r is traced at its slot's exact time (`cycles_timing.timed_rows_shutter`). World hits are
+by Cycles with motion blur and a TOP rolling shutter of duration 0, the shutter shifted so
+row r is traced at its slot's exact time (`cycles_timing.timed_rows_shutter`); once, or, when the
+sweep needs more than Blender's 65,536 rows, once per contiguous firing range
+(`lidar_layout.SweepLayout.renders`) with the passes stacked back into one sweep image. World hits are
 expressed in the LiDAR frame with the exact mount pose at each beam's time (frame_set per
 firing and time group). Reference: sampled firings re-cast with Blender's BVH (scene.ray_cast)
 after frame_set to the beam's exact time.
@@ -18,18 +20,18 @@ from contracts.frames import invert_rigid
 from contracts.lidar import LidarSensor
 
 from . import cycles_setup as cs
-from .cycles_timing import timed_rows_shutter
 from .lidar_labels import derive_lidar_labels, point_tables
-from .lidar_layout import sweep_layout
+from .lidar_layout import MAX_ROWS, sweep_layout
 from .lidar_osl import lidar_shader_source, make_lidar_camera
 from .scene_clock import rigid_poses, set_time
 from .scene_patch import ScenePatch
 from .verify import verify_rows
 
-LIDAR_METHOD = ("cycles_osl_lidar_camera: one Cycles render through a generated OSL camera whose image rows are "
-                "firing slots and columns channels, motion blur with a TOP rolling shutter (duration 0) shifted so "
-                "each row is traced at its firing's exact time; ranges, points and normals derived from the Position "
-                "pass and a true-normal AOV with the exact mount pose at every beam's time")
+LIDAR_METHOD = ("cycles_osl_lidar_camera: one Cycles render (several over contiguous firing ranges when the sweep "
+                "needs more rows than one render has, see cycles.renders) through a generated OSL camera whose image "
+                "rows are firing slots and columns channels, motion blur with a TOP rolling shutter (duration 0) "
+                "shifted so each row is traced at its firing's exact time; ranges, points and normals derived from "
+                "the Position pass and a true-normal AOV with the exact mount pose at every beam's time")
 POSE_METHOD = ("scene.frame_set(frame, subframe) at every firing's time plus each distinct channel time offset; "
                "mount matrix_world, scale removed; LiDAR frame = mount local axes (x forward, y left, z up)")
 
@@ -68,7 +70,7 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
     beam_poses = poses[:, group_of_channel]
     directions = sensor.directions(timing)
 
-    shutter = timed_rows_shutter(timing.firing_time_exact(0), timing.firing_period_ns / layout.slots, layout.rows)
+    renders = layout.renders()
     device = ctx.device
     with ScenePatch() as p:
         t0 = time.perf_counter()
@@ -76,15 +78,14 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
             # Cycles runs custom (OSL) cameras on the GPU only with OptiX; other GPU backends fall back to the CPU
             p.set(scene.cycles, "device", "CPU")
             device = f"CPU (custom OSL camera; {device} has no OSL support)"
-        ctx.base_settings(p, layout.width, layout.rows)
+        ctx.base_settings(p, layout.width, renders[0].rows)
         cs.label_settings(p, scene, ctx.view_layer)
         objects = ctx.render_objects()
         cs.add_true_normal_aov(p, objects)
         cs.set_render_indices(p, scene, ctx.table)
-        cam = make_lidar_camera(p, scene, mount, lidar_shader_source(sensor, layout))
-        cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objects + [cam, mount])
-        passes = cs.render_passes(scene, ctx.view_layer)
+        parts = [_render_part(ctx, sensor, timing, layout, part, objects) for part in renders]
         seconds["render"] = time.perf_counter() - t0
+    passes = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]} if len(parts) > 1 else parts[0]
     t0 = time.perf_counter()
     labels, stats = derive_lidar_labels(passes, layout, beam_poses, directions,
                                         (sensor.min_range_m, sensor.max_range_m), ctx.lut)
@@ -104,14 +105,37 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
         "cycles": {"samples": 1, "pixel_filter": "GAUSSIAN", "filter_width_px": 0.01,
                    "image_rows": layout.rows, "image_columns": layout.width, "rows_per_firing": layout.slots,
                    "rolling_shutter_type": "TOP", "rolling_shutter_duration": 0.0, "motion_steps": sensor.motion_steps,
-                   "shutter_centre_ns": float(shutter.centre_ns), "shutter_duration_ns": float(shutter.duration_ns),
+                   **(_shutter_fields(renders[0].shutter(timing)) if len(renders) == 1 else {}),
                    "row_time_correction_ns": float(timing.firing_period_ns / layout.slots),
-                   "render_time_quantization_ns": layout.quantization_ns},
+                   "render_time_quantization_ns": layout.quantization_ns,
+                   "max_image_rows_per_render": layout.max_rows,
+                   "renders": [{"first_firing": r.first_firing, "firings": r.firings, "image_rows": r.rows,
+                                **_shutter_fields(r.shutter(timing))} for r in renders]},
         "derivation": stats,
         "verification": verification,
     }
     dims = {"F": F, "C": C, "G": len(offsets), "N": int(points.size)}
     return LidarEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
+
+
+def _shutter_fields(shutter) -> dict:
+    return {"shutter_centre_ns": float(shutter.centre_ns), "shutter_duration_ns": float(shutter.duration_ns)}
+
+
+def _render_part(ctx, sensor: LidarSensor, timing, layout, part, objects) -> dict:
+    """Passes of one render (firings part.first_firing ..), row 0 = its first firing's first slot."""
+    scene = ctx.scene
+    mount = scene.objects[sensor.object]
+    with ScenePatch() as q:
+        cs.set_resolution(q, scene, layout.width, part.rows)
+        cam = make_lidar_camera(q, scene, mount, lidar_shader_source(sensor, layout, part))
+        cs.apply_shutter(q, scene, ctx.clock, part.shutter(timing), sensor.motion_steps, objects + [cam, mount])
+        passes = cs.render_passes(scene, ctx.view_layer)
+    shape = passes["position"].shape[:2]
+    if shape != (part.rows, layout.width):
+        raise RuntimeError(f"Cycles rendered {shape[0]}x{shape[1]} rows x columns for a LiDAR render of "
+                           f"{part.rows}x{layout.width} (at most {MAX_ROWS} rows per render)")
+    return passes
 
 
 def _verify(ctx, sensor, timing, labels, poses, directions, offsets, group_of_channel) -> dict:

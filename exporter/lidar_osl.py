@@ -1,7 +1,8 @@
 """The OSL camera that turns a Cycles image into a LiDAR sweep (bpy for compiling).
 
-The shader maps raster position to a beam: image row k*S + s (0 = top) is firing k, slot s;
-the column picks the channel fired in that slot. Direction = the beam in the LiDAR frame
+The shader maps raster position to a beam: image row (k - K0)*S + s (0 = top) is firing k, slot s,
+where K0 is the first firing of the render (0 unless the sweep is split across renders,
+`lidar_layout.MAX_ROWS`); the column picks the channel fired in that slot. Direction = the beam in the LiDAR frame
 (x forward, y left, z up), emitted from the mount's origin. The render camera is a child of
 the mount with identity local axes, and Cycles' camera space is Blender-local with z negated,
 so the shader outputs (x, y, -z). Raster y runs from 0 at the bottom (measured).
@@ -15,7 +16,7 @@ import tempfile
 
 from contracts.lidar import LidarSensor
 
-from .lidar_layout import SweepLayout
+from .lidar_layout import LayoutRender, SweepLayout
 
 SHADER_TEMPLATE = """\
 // rowbeam LiDAR camera: generated for sensor {sensor_id}; one row per firing slot, one column per channel
@@ -28,6 +29,7 @@ shader rowbeam_lidar(output point position = point(0, 0, 0),
     int W = {width};
     int H = {height};
     int S = {slots};
+    int K0 = {first_firing};
     int channel_at[{table_size}] = {{{channel_at}}};
     float elevation[{channels}] = {{{elevation}}};
     float azimuth_phase[{channels}] = {{{phase}}};
@@ -37,6 +39,7 @@ shader rowbeam_lidar(output point position = point(0, 0, 0),
     int row = clamp(H - 1 - (int)floor(r[1] * H), 0, H - 1);
     int k = row / S;
     int c = channel_at[(row - k * S) * W + col];
+    k += K0;
     if (c < 0) {{
         throughput = color(0, 0, 0);
         return;
@@ -52,15 +55,17 @@ def _floats(values) -> str:
     return ", ".join(repr(float(v)) for v in values)
 
 
-def lidar_shader_source(sensor: LidarSensor, layout: SweepLayout) -> str:
-    """OSL source with the beam table baked in as constants (camera shaders take no array parameters)."""
+def lidar_shader_source(sensor: LidarSensor, layout: SweepLayout, render: LayoutRender | None = None) -> str:
+    """OSL source with the beam table baked in as constants (camera shaders take no array parameters),
+    for one render of the layout (default: the whole sweep in one render)."""
+    render = render or LayoutRender(0, layout.firings, layout.slots)
     sign = 1.0 if sensor.spin_direction == "ccw" else -1.0
     hz = float(sensor.rotation_hz)
     phase = [math.radians(sensor.start_azimuth_deg + sensor.azimuth_offsets_deg[c])
              + sign * 2.0 * math.pi * hz * sensor.time_offsets_ns[c] * 1e-9 for c in range(sensor.channels)]
     table = layout.channel_table().ravel()
     return SHADER_TEMPLATE.format(
-        sensor_id=sensor.id, width=layout.width, height=layout.rows, slots=layout.slots,
+        sensor_id=sensor.id, width=layout.width, height=render.rows, slots=layout.slots, first_firing=render.first_firing,
         table_size=table.size, channel_at=", ".join(str(int(c)) for c in table), channels=sensor.channels,
         elevation=_floats(math.radians(e) for e in sensor.elevations_deg), phase=_floats(phase),
         step=repr(sign * 2.0 * math.pi / sensor.azimuth_steps))
