@@ -135,6 +135,17 @@ def test_the_issue_rigs_need_split_renders():
     assert len(fits.renders()) == 1 and fits.renders()[0].rows == fits.rows == 43_200
 
 
+def test_largest_legal_layout_splits_within_the_row_limit():
+    """The schema's most firings (100,000) at the most slots (256): 25.6 M rows in renders of <= 65,536 rows."""
+    from exporter.lidar_layout import MAX_SLOTS, SweepLayout
+
+    big = SweepLayout(100_000, MAX_SLOTS, 4, (0,), (0,), 0.0)
+    renders = big.renders()
+    assert sum(r.rows for r in renders) == 100_000 * MAX_SLOTS
+    assert max(r.rows for r in renders) <= MAX_ROWS and len(renders) == -(-100_000 // (MAX_ROWS // MAX_SLOTS))
+    assert all(b.first_firing == a.first_firing + a.firings for a, b in zip(renders, renders[1:], strict=False))
+
+
 # ---- exported sweeps --------------------------------------------------------------------------------------
 
 TWELVE = {"elevations_deg": [-15.0 + 30.0 * c / 11 for c in range(12)], "time_offsets_ns": [1500 * c for c in range(12)]}
