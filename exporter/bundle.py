@@ -57,15 +57,15 @@ def dataset_id(identity: dict) -> str:
     return hashlib.sha256(canonical_json(identity)).hexdigest()
 
 
-def write_error(exc: BaseException, where: str) -> RowbeamError | None:
-    """One-line RowbeamError for an output-side failure (disk full, quota, permission, read-only),
-    naming the path; None when `exc` is something else (a bug that should keep its traceback).
-    OpenEXR reports a full disk as RuntimeError("... No space left on device.") naming the file."""
+def write_error(exc: BaseException, path, context: str) -> RowbeamError | None:
+    """One-line RowbeamError for an output-side failure (disk full, quota, permission, read-only) naming
+    the file (or `path` when the error names none) and `context`; None when `exc` is something else
+    (a bug that should keep its traceback). OpenEXR reports a full disk as RuntimeError naming the file."""
     if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
-        path = exc.filename if exc.filename is not None else where
-        return RowbeamError(f"{path}: cannot write ({exc.strerror or os.strerror(exc.errno)}); {where}")
+        where = exc.filename if exc.filename is not None else path
+        return RowbeamError(f"{where}: cannot write ({exc.strerror or os.strerror(exc.errno)}); {context}")
     if isinstance(exc, RuntimeError) and "No space left on device" in str(exc):
-        return RowbeamError(f"{str(exc).rstrip('.')}; {where}")
+        return RowbeamError(f"{str(exc).rstrip('.')}; {context}")
     return None
 
 
@@ -157,10 +157,14 @@ class BundleWriter:
             if bundle.exists():
                 return self.validate()
             try:
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                try:
+                    with open(tmp, "wb") as f:
+                        f.write(data)
+                        f.flush()
+                        os.fsync(f.fileno())
+                except OSError as exc:
+                    exc.filename = exc.filename or str(bundle)      # a failed write() names no file
+                    raise
                 try:
                     os.link(tmp, bundle)
                 except FileExistsError:

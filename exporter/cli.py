@@ -69,7 +69,7 @@ def main(argv: list[str], blend_positional: bool) -> int:
     except OSError as exc:          # disk full, read-only or not permitted: one line naming the path
         from .bundle import write_error
 
-        error = write_error(exc, f"--out {args.out}")
+        error = write_error(exc, args.out, "export stopped")
         if error is None:
             raise
         print(f"rowbeam: error: {error}", file=sys.stderr)

@@ -260,9 +260,9 @@ def iter_export(plan: ExportPlan, summary: dict):
                                         f"{final.relative_to(writer.root)} ({time.perf_counter() - t0:.1f} s)")
             summary["cancelled"] = False
         except (OSError, RuntimeError) as exc:
-            where = (f"{job.label} not published to {writer.root} (published folders are complete; rerun to resume)"
-                     if job else f"nothing written to {writer.root}")
-            error = write_error(exc, where)
+            context = (f"{job.label} not published (published folders are complete; free space or fix "
+                       "permissions and rerun to resume)" if job else f"nothing written to {writer.root}")
+            error = write_error(exc, writer.root, context)
             if error is None:
                 raise
             raise error from None

@@ -170,36 +170,40 @@ def test_output_folder_with_foreign_files(tmp_path, scene_files):
     assert sorted(os.listdir(out)) == ["holiday.jpg"]
 
 
-def test_interrupted_event_leaves_no_manifest_and_resumes(tmp_path, scene_files, monkeypatch):
-    """A crash after payloads are written but before publishing leaves no event folder behind."""
-    from exporter import run as run_module
+def test_interrupted_event_leaves_no_manifest_and_resumes(tmp_path, scene_files):
+    """kill -9 of a real exporter while an event's payloads sit written in its staging folder (not yet
+    published): no folder or manifest appears for that event, published ones verify, and the rerun
+    removes the dead writer's staging and publishes the rest."""
+    import signal
+    import time
+
+    from exporter.bundle import BundleWriter
+
+    from .conftest import python_command
 
     a, _ = scene_files
-    out = tmp_path / "out"
-
-    def crash(*args, **kwargs):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(run_module, "write_manifest", crash)
-    plan = run_module.plan_export(run_module.ExportRequest(out=out, blend=a, rig=a.with_suffix(".rig.json"), count=1))
-    with pytest.raises(KeyboardInterrupt):
-        run_module.run_export(plan)
-    assert not (out / "events").exists() or not any((out / "events").rglob("manifest.json"))
-    assert not (out / ".staging").exists()
-    monkeypatch.undo()
-    summary = run_module.run_export(run_module.plan_export(
-        run_module.ExportRequest(out=out, blend=a, rig=a.with_suffix(".rig.json"), count=1)))
-    assert len(summary["published"]) == 1
-
-
-def _run_with_autoexec(code: str) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh bpy process whose preferences let .blend files run their scripts on load
-    (the bpy wheel's default is off, which alone would keep a registered text block from running)."""
-    code = "import bpy; bpy.context.preferences.filepaths.use_scripts_auto_execute = True; " + code
-    blender = blender_binary()
-    if blender:
-        cmd = [blender, "-b", "--factory-startup", "--python-exit-code", "1", "--python-expr", code]
-        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    return run_python("-c", code)
+    for attempt in range(3):                   # the kill must land between payload write and publish
+        out = tmp_path / f"out{attempt}"
+        args = [EXPORT, a, "--rig", a.with_suffix(".rig.json"), "--out", out, "--count", "3", "--device", "cpu"]
+        p = subprocess.Popen(python_command(*args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        staged, deadline = None, time.monotonic() + 300
+        while staged is None and p.poll() is None and time.monotonic() < deadline:
+            staged = next((d for d in (out / ".staging").glob("w-*/events+*") if any(d.glob("*.exr"))), None)
+            time.sleep(0.002)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        if staged is not None and staged.exists():
+            break
+    else:
+        pytest.fail("three exporters published before a kill could land between payload write and publish")
+    location = staged.name.replace("+", "/")
+    assert not (out / location).exists()
+    published = sorted((out / "events" / "camera_front").glob("*")) if (out / "events").exists() else []
+    assert all(BundleWriter(out, {}).is_complete(e.relative_to(out).as_posix()) for e in published)
+    again = run_python(*args)
+    assert again.returncode == 0, again.stderr
+    assert f"published {3 - len(published)}," in again.stdout and f"skipped {len(published)}" in again.stdout
+    assert (out / location / "manifest.json").is_file() and not (out / ".staging").exists()
 
 
 def test_blend_scripts_are_not_run(tmp_path):

@@ -1,0 +1,202 @@
+"""Crashes and full disks with real processes: kill -9 at random moments then resume, what killed
+writers leave behind, and a full file system (a small tmpfs when this platform lets us mount one)."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from exporter.bundle import BundleWriter
+from scenes import calibration, common
+
+from .conftest import REPO, python_command, run_python
+from .helpers import bundle_digest
+
+EXPORT = REPO / "render_export.py"
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    """A 40x18-pixel fronto-parallel plane scene (30 fps, frames 1..30), no rgb."""
+    d = tmp_path_factory.mktemp("crash")
+    _, rig = calibration.fronto_plane(scale=32)
+    rig["sensors"][0]["rgb_samples"] = 0
+    return common.save(d / "a.blend", rig)
+
+
+def export_args(blend, out, *extra):
+    return [EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", out, "--device", "cpu", *extra]
+
+
+def run_export_process(args, tmpdir: Path) -> subprocess.CompletedProcess:
+    return run_python(*args, env={**os.environ, "TMPDIR": str(tmpdir)})
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (reaped), so nothing on this host runs under it now."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def published_folders(out: Path) -> list[Path]:
+    return sorted(p for kind in ("events", "flows") for p in (out / kind).glob("*/*"))
+
+
+def assert_no_litter(out: Path, tmpdir: Path) -> None:
+    hidden = sorted(str(p.relative_to(out)) for p in out.rglob(".*"))
+    assert not hidden, f"left in the bundle: {hidden}"           # .staging, locks, .NAME.old-PID, temp files
+    assert not (out / "quarantine").exists()
+    assert not list(tmpdir.iterdir()), f"left in TMPDIR: {sorted(os.listdir(tmpdir))}"
+
+
+def test_kill_9_at_random_moments_then_resume_is_identical(scene, tmp_path):
+    """Six exporter processes killed with SIGKILL at random moments of a 4-event + 3-flow export, one
+    after another on the same folder; after each kill every published folder is byte-identical to an
+    uninterrupted export's; a final run completes the bundle, identical to the uninterrupted one, with
+    no staging, trash or temporary files left (in the bundle or in the exporters' TMPDIR)."""
+    extra = ("--count", "4", "--flow")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    t0 = time.perf_counter()
+    ref = run_export_process(export_args(scene, tmp_path / "reference", *extra), tmpdir)
+    wall = time.perf_counter() - t0
+    assert ref.returncode == 0, ref.stderr
+    truth = bundle_digest(tmp_path / "reference")
+    out = tmp_path / "out"
+    rng = random.Random(8)
+    killed, corrupt, seen = 0, 0, set()
+    for _ in range(6):
+        p = subprocess.Popen(python_command(*export_args(scene, out, *extra)), cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(tmpdir)})
+        time.sleep(rng.uniform(0.3, 1.0) * wall)
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            killed += 1
+        p.wait()
+        if not out.exists():
+            continue
+        now = bundle_digest(out)
+        done = [k for k in now if not k.startswith(".")]
+        corrupt += sum(now[k] != truth.get(k) for k in done if k.startswith(("events/", "flows/", "bundle.json")))
+        seen.add(len(published_folders(out)))
+    assert killed >= 3, f"only {killed} of 6 processes were still running when killed (wall {wall:.1f} s)"
+    assert corrupt == 0
+    final = run_export_process(export_args(scene, out, *extra), tmpdir)
+    assert final.returncode == 0 and "Traceback" not in final.stderr, final.stderr
+    assert bundle_digest(out) == truth
+    assert_no_litter(out, tmpdir)
+    check = run_python("-m", "contracts", "check", out)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
+    """A 0-byte .bundle.json.tmp-PID (a kill during the first bundle.json write) must not make the folder
+    'foreign'; a dead writer's staging, publish trash of a dead pid and a dead run's temporary folder are
+    removed by the next run, while a live writer's staging (its owner lock held here) is kept."""
+    out, tmpdir, pid = tmp_path / "out", tmp_path / "tmp", dead_pid()
+    out.mkdir()
+    tmpdir.mkdir()
+    (out / f".bundle.json.tmp-{pid}").write_bytes(b"")
+    dead_staging = out / ".staging" / f"w-{pid}-0badcafe"
+    (dead_staging / "events+camera_front+000001").mkdir(parents=True)
+    (dead_staging / ".owner").write_text(json.dumps({"host": os.uname().nodename, "pid": pid}))
+    (dead_staging / "events+camera_front+000001" / "range.exr").write_bytes(b"partial")
+    live_staging = out / ".staging" / f"w-{os.getpid()}-live0000"
+    live_staging.mkdir()
+    owner = os.open(live_staging / ".owner", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(owner, fcntl.LOCK_EX)
+    os.write(owner, json.dumps({"host": os.uname().nodename, "pid": os.getpid()}).encode())
+    dead_run = tmpdir / f"rowbeam-run-{pid}-abcdefgh"
+    (dead_run / "blender_x1y2z3").mkdir(parents=True)
+    (dead_run / "rowbeam_render_1234.exr").write_bytes(b"half a render")
+    (dead_run / "tmpabcd.oso").write_text("OpenShadingLanguage 1.00")
+    try:
+        first = run_export_process(export_args(scene, out, "--count", "2"), tmpdir)
+        assert first.returncode == 0, first.stderr
+        trash = out / "events" / "camera_front" / f".000001.old-{pid}"
+        trash.mkdir()
+        (trash / "manifest.json").write_text("{}")
+        second = run_export_process(export_args(scene, out, "--count", "2"), tmpdir)
+        assert second.returncode == 0 and "skipped 2" in second.stdout, second.stdout + second.stderr
+        assert json.loads((out / "bundle.json").read_text())["schema"] == "rowbeam/bundle@1"
+        assert not (out / f".bundle.json.tmp-{pid}").exists() and not dead_staging.exists()
+        assert not trash.exists() and not dead_run.exists()
+        assert sorted(os.listdir(out / ".staging")) == [live_staging.name]    # the live writer's is kept
+        assert sorted(os.listdir(live_staging)) == [".owner"]
+    finally:
+        os.close(owner)
+    assert not list(tmpdir.iterdir())
+
+
+def _mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir()
+    if os.name != "posix" or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("disk-full test mounts a small tmpfs, which needs root on Linux")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {(r.stderr or r.stdout).strip()}")
+
+
+def _fill(fs: Path, leave_bytes: int) -> Path:
+    """Fill the file system at `fs` until only about `leave_bytes` remain free."""
+    filler = fs / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    size = filler.stat().st_size
+    os.truncate(filler, max(size - leave_bytes, 0))
+    return filler
+
+
+def _one_line(r, *fragments) -> str:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam: error:")]
+    assert len(errors) == 1, r.stderr
+    for f in fragments:
+        assert f in errors[0], (f, errors[0])
+    return errors[0]
+
+
+def test_disk_full_is_one_line_and_leaves_nothing_half_written(scene, tmp_path):
+    """On a 2 MiB tmpfs: completely full -> one line naming bundle.json, no folder created; 28 KiB free
+    (bundle.json fits, an event does not) -> one line naming the output, only complete folders, no staging,
+    a valid bundle.json; space freed -> the rerun completes the bundle and the checker passes."""
+    fs, tmpdir = tmp_path / "fs", tmp_path / "tmp"
+    tmpdir.mkdir()
+    _mount_tmpfs(fs, "2m")
+    try:
+        out = fs / "out"
+        filler = _fill(fs, 0)
+        r = run_export_process(export_args(scene, out, "--count", "3"), tmpdir)
+        _one_line(r, "No space left on device", str(out / "bundle.json"), "nothing written")
+        assert sorted(os.listdir(fs)) == ["filler"]
+        filler.unlink()
+        filler = _fill(fs, 7 * 4096)
+        r = run_export_process(export_args(scene, out, "--count", "3"), tmpdir)
+        _one_line(r, "No space left on device", str(out), "not published")
+        assert json.loads((out / "bundle.json").read_text())["schema"] == "rowbeam/bundle@1"
+        writer = BundleWriter(out, {})
+        assert all(writer.is_complete(p.relative_to(out).as_posix()) for p in published_folders(out))
+        assert not [p for p in out.rglob(".*")], sorted(out.rglob(".*"))
+        filler.unlink()
+        r = run_export_process(export_args(scene, out, "--count", "3"), tmpdir)
+        assert r.returncode == 0, r.stderr
+        assert [p.name for p in published_folders(out)] == ["000000", "000001", "000002"]
+        check = run_python("-m", "contracts", "check", out)
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert not list(tmpdir.iterdir())
+    finally:
+        subprocess.run(["umount", str(fs)], capture_output=True)
