@@ -206,6 +206,17 @@ def test_interrupted_event_leaves_no_manifest_and_resumes(tmp_path, scene_files)
     assert (out / location / "manifest.json").is_file() and not (out / ".staging").exists()
 
 
+def _run_with_autoexec(code: str) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh bpy process whose preferences let .blend files run their scripts on load
+    (the bpy wheel's default is off, which alone would keep a registered text block from running)."""
+    code = "import bpy; bpy.context.preferences.filepaths.use_scripts_auto_execute = True; " + code
+    blender = blender_binary()
+    if blender:
+        cmd = [blender, "-b", "--factory-startup", "--python-exit-code", "1", "--python-expr", code]
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    return run_python("-c", code)
+
+
 def test_blend_scripts_are_not_run(tmp_path):
     """A .blend with a registered startup text block: its script must not run on export, even where
     Blender is set to auto-run scripts (the exporter opens files with use_scripts=False)."""
