@@ -113,6 +113,11 @@ class RunTemp:
         """Restore the temp settings and delete the folder (idempotent)."""
         if self._lock_fd is None:
             return
+        tempfile.tempdir = self._saved_tempdir          # first: Blender re-creates its folder under TMPDIR
+        if self._saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = self._saved_env
         if self._saved_blender is not None:
             try:
                 import bpy
@@ -123,11 +128,6 @@ class RunTemp:
             except (AttributeError, TypeError, ValueError, ImportError):
                 pass
             self._saved_blender = None
-        tempfile.tempdir = self._saved_tempdir
-        if self._saved_env is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = self._saved_env
         shutil.rmtree(self.path, ignore_errors=True)
         os.close(self._lock_fd)
         self._lock_fd = None

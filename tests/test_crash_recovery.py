@@ -200,3 +200,32 @@ def test_disk_full_is_one_line_and_leaves_nothing_half_written(scene, tmp_path):
         assert not list(tmpdir.iterdir())
     finally:
         subprocess.run(["umount", str(fs)], capture_output=True)
+
+
+def test_temporary_files_live_in_one_per_run_folder(tmp_path):
+    """A LiDAR sweep export (Blender's Cycles add-on compiles its OSL camera into a tmp*.oso it never
+    deletes) leaves nothing in the exporter's TMPDIR: renders, shaders and Blender's own session folder
+    go to the run's folder, removed on exit. In-process (as the add-on runs it), the run restores this
+    process's temp directory and Blender's, which must still exist afterwards."""
+    import tempfile
+
+    import bpy
+
+    from exporter.run import ExportRequest, plan_export, run_export
+    from scenes import lidar_calibration
+
+    _, rig = lidar_calibration.box_room(steps=64)
+    blend = common.save(tmp_path / "room.blend", rig)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    r = run_export_process([EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "cli",
+                            "--count", "2", "--device", "cpu"], tmpdir)
+    assert r.returncode == 0, r.stderr
+    assert not list(tmpdir.iterdir()), sorted(os.listdir(tmpdir))
+    before = (tempfile.gettempdir(), bpy.app.tempdir, bpy.context.preferences.filepaths.temporary_directory)
+    summary = run_export(plan_export(ExportRequest(out=tmp_path / "inproc", blend=blend,
+                                                   rig=blend.with_suffix(".rig.json"), count=1, device="cpu")))
+    assert len(summary["published"]) == 1
+    after = (tempfile.gettempdir(), bpy.app.tempdir, bpy.context.preferences.filepaths.temporary_directory)
+    assert after[0] == before[0] and after[2] == before[2] and Path(after[1]).is_dir()
+    assert not [p for p in Path(before[0]).glob(f"rowbeam-run-{os.getpid()}-*")]
