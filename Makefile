@@ -9,10 +9,11 @@ DEMO := out/demo
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .     # the `rowbeam` command, editable
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -13,6 +13,7 @@ from contracts.errors import RowbeamError
 from contracts.files import atomic_write_json
 from contracts.ontology import load_ontology
 from contracts.rig import parse_rig
+from exporter.progress import Progress, watch_cycles
 from exporter.run import ExportRequest, iter_export, new_summary, plan_export
 
 from . import identity
@@ -31,6 +32,22 @@ def _settings(context):
 
 def _state(context):
     return context.window_manager.rowbeam_state
+
+
+class _PanelSink:
+    """Shows the exporter's stage progress (job, stage, samples, elapsed, ETA) as the Export panel's message."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def __call__(self, stage, now):
+        self.state.message = stage.text(now)
+
+
+def _watch_progress(plan, context):
+    """Route the plan's stage progress to the panel; returns the undo."""
+    plan.context.progress = Progress(_PanelSink(_state(context)))
+    return watch_cycles(plan.context.progress)
 
 
 class ROWBEAM_OT_sensor_add(bpy.types.Operator):
@@ -219,6 +236,7 @@ class ROWBEAM_OT_export(bpy.types.Operator):
     _steps = None
     _timer = None
     _summary = None
+    _unwatch = None
 
     def execute(self, context):
         try:
@@ -228,10 +246,12 @@ class ROWBEAM_OT_export(bpy.types.Operator):
             return {"CANCELLED"}
         summary = new_summary(plan)
         identity.suspended = True
+        unwatch = _watch_progress(plan, context)
         try:
             for done, total, text in iter_export(plan, summary):
                 print(f"rowbeam: [{done}/{total}] {text}")
         finally:
+            unwatch()
             identity.suspended = False
         self._finish(context, summary)
         return {"FINISHED"}
@@ -243,6 +263,7 @@ class ROWBEAM_OT_export(bpy.types.Operator):
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}
         self._summary = new_summary(plan)
+        self._unwatch = _watch_progress(plan, context)
         self._steps = iter_export(plan, self._summary)
         identity.suspended = True
         state = _state(context)
@@ -279,6 +300,9 @@ class ROWBEAM_OT_export(bpy.types.Operator):
 
     def _finish(self, context, summary):
         identity.suspended = False
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         wm = context.window_manager
         if self._timer is not None:
             wm.event_timer_remove(self._timer)

@@ -7,6 +7,7 @@ from . import qa_profile as tol
 from .camera_model import BlenderCameraParams, intrinsics_from_blender, normalized, pixel_grid
 from .frames import is_rigid, rigid_mask
 from .label_checks import check_ids, check_validity
+from .sample_identity import rgb_seed
 from .timing import RollingShutterTiming
 
 
@@ -36,6 +37,16 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
     if "rgb" in arrays:
         finite = bool(np.isfinite(arrays["rgb"]).all())
         add("rgb_finite", finite, "rgb has non-finite values" if not finite else "rgb finite")
+        _check_rgb_seed(manifest, add)
+
+
+def _check_rgb_seed(manifest, add):
+    """The RGB render's Cycles seed is the one derived from the sample id (independent noise per event)."""
+    declared = manifest.get("method", {}).get("rgb_render", {}).get("seed")
+    expected = rgb_seed(manifest["sample_id"])
+    add("rgb_seed", declared == expected,
+        f"rgb seed {declared!r} is not {expected} derived from sample id {manifest['sample_id']!r}"
+        if declared != expected else f"rgb seed {expected} derived from the sample id")
 
 
 def _check_intrinsics(cal, K, add):

@@ -16,6 +16,14 @@ INSTANCE_INVALID = {"policy": "reserved_id", "background": BACKGROUND_ID}
 SEMANTIC_INVALID = {"policy": "reserved_id", "background": BACKGROUND_ID, "void": VOID_ID}
 ALWAYS_VALID = {"policy": "always_valid"}
 
+# The units vocabulary a manifest may declare (the sample schema's $defs/units enum holds the same names).
+UNITS = {
+    "1": "dimensionless", "m": "metres", "m/s": "metres per second", "rad": "radians", "deg": "degrees",
+    "ns": "nanoseconds on the scene clock", "px": "pixels (OpenCV grid)", "id": "integer identifier",
+    "index": "integer index", "unit_vector": "dimensionless unit 3-vector",
+    "scene_linear": "Cycles scene-linear radiance", "record": "structured table; each field declares its units",
+}
+
 
 @dataclass(frozen=True)
 class ModalitySpec:

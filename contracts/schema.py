@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,6 +18,7 @@ SCHEMA_FILES = {
     "rowbeam/qa_report@1": "qa_report.schema.json",
     "rowbeam/flow@1": "flow.schema.json",
     "rowbeam/adapter_sidecar@1": "adapter_sidecar.schema.json",
+    "rowbeam/event_qa@1": "event_qa.schema.json",
 }
 
 
@@ -59,3 +61,25 @@ def _message(e: jsonschema.ValidationError) -> str:
     if e.validator == "required":
         return e.message.replace("is a required property", "is required")
     return e.message
+
+
+def schemas_main(argv: list[str]) -> int:
+    """`rowbeam schemas OUT_DIR`: write every published schema as <name>.schema.json (their $refs name each
+    other by $id; validate with jsonschema + a referencing.Registry of these files, see the README)."""
+    import argparse
+    import shutil
+
+    p = argparse.ArgumentParser(prog="rowbeam schemas", description=schemas_main.__doc__.split(":", 1)[1].strip())
+    p.add_argument("out", help="folder to write the schema files into (created if missing)")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in SCHEMA_FILES.values():
+            shutil.copyfile(SCHEMA_DIR / name, out / name)
+    except OSError as exc:
+        print(f"rowbeam schemas: error: {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    for sid, name in SCHEMA_FILES.items():
+        print(f"{sid:<28} {out / name}")
+    return 0

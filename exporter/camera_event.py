@@ -9,6 +9,7 @@ import numpy as np
 
 from contracts.camera_model import BlenderCameraParams, intrinsics_from_blender
 from contracts.rig import CameraSensor
+from contracts.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
 
 from . import cycles_setup as cs
 from .camera_labels import derive_labels
@@ -102,17 +103,20 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
     seconds = {}
 
     t0 = time.perf_counter()
+    ctx.progress.stage("row poses", H, "rows")
     row_poses = camera_poses(scene, clock, cam, [timing.row_time_exact(v) for v in range(H)])
     ref_pose = camera_poses(scene, clock, cam, [timing.reference_time_ns()])[0]
     seconds["row_poses"] = time.perf_counter() - t0
 
     arrays = {"row_time_ns": timing.row_reference_times_ns(), "row_T_world_camera": row_poses}
     objects = ctx.render_objects()
+    seed = rgb_seed(sample_id(ctx.scenario, sensor.id, timing.reference_time_ns()))
     if sensor.rgb_samples > 0:
         t0 = time.perf_counter()
+        ctx.progress.stage("rgb render", sensor.rgb_samples, "samples")
         with ScenePatch() as p:
             ctx.base_settings(p, W, H)
-            cs.rgb_settings(p, scene, sensor.rgb_samples)
+            cs.rgb_settings(p, scene, sensor.rgb_samples, seed)
             rcam = use_render_camera(p, scene, cam, sensor.readout_direction)
             cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, objects + [rcam])
             passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
@@ -122,14 +126,17 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
     shutter = label_shutter(timing)
     with ScenePatch() as p:
         t0 = time.perf_counter()
+        ctx.progress.stage("label render", 1, "samples")
         rcam = setup_label_render(p, ctx, sensor, W, H)
         cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objects + [rcam])
         passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
         seconds["label_render"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        ctx.progress.stage("derive labels")
         labels, stats = derive_labels(passes, row_poses, K, ctx.lut)
         seconds["derive"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        ctx.progress.stage(f"verify ({sensor.verify_rows} exact rows)")
         verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H)
         seconds["verify"] = time.perf_counter() - t0
     arrays.update(labels)
@@ -149,7 +156,8 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
     if sensor.rgb_samples > 0:
         method["rgb_render"] = {"samples": sensor.rgb_samples, "shutter_duration_ns": float(rgb_shutter(timing).duration_ns),
                                 "rolling_shutter_duration": rgb_shutter(timing).rolling_duration,
-                                "pixel_filter": scene.cycles.pixel_filter_type, "denoising": False}
+                                "pixel_filter": scene.cycles.pixel_filter_type, "denoising": False,
+                                "seed": seed, "seed_rule": RGB_SEED_RULE}
     return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=ctx.device)
 
 

@@ -7,13 +7,15 @@ from pathlib import Path
 
 from contracts.errors import RowbeamError
 
+from .console import export_console
+
 USAGE = """\
   blender -b scene.blend -P render_export.py -- --out DIR [--rig RIG.json] [options]
   python render_export.py scene.blend --out DIR [--rig RIG.json] [options]   (bpy wheel)"""
 
 
-def parse_args(argv: list[str], blend_positional: bool) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="render_export.py", usage=USAGE,
+def parse_args(argv: list[str], blend_positional: bool, prog: str = "render_export.py") -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, usage=USAGE if prog == "render_export.py" else None,
                                 description="Export rowbeam sensor events (labels + manifests) from a .blend.")
     if blend_positional:
         p.add_argument("blend", help=".blend file (opened with its scripts disabled)")
@@ -28,6 +30,10 @@ def parse_args(argv: list[str], blend_positional: bool) -> argparse.Namespace:
                    help="also export optical/scene flow between consecutive exported events of each camera")
     p.add_argument("--flow-pairs", metavar="I:J,...",
                    help="flow between these event pairs of each camera (exported first when missing)")
+    talk = p.add_mutually_exclusive_group()
+    talk.add_argument("-q", "--quiet", action="store_true", help="print errors only (no progress, no summary)")
+    talk.add_argument("-v", "--verbose", action="store_true",
+                      help="also show Blender's own output (render temp files, device probes)")
     return p.parse_args(argv)
 
 
@@ -44,8 +50,14 @@ def parse_pairs(text: str | None) -> list | None:
     return pairs
 
 
-def main(argv: list[str], blend_positional: bool) -> int:
-    args = parse_args(argv, blend_positional)
+def main(argv: list[str], blend_positional: bool, prog: str = "render_export.py") -> int:
+    args = parse_args(argv, blend_positional, prog)
+    with export_console(args.quiet, args.verbose) as console:
+        return _export(args, blend_positional, console)
+
+
+def _export(args, blend_positional: bool, console) -> int:
+    """Plan and run the export; rowbeam's lines go to `console`, user errors to stderr (one line, exit 2)."""
     try:
         from .run_temp import enter_process_temp
 
@@ -60,9 +72,11 @@ def main(argv: list[str], blend_positional: bool) -> int:
             flow_pairs=parse_pairs(args.flow_pairs))
         plan = plan_export(request)
         flows = sum(j.is_flow for j in plan.jobs)
-        print(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "
-              f"(device {plan.context.device})", flush=True)
-        summary = run_export(plan, progress=lambda d, t, text: print(f"rowbeam: [{d}/{t}] {text}", flush=True))
+        console.say(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "
+                    f"(device {plan.context.device})")
+        plan.context.progress = console.progress
+        console.watch_cycles()
+        summary = run_export(plan, progress=lambda d, t, text: console.say(f"rowbeam: [{d}/{t}] {text}"))
     except RowbeamError as exc:
         print(f"rowbeam: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -74,6 +88,6 @@ def main(argv: list[str], blend_positional: bool) -> int:
             raise
         print(f"rowbeam: error: {error}", file=sys.stderr)
         return error.exit_code
-    print(f"rowbeam: published {len(summary['published'])}, quarantined {len(summary['quarantined'])}, "
-          f"skipped {len(summary['skipped'])} -> {summary['out']}")
+    console.say(f"rowbeam: published {len(summary['published'])}, quarantined {len(summary['quarantined'])}, "
+                f"skipped {len(summary['skipped'])} -> {summary['out']}")
     return 1 if summary["quarantined"] else 0

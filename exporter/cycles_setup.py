@@ -91,8 +91,10 @@ def label_settings(patch: ScenePatch, scene, view_layer) -> None:
         patch.on_restore(lambda: view_layer.aovs.remove(view_layer.aovs[TRUE_NORMAL_AOV]))
 
 
-def rgb_settings(patch: ScenePatch, scene, samples: int) -> None:
+def rgb_settings(patch: ScenePatch, scene, samples: int, seed: int) -> None:
+    """Path-traced RGB: `samples` per pixel, Cycles noise seed `seed` (contracts.sample_identity.rgb_seed)."""
     patch.set(scene.cycles, "samples", samples)
+    patch.set(scene.cycles, "seed", seed)
 
 
 def apply_shutter(patch: ScenePatch, scene, clock, shutter: CyclesShutter, motion_steps: int, objects) -> None:

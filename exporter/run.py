@@ -20,6 +20,7 @@ from contracts.errors import RowbeamError
 from contracts.files import atomic_write_json, canonical_json, sha256_file
 from contracts.ontology import load_ontology
 from contracts.rig import CameraSensor, Rig, load_rig, parse_rig
+from contracts.sample_identity import sample_id
 
 from . import ROWBEAM_VERSION
 from . import cycles_setup as cs
@@ -31,6 +32,7 @@ from .flow_pair import compute_flow_pair, endpoint, flow_manifest
 from .lidar_event import export_lidar_event
 from .manifest import assemble_manifest, camera_core, lidar_core, write_manifest, write_payloads
 from .object_table import build_object_table
+from .progress import Progress
 from .run_temp import run_temp
 from .scene_clock import scene_clock
 from .scene_patch import ScenePatch
@@ -90,6 +92,8 @@ class ExportContext:
     ontology: object
     device_patch: ScenePatch = field(default_factory=ScenePatch)
     device: str = "CPU"
+    scenario: str = "untitled"         # lineage scenario: the first part of every sample id
+    progress: Progress = field(default_factory=Progress)   # stage progress inside each job (silent by default)
 
     def image_size(self, sensor) -> tuple[int, int]:
         if sensor.image_size_px:
@@ -196,7 +200,7 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     writer = BundleWriter(request.out, identity, {"rig": rig.document, "created_by": {
         "rowbeam_version": ROWBEAM_VERSION, "blender_version": bpy.app.version_string}})
     writer.validate()
-    ctx = ExportContext(scene, view_layer, clock, table, semantic_lut(table), ontology)
+    ctx = ExportContext(scene, view_layer, clock, table, semantic_lut(table), ontology, scenario=lineage["scenario"])
     ctx.device = cs.select_device(scene, ctx.device_patch, request.device)
     return ExportPlan(request, rig, rig_sha, blend_sha, jobs, lineage, writer, ctx)
 
@@ -313,6 +317,7 @@ def _run_info(seconds: dict, t0: float) -> dict:
 
 
 def _check_and_publish(plan: ExportPlan, staged: Path, location: str, manifest: dict):
+    plan.context.progress.stage("write and check")
     write_manifest(staged, manifest)
     report = check_path(staged / "manifest.json", staged, plan.writer.root)
     atomic_write_json(staged / "qa_report.json", {"schema": "rowbeam/event_qa@1", "status":
@@ -328,7 +333,7 @@ def _export_event(plan: ExportPlan, job: Job):
     staged = plan.writer.stage(job.location)
     modalities = write_payloads(staged, out.arrays, sensor.type, sensor.id, out.dims, out.exposure_ns)
     manifest = assemble_manifest(
-        core(out, sensor, index), sample_id=f"{plan.lineage['scenario']}.{sensor.id}.{out.reference_time_ns}",
+        core(out, sensor, index), sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
         sensor=sensor, modalities=modalities, objects=ctx.table, ontology=ctx.ontology,
         build=_build_info(plan, out.render_device), lineage=_lineage_info(plan), run=_run_info(out.seconds, t0))
     return _check_and_publish(plan, staged, job.location, manifest)
@@ -341,6 +346,7 @@ def _export_flow(plan: ExportPlan, job: Job):
     for d in (src, dst):
         if not writer.is_complete(d.relative_to(writer.root).as_posix()):
             raise RowbeamError(f"{job.label}: endpoint {d.relative_to(writer.root)} is not a complete published event")
+    ctx.progress.stage("flow")
     arrays, method, (m0, m1) = compute_flow_pair(ctx, src, dst)
     W, H = m0["calibration"]["image_size_px"]
     staged = writer.stage(job.location)

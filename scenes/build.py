@@ -11,10 +11,10 @@ import sys
 from . import calibration, common, running_example
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = "python -m scenes.build") -> int:
     names = ["running_example", *calibration.SCENES]
-    p = argparse.ArgumentParser(prog="python -m scenes.build", description=__doc__.splitlines()[0])
-    p.add_argument("name", choices=names)
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("name", choices=names, metavar="name", help="scene to build: " + ", ".join(names))
     p.add_argument("out", help="output .blend path")
     p.add_argument("--scale", type=int, default=1, help="divide the 1280x720 seed resolution by this")
     p.add_argument("--rgb-samples", type=int, default=None, help="rgb samples in the rig (0: labels only)")

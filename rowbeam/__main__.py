@@ -1,0 +1,6 @@
+"""python -m rowbeam ... (same as the `rowbeam` command)."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,76 @@
+"""The `rowbeam` console command: one entry point that hands each subcommand to its own parser.
+
+Every subcommand's own `--help` documents its options (`rowbeam export --help`, …). User errors
+print one line and exit 2.
+"""
+from __future__ import annotations
+
+import sys
+
+SUBCOMMANDS = {
+    "export": "render sensor events of a .blend into a bundle (needs bpy or Blender)",
+    "check": "check a bundle or one event folder against its contracts (no Blender needed)",
+    "adapt": "write a flow folder in an external format (.flo, KITTI PNG, PFM) with a loss sidecar",
+    "scenes": "build a calibration scene or the running example as .blend + rig (needs bpy)",
+    "schemas": "write the published JSON Schemas of every rowbeam document into a folder",
+}
+
+USAGE = "usage: rowbeam {" + ",".join(SUBCOMMANDS) + "} ... [--help]"
+
+
+def _top_help() -> str:
+    from exporter import ROWBEAM_VERSION
+
+    rows = "\n".join(f"  {name:<8} {text}" for name, text in SUBCOMMANDS.items())
+    return (f"rowbeam {ROWBEAM_VERSION}: authoritative sensor ground truth from Blender scenes\n\n{USAGE}\n\n"
+            f"subcommands:\n{rows}\n\n`rowbeam SUBCOMMAND --help` explains each option. "
+            "Exit status: 0 success, 1 a hard QA failure, 2 unusable input.")
+
+
+def _needs_bpy(command: str) -> int | None:
+    """None when bpy imports; else print one line and return exit status 2."""
+    try:
+        import bpy  # noqa: F401
+    except ImportError:
+        print(f"rowbeam {command}: error: needs Blender's Python module: pip install 'rowbeam[blender]' "
+              "(bpy), or run inside Blender: blender -b scene.blend -P render_export.py -- ...", file=sys.stderr)
+        return 2
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_top_help())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from exporter import ROWBEAM_VERSION
+
+        print(f"rowbeam {ROWBEAM_VERSION}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in SUBCOMMANDS:
+        print(f"rowbeam: error: unknown subcommand {command!r} (one of: {', '.join(SUBCOMMANDS)})", file=sys.stderr)
+        return 2
+    if command in ("check", "adapt"):
+        from contracts.__main__ import main as contracts_main
+
+        return contracts_main([command, *rest], prog="rowbeam")
+    if command == "schemas":
+        from contracts.schema import schemas_main
+
+        return schemas_main(rest)
+    if command == "export" and "-h" not in rest and "--help" not in rest:
+        missing = _needs_bpy(command)
+        if missing is not None:
+            return missing
+    if command == "export":
+        from exporter.cli import main as export_main
+
+        return export_main(rest, blend_positional=True, prog="rowbeam export")
+    missing = _needs_bpy(command)
+    if missing is not None:
+        return missing
+    from scenes.build import main as scenes_main
+
+    return scenes_main(rest, prog="rowbeam scenes")
