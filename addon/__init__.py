@@ -15,6 +15,12 @@ _CLASSES = (rig_props.RowbeamSensor, settings.RowbeamSceneSettings, settings.Row
 
 
 def register():
+    from exporter.blender_compat import support_problem
+
+    problem = support_problem()
+    if problem:                                 # refuse cleanly: one line, nothing registered
+        print(f"rowbeam: {problem}")
+        return
     for cls in _CLASSES:
         bpy.utils.register_class(cls)
     bpy.types.Scene.rowbeam = bpy.props.PointerProperty(type=settings.RowbeamSceneSettings)
@@ -31,6 +37,8 @@ def register():
 
 
 def unregister():
+    if not hasattr(bpy.types.Scene, "rowbeam"):     # register() refused this Blender
+        return
     for handlers, fn in HANDLERS:
         while fn in handlers:
             handlers.remove(fn)

@@ -17,6 +17,7 @@ import numpy as np
 from contracts.arrays import read_exr_parts
 from contracts.errors import RowbeamError
 
+from . import blender_compat
 from .cycles_timing import CyclesShutter
 from .scene_clock import set_time
 from .scene_patch import ScenePatch
@@ -60,13 +61,9 @@ def common_settings(patch: ScenePatch, scene) -> None:
     patch.set(r, "use_border", False)
     patch.set(r, "use_crop_to_border", False)
     patch.set(r, "use_persistent_data", False)
-    patch.set(r.image_settings, "media_type", "MULTI_LAYER_IMAGE")
-    patch.set(r.image_settings, "file_format", "OPEN_EXR_MULTILAYER")
+    blender_compat.set_multilayer_exr(patch, r.image_settings)      # single-part (interleaved) on every version
     patch.set(r.image_settings, "color_depth", "32")
     patch.set(r.image_settings, "exr_codec", "NONE")
-    # single-part (interleaved) EXR: multi-part writing fails on non-square pixels (conflicting
-    # pixelAspectRatio headers between parts, bpy 5.0.1)
-    patch.set(r.image_settings, "use_exr_interleave", True)
     patch.set(scene.cycles, "use_denoising", False)
     patch.set(scene.cycles, "use_adaptive_sampling", False)
     patch.set(scene.cycles, "seed", 0)
@@ -147,8 +144,7 @@ def add_true_normal_aov(patch: ScenePatch, objects) -> None:
         if mat.name in done:
             continue
         done.add(mat.name)
-        if mat.node_tree is None:
-            patch.set(mat, "use_nodes", True)
+        blender_compat.ensure_node_tree(patch, mat)
         tree = mat.node_tree
         geo = tree.nodes.new("ShaderNodeNewGeometry")
         out = tree.nodes.new("ShaderNodeOutputAOV")
@@ -219,7 +215,7 @@ def _collect_passes(channels: dict, layer: str) -> dict:
         "true_normal": stack(TRUE_NORMAL_AOV, "RGB"),
         "vector": stack("Vector", "XYZW"),
     }
-    for key, name in (("depth", "Depth.Z"), ("index", "Object Index.X"), ("index", "IndexOB.X")):
-        if f"{layer}.{name}" in channels:
-            out[key] = channels[f"{layer}.{name}"]
+    for key, name in blender_compat.pass_channels(layer).items():
+        if name in channels:
+            out[key] = channels[name]
     return {k: v for k, v in out.items() if v is not None}

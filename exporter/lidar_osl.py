@@ -86,26 +86,12 @@ def compile_osl(source: str) -> tuple[str, str]:
     return bytecode, hashlib.md5(bytecode.encode(), usedforsecurity=False).hexdigest()
 
 
-def ensure_oslquery_importable() -> None:
-    """Blender's custom-camera update hook imports `oslquery`, which the bpy wheel keeps in its own
-    bundled site-packages (DESIGN.md); a real Blender has it on sys.path already."""
-    import sys
-
-    import bpy
-
-    try:
-        import oslquery  # noqa: F401
-    except ImportError:
-        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-        path = os.path.join(bpy.utils.resource_path("LOCAL"), "python", "lib", version, "site-packages")
-        if os.path.isdir(path) and path not in sys.path:
-            sys.path.append(path)
-
-
 def make_lidar_camera(patch, scene, mount, source: str):
     """A custom (OSL) camera parented to `mount` with identity local axes; made the scene camera."""
     import bpy
     from mathutils import Matrix
+
+    from .blender_compat import ensure_oslquery_importable
 
     ensure_oslquery_importable()
     bytecode, digest = compile_osl(source)

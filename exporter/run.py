@@ -23,6 +23,7 @@ from contracts.rig import CameraSensor, Rig, load_rig, parse_rig
 from contracts.sample_identity import sample_id
 
 from . import ROWBEAM_VERSION
+from . import blender_compat
 from . import cycles_setup as cs
 from .blend_io import git_revision, open_blend
 from .bundle import BundleWriter, event_location, flow_location, write_error
@@ -135,6 +136,7 @@ def _load_rig(request: ExportRequest, scene) -> Rig:
 
 
 def _check_sensor_object(scene, sensor) -> None:
+    blender_compat.require_sensor_support(sensor.id, sensor.type)     # e.g. LiDAR needs Blender >= 4.5
     obj = scene.objects.get(sensor.object)
     if obj is None:
         raise RowbeamError(f"sensor {sensor.id!r}: object {sensor.object!r} is not in scene {scene.name!r}")
@@ -168,6 +170,7 @@ def _default_event_count(scene, clock, sensor) -> int:
 
 def plan_export(request: ExportRequest) -> ExportPlan:
     """Validate everything (files, rig, objects, output folder); create nothing."""
+    blender_compat.check_supported()                                  # Blender/Python/numpy in the matrix
     if request.blend is not None:
         open_blend(request.blend)
     blend_path = bpy.data.filepath

@@ -9,6 +9,7 @@ import numpy as np
 from mathutils import Matrix
 
 from contracts.frames import T_BLENDER_CAMERA_OPENCV
+from exporter import blender_compat
 from exporter.object_table import CLASS_PROPERTY, ID_PROPERTY, format_object_id
 
 SENSOR_WIDTH_MM = 36.0
@@ -100,7 +101,7 @@ def add_box(name: str, size, location, rotation_z: float = 0.0):
 
 
 def add_material(obj, rgb, name=None):
-    mat = bpy.data.materials.new(name or f"{obj.name}_mat")
+    mat = blender_compat.new_material(name or f"{obj.name}_mat")
     bsdf = next(n for n in mat.node_tree.nodes if n.bl_idname == "ShaderNodeBsdfPrincipled")
     bsdf.inputs["Base Color"].default_value = (*rgb, 1.0)
     obj.data.materials.append(mat)
@@ -123,14 +124,10 @@ def key_rotations(obj, frames_and_eulers) -> None:
 
 
 def _linear_extrapolation(obj) -> None:
-    action = obj.animation_data.action
-    for layer in action.layers:
-        for strip in layer.strips:
-            for bag in strip.channelbags:
-                for fc in bag.fcurves:
-                    fc.extrapolation = "LINEAR"
-                    for kp in fc.keyframe_points:
-                        kp.interpolation = "LINEAR"
+    for fc in blender_compat.fcurves(obj):
+        fc.extrapolation = "LINEAR"
+        for kp in fc.keyframe_points:
+            kp.interpolation = "LINEAR"
 
 
 def save(path, rig: dict | None = None) -> Path:

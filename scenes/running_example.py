@@ -14,6 +14,7 @@ import math
 
 import bpy
 
+from exporter import blender_compat
 from exporter.run import LINEAGE_PROPERTY, SCENARIO_PROPERTY
 
 from . import common
@@ -41,7 +42,7 @@ def _materials():
                "pole": (0.2, 0.2, 0.2), "tree": (0.1, 0.35, 0.12), "sign": (0.8, 0.7, 0.1)}
     out = {}
     for name, rgb in colours.items():
-        m = bpy.data.materials.new(name)
+        m = blender_compat.new_material(name)
         bsdf = next(n for n in m.node_tree.nodes if n.bl_idname == "ShaderNodeBsdfPrincipled")
         bsdf.inputs["Base Color"].default_value = (*rgb, 1.0)
         out[name] = m
@@ -100,7 +101,7 @@ def build(width: int = 1280, height: int = 720, frames: int = 60):
     for frame, x in ((1, 20.0), (1 + frames, 45.0)):   # Bezier ease-in/out: non-linear in time
         cyclist.location.x = x
         cyclist.keyframe_insert("location", index=0, frame=frame)
-    for fc in _fcurves(cyclist):
+    for fc in blender_compat.fcurves(cyclist):
         for kp in fc.keyframe_points:
             kp.interpolation = "BEZIER"
 
@@ -114,11 +115,6 @@ def build(width: int = 1280, height: int = 720, frames: int = 60):
     for child in (cam, lidar):
         child.parent = shuttle                  # shuttle is at the origin at frame 1: parent inverse = identity
     return scene, van, pedestrian
-
-
-def _fcurves(obj):
-    action = obj.animation_data.action
-    return [fc for layer in action.layers for strip in layer.strips for bag in strip.channelbags for fc in bag.fcurves]
 
 
 def rig(lidar: bool = True, lidar_fields: dict | None = None, **camera_fields) -> dict:

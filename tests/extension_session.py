@@ -55,6 +55,14 @@ scene.rowbeam.scenario, scene.rowbeam.lineage_group = "ui_test", "ui_test/group"
 settings = scene.rowbeam
 settings.output_dir, settings.first_event, settings.event_count, settings.device = args["out_ui"], 1, 1, "cpu"
 bpy.ops.wm.save_mainfile()
+res["blender"] = list(bpy.app.version)
+if bpy.app.version < (4, 5, 0):        # no custom (OSL) camera: the LiDAR is refused by name, the camera exports
+    try:
+        bpy.ops.rowbeam.export()
+    except RuntimeError as exc:       # the operator reported an ERROR
+        res["lidar_refused"] = str(exc)
+    settings.sensor_filter = "camera_front"
+    bpy.ops.wm.save_mainfile()
 res["export"] = list(bpy.ops.rowbeam.export())
 bpy.ops.rowbeam.check()
 state = bpy.context.window_manager.rowbeam_state

@@ -13,12 +13,12 @@ from scenes import calibration, common
 
 from .conftest import REPO, run_python
 
+sys.path.insert(0, str(REPO / "tools"))
+import build_extension  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def extension_zip(tmp_path_factory):
-    sys.path.insert(0, str(REPO / "tools"))
-    import build_extension
-
     return build_extension.build(["linux-x64"], tmp_path_factory.mktemp("dist"))
 
 
@@ -50,6 +50,27 @@ def test_zip_is_valid_and_bundles_its_dependencies(extension_zip):
     assert {"openexr", "jsonschema", "referencing", "rpds_py", "attrs", "rowbeam_core"} <= wheels
 
 
+def test_zip_carries_wheels_for_every_python_blender_embeds(extension_zip):
+    """cp311 (Blender 4.2-5.0) and cp313 (5.1-5.3) binary wheels, all listed in the manifest, from which
+    Blender derives the extension's Python versions (bpy 5.3 refuses an all-cp311 extension)."""
+    import tomllib
+    import zipfile
+
+    z = zipfile.ZipFile(extension_zip)
+    manifest = tomllib.loads(z.read("blender_manifest.toml").decode())
+    listed = {w.rsplit("/", 1)[1] for w in manifest["wheels"]}
+    assert listed == {n.split("/", 1)[1] for n in z.namelist() if n.startswith("wheels/") and n.endswith(".whl")}
+    for dist in ("openexr", "rpds_py"):
+        tags = {w.split("-")[2] for w in listed if w.lower().startswith(dist + "-")}
+        assert tags == {"cp311", "cp313"}, (dist, tags)
+    assert manifest["blender_version_min"] == "4.2.0" and manifest["blender_version_max"] == "5.4.0"
+    blender_ext = Path(build_extension.blender_ext()).parent
+    sys.path.insert(0, str(blender_ext))
+    from blender_ext import python_versions_from_wheels     # Blender's own reading of the wheel tags
+
+    assert python_versions_from_wheels(sorted(listed)) >= {(3, 11), (3, 13)}
+
+
 def test_extension_runs_its_bundled_code(session):
     res, _, d = session
     assert str(d / "user") in res["contracts_file"]           # not the checkout: the wheel inside the zip
@@ -73,18 +94,25 @@ def test_ui_export_checks_clean(session):
     res, _, d = session
     assert res["export"] == ["FINISHED"]
     assert res["check_status"] == "pass", res["check_lines"]
+    if tuple(res["blender"]) < (4, 5, 0):          # 4.2: the UI refuses the LiDAR in one line, names the minimum
+        assert res["lidar_refused"].strip() == (f"Error: sensor 'lidar_top' (spinning_lidar) needs Blender >= 4.5 "
+                                                f"(found {'.'.join(map(str, res['blender']))})")
+    else:
+        assert "lidar_refused" not in res
     assert Path(res["report_path"]).is_file()
 
 
 def test_headless_export_of_the_saved_file_is_identical(session):
     """render_export.py without --rig reads the rig stored in the .blend; same events, same manifests."""
     res, blend, d = session
+    lidar = tuple(res["blender"]) >= (4, 5, 0)       # 4.2 has no custom camera: the camera alone
     r = run_python(REPO / "render_export.py", blend, "--out", d / "out_cli", "--first-event", "1", "--count", "1",
-                   "--device", "cpu")
+                   "--device", "cpu", *([] if lidar else ["--sensors", "camera_front"]))
     assert r.returncode == 0, r.stderr
     ui = sorted((d / "out_ui" / "events").glob("*/*/manifest.json"))
     cli = sorted((d / "out_cli" / "events").glob("*/*/manifest.json"))
-    assert [p.relative_to(d / "out_ui") for p in ui] == [p.relative_to(d / "out_cli") for p in cli] and len(ui) == 2
+    assert [p.relative_to(d / "out_ui") for p in ui] == [p.relative_to(d / "out_cli") for p in cli]
+    assert len(ui) == (2 if lidar else 1)
     for a, b in zip(ui, cli, strict=True):
         ma, mb = json.loads(a.read_text()), json.loads(b.read_text())
         ma.pop("run"), mb.pop("run")                                   # declared run metadata: timings, host

@@ -5,7 +5,9 @@
 Stages build/extension/ with the add-on (addon/*.py at the zip root), the manifest (wheels list
 filled in) and wheels/: rowbeam's contracts + exporter packaged as a pure wheel (with the git
 revision it was built from), plus OpenEXR, jsonschema and their dependencies downloaded from PyPI
-for each platform (Python 3.11, as Blender 4.2-5.0 ship). numpy comes with Blender.
+for each platform and each Python Blender embeds (PYTHONS: 3.11 in Blender 4.2-5.0, 3.13 from 5.1).
+Blender derives the extension's Python versions from the wheel tags and installs only the wheels
+matching its own platform and Python. numpy comes with Blender.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"
 CACHE = BUILD / "wheel-cache"
-BLENDER_EXT = Path(sys.prefix) / "lib/python3.11/site-packages/bpy/5.0/scripts/addons_core/bl_pkg/cli/blender_ext.py"
+PYTHONS = ("3.11", "3.13")                  # every Python a supported Blender embeds (exporter/blender_compat.py)
 PURE = ["jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "referencing==0.37.0", "attrs==26.1.0",
         "typing-extensions==4.16.0"]
 BINARY = ["OpenEXR==3.5.3", "rpds-py==2026.9.1"]
@@ -35,6 +37,17 @@ PLATFORM_TAGS = {
     "macos-arm64": ["macosx_11_0_arm64", "macosx_12_0_arm64", "macosx_13_0_arm64", "macosx_14_0_arm64"],
     "macos-x64": [f"macosx_10_{m}_x86_64" for m in (9, 12, 13, 14, 15)] + ["macosx_11_0_x86_64"],
 }
+
+
+def blender_ext() -> Path:
+    """blender_ext.py of the bpy wheel this Python has (bpy/<major.minor>/scripts/addons_core/bl_pkg/cli/)."""
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.find_spec("bpy")
+    found = sorted(Path(spec.origin).parent.glob("*/scripts/addons_core/bl_pkg/cli/blender_ext.py")) if spec else []
+    if not found:
+        sys.exit("build_extension: error: this Python has no bpy wheel (blender_ext.py validates the extension)")
+    return found[-1]
 
 
 def version() -> str:
@@ -78,28 +91,33 @@ def build_core_wheel(out_dir: Path) -> Path:
     return target
 
 
-def download(requirements: list[str], dest: Path, platform_tags: list[str] | None) -> None:
+def download(requirements: list[str], dest: Path, platform_tags: list[str] | None, python: str = "3.11") -> None:
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(dest)]
     if platform_tags:
-        cmd += ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311"]
+        abi = "cp" + python.replace(".", "")
+        cmd += ["--python-version", python, "--implementation", "cp", "--abi", abi]
         for tag in platform_tags:
             cmd += ["--platform", tag]
     subprocess.run(cmd + requirements, check=True)
 
 
 def collect_wheels(platforms: list[str], wheel_dir: Path) -> list[str]:
-    """Download (cached) and copy the wheels; returns the platforms every binary wheel exists for."""
+    """Download (cached) and copy the wheels; returns the platforms every binary wheel exists for, for
+    every Python in PYTHONS."""
     download(PURE, CACHE / "pure", None)
     supported = []
     for plat in platforms:
+        dirs = [CACHE / plat / ("cp" + py.replace(".", "")) for py in PYTHONS]
         try:
-            download(BINARY, CACHE / plat, PLATFORM_TAGS[plat])
+            for py, d in zip(PYTHONS, dirs, strict=True):
+                download(BINARY, d, PLATFORM_TAGS[plat], py)
         except subprocess.CalledProcessError:
-            print(f"build_extension: no wheels of {BINARY} for {plat}; platform left out", file=sys.stderr)
+            print(f"build_extension: no wheels of {BINARY} for {plat} (Python {', '.join(PYTHONS)}); "
+                  "platform left out", file=sys.stderr)
             continue
         supported.append(plat)
-        for whl in (CACHE / plat).glob("*.whl"):
+        for whl in (w for d in dirs for w in d.glob("*.whl")):
             shutil.copy2(whl, wheel_dir)
     for whl in (CACHE / "pure").glob("*.whl"):
         shutil.copy2(whl, wheel_dir)
@@ -127,9 +145,9 @@ def build(platforms: list[str], out_dir: Path) -> Path:
     src = stage(platforms)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"rowbeam-{version()}.zip"
-    subprocess.run([sys.executable, str(BLENDER_EXT), "build", "--source-dir", str(src),
+    subprocess.run([sys.executable, str(blender_ext()), "build", "--source-dir", str(src),
                     "--output-filepath", str(target)], check=True)
-    subprocess.run([sys.executable, str(BLENDER_EXT), "validate", str(target)], check=True)
+    subprocess.run([sys.executable, str(blender_ext()), "validate", str(target)], check=True)
     return target
 
 
