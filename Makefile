@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 DEMO := out/demo
 
-.PHONY: demo test bench clean venv extension test-blender
+.PHONY: demo test bench clean venv extension test-blender test-matrix
 
 venv: $(STAMP)
 
@@ -32,6 +32,12 @@ demo: $(DEMO)/dusk_shuttle.blend
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
+
+# The Blender-facing tests on every supported Blender (4.2, 4.5, 5.0, 5.3), each in its own venv
+# (.venv-<V>; 5.0 reuses .venv). Needs Python 3.11 ($(PY)) and Python 3.13 (PY313, found on PATH or
+# under ~/.pyenv when not given). Per-version results: out/test-matrix/summary.txt.
+test-matrix:
+	PY311="$(shell command -v $(PY) || echo $(PY))" $(if $(PY313),PY313="$(PY313)") tools/test_matrix.sh $(MATRIX)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
