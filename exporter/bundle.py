@@ -26,6 +26,7 @@ import platform
 import re
 import secrets
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,6 +43,7 @@ LOCKS = "locks"
 OWNER = ".owner"
 BUNDLE_TMP = re.compile(r"^\.bundle\.json\.tmp-(\d+)$")      # contracts.files.atomic_write_bytes' temp name
 TRASH = re.compile(r"^\..+\.old-(\d+)$")                       # publish() moves a replaced folder here first
+FOREIGN_STALE_S = 6 * 3600      # another host's staging with a free lock is reclaimed after this long untouched
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EFBIG}
 
 
@@ -223,7 +225,9 @@ class BundleWriter:
             return d
 
     def _writer_is_dead(self, d: Path) -> bool:
-        """A staging folder whose writer is gone: owner lock free, and its pid not alive on this host."""
+        """A staging folder whose writer is gone: its owner lock is free, and its pid is not alive on this
+        host -- or, for a writer on another host (a shared folder), its owner file has not been touched
+        (every stage() touches it) for FOREIGN_STALE_S, in case the shared file system's locks are local."""
         if not lock_is_free(d / OWNER):
             return False
         try:
@@ -232,7 +236,12 @@ class BundleWriter:
         except (OSError, ValueError, KeyError, TypeError):     # no/partial owner file, or an older layout
             m = re.search(r"-(\d+)(?:-[0-9a-f]+)?$", d.name)
             host, pid = self.host, int(m.group(1)) if m else -1
-        return host != self.host or not pid_alive(pid)
+        if host == self.host:
+            return not pid_alive(pid)
+        try:
+            return time.time() - (d / OWNER).stat().st_mtime > FOREIGN_STALE_S
+        except OSError:
+            return False
 
     def reclaim(self) -> list[str]:
         """Remove what killed writers left: their staging folders, free lock files, stale
@@ -336,6 +345,7 @@ class BundleWriter:
     def stage(self, location: str) -> Path:
         """An empty folder in this writer's staging for `location`."""
         d = self._private_dir() / location.replace("/", "+")
+        os.utime(self.private / OWNER)          # heartbeat for writers on other hosts (see _writer_is_dead)
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir()
         return d

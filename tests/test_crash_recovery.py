@@ -100,7 +100,8 @@ def test_kill_9_at_random_moments_then_resume_is_identical(scene, tmp_path):
 def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
     """A 0-byte .bundle.json.tmp-PID (a kill during the first bundle.json write) must not make the folder
     'foreign'; a dead writer's staging, publish trash of a dead pid and a dead run's temporary folder are
-    removed by the next run, while a live writer's staging (its owner lock held here) is kept."""
+    removed by the next run, while a live writer's staging (its owner lock held here) is kept; another
+    host's staging is kept while its heartbeat is recent (FOREIGN_STALE_S)."""
     out, tmpdir, pid = tmp_path / "out", tmp_path / "tmp", dead_pid()
     out.mkdir()
     tmpdir.mkdir()
@@ -114,6 +115,13 @@ def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
     owner = os.open(live_staging / ".owner", os.O_RDWR | os.O_CREAT)
     fcntl.flock(owner, fcntl.LOCK_EX)
     os.write(owner, json.dumps({"host": os.uname().nodename, "pid": os.getpid()}).encode())
+    foreign = {}                                  # writers on other hosts sharing the folder: by heartbeat age
+    for name, age_s in (("w-4242-f0f0f0f0", 60.0), ("w-4243-0e0e0e0e", 7 * 3600.0)):
+        (out / ".staging" / name).mkdir()
+        owner_file = out / ".staging" / name / ".owner"
+        owner_file.write_text(json.dumps({"host": "farm-node-7.invalid", "pid": 4242}))
+        os.utime(owner_file, (time.time() - age_s, time.time() - age_s))
+        foreign[name] = out / ".staging" / name
     dead_run = tmpdir / f"rowbeam-run-{pid}-abcdefgh"
     (dead_run / "blender_x1y2z3").mkdir(parents=True)
     (dead_run / "rowbeam_render_1234.exr").write_bytes(b"half a render")
@@ -129,7 +137,8 @@ def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
         assert json.loads((out / "bundle.json").read_text())["schema"] == "rowbeam/bundle@1"
         assert not (out / f".bundle.json.tmp-{pid}").exists() and not dead_staging.exists()
         assert not trash.exists() and not dead_run.exists()
-        assert sorted(os.listdir(out / ".staging")) == [live_staging.name]    # the live writer's is kept
+        # the live writer's is kept, and another host's touched a minute ago; its 7-hour-old one is not
+        assert sorted(os.listdir(out / ".staging")) == sorted([live_staging.name, "w-4242-f0f0f0f0"])
         assert sorted(os.listdir(live_staging)) == [".owner"]
     finally:
         os.close(owner)
