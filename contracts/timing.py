@@ -16,6 +16,8 @@ NS_PER_S = 1_000_000_000
 ROLLING_SHUTTER_MODEL = "rowbeam.rolling_shutter@1"
 READOUT_DIRECTIONS = ("top_to_bottom", "bottom_to_top")
 
+MAX_EVENT_INDEX = 999_999             # event folders are named by six-digit indices
+
 
 def round_half_up(value: Fraction) -> int:
     """Round an exact rational to the nearest integer, ties upward."""

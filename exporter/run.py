@@ -21,6 +21,7 @@ from contracts.files import atomic_write_json, canonical_json, sha256_file
 from contracts.ontology import load_ontology
 from contracts.rig import CameraSensor, Rig, load_rig, parse_rig
 from contracts.sample_identity import sample_id
+from contracts.timing import MAX_EVENT_INDEX, periodic_event_count
 
 from . import ROWBEAM_VERSION
 from . import blender_compat
@@ -160,11 +161,14 @@ def _lineage(rig: Rig, scene, blend_path: str) -> dict:
 
 
 def _default_event_count(scene, clock, sensor) -> int:
-    """Events whose whole acquisition lies inside the scene's frame range."""
-    end_ns = clock.ns_of(scene.frame_end)
-    n = 0
-    while sensor.event_start_ns(n) + sensor.event_duration_ns() <= end_ns:
-        n += 1
+    """Events (from index 0) whose whole acquisition ends by the scene's frame_end; closed form for every
+    sensor type (first_event_ns, rate_hz, event_duration_ns()); refused beyond the indices a bundle has."""
+    n = periodic_event_count(sensor.first_event_ns, sensor.rate_hz, sensor.event_duration_ns(),
+                             clock.ns_of(scene.frame_end))
+    if n > MAX_EVENT_INDEX + 1:
+        raise RowbeamError(f"sensor {sensor.id!r}: frames {scene.frame_start}..{scene.frame_end} hold {n} events, more "
+                           f"than the {MAX_EVENT_INDEX + 1} event indices of a bundle; choose them with --first-event "
+                           "and --count")
     return n
 
 
