@@ -11,6 +11,7 @@ import pytest
 
 from contracts import qa_profile as tol
 from contracts.arrays import write_exr, write_npy
+from contracts.sample_identity import rgb_seed, sample_id
 from scenes import flow_scenes
 from scenes import lidar_calibration as lc
 
@@ -80,23 +81,39 @@ def room(exports):
     return exports("box_room", lc.box_room)
 
 
-@pytest.fixture(scope="module")
-def plate_flow(exports):
-    """two 160x90 events of a rotating plate and the flow between them."""
+def _with_flow(exports, name, builder):
+    """Two 160x90 events (0, 1) of a flow scene and the flow between them."""
     from exporter.run import ExportRequest, plan_export, run_export
 
-    e = exports("flow_rotating_plate_s8", flow_scenes.rotating_plate, scale=8, events={"camera_front": (0, 2)})
+    e = exports(name, builder, scale=8, events={"camera_front": (0, 2)})
     if not (e.bundle / "flows").exists():
         run_export(plan_export(ExportRequest(out=e.bundle, blend=e.blend, rig=e.rig, first_event=0, count=2,
                                              flow=True, device="cpu")))
     return e
 
 
-def test_fixtures_are_clean(camera, room, plate_flow):
-    for e in (camera, room, plate_flow):
-        _passes(e.bundle)
-    report = _passes(plate_flow.bundle)
-    assert report["summary"]["events"] == 3                          # two events and one flow
+@pytest.fixture(scope="module")
+def plate_flow(exports):
+    """A plate spinning in the middle of the image: forward and backward flow visible on it."""
+    return _with_flow(exports, "flow_rotating_plate_s8", flow_scenes.rotating_plate)
+
+
+@pytest.fixture(scope="module")
+def down_flow(exports):
+    """A plate filling the image moving down ~4.2 px per event: bottom rows land on and past the image edge."""
+    return _with_flow(exports, "flow_plate_down_s8", flow_scenes.plate_moving_down)
+
+
+def test_fixtures_are_clean(camera, room, plate_flow, down_flow):
+    for e, folders in ((camera, 1), (room, 1), (plate_flow, 3), (down_flow, 3)):   # flows: two events + the flow
+        assert _passes(e.bundle)["summary"]["events"] == folders
+        assert not (e.bundle / "quarantine").exists()                 # the exporter's own QA published everything
+    _, a = load_event(down_flow.bundle / "flows" / "camera_front" / "000000-000001")
+    H = a["flow_forward"].shape[0]
+    landing = np.arange(H)[:, None] + a["flow_forward"][..., 1]
+    edge = (landing >= H - 1) & (landing < H - 0.5)                 # past the last centre, inside the last row
+    assert edge.any() and a["flow_forward_dest_in_bounds"][edge].all()
+    assert (landing >= H - 0.5).any() and not a["flow_forward_dest_in_bounds"][landing >= H - 0.5].any()
 
 
 # -- camera -------------------------------------------------------------------------------------
@@ -117,10 +134,15 @@ def test_intrinsics_disagreeing_with_the_blender_camera(camera, tmp_path, field,
     assert hit["values"]["max_abs_error_px"] == pytest.approx(px, rel=1e-6)
 
 
-def test_row_pose_with_a_scale(camera, tmp_path):
+@pytest.mark.parametrize("fault", ["scale", "last_row"])
+def test_row_pose_not_rigid(camera, tmp_path, fault):
+    """Row 7's pose scaled by 1.001, or its homogeneous last row (0, 0, 0, 1) broken: not a rigid transform."""
     root, ev = _copy(camera, tmp_path)
     T = load_event(ev)[1]["row_T_world_camera"].copy()
-    T[7, :3, :3] *= 1.001
+    if fault == "scale":
+        T[7, :3, :3] *= 1.001
+    else:
+        T[7, 3, 0] = 1e-3
     _replace(ev, "row_T_world_camera", T)
     _only(root, "row_poses_rigid", "1 row poses are not rigid (first row 7)")
 
@@ -140,8 +162,8 @@ def test_reference_pose_stamped_late_or_not_rigid(camera, tmp_path, fault):
 
 
 def test_reference_time_off_the_timing_model(camera, tmp_path):
-    """reference time 1 ns late, stamped consistently on the pose: only the timing model
-    (frame_start + (readout + exposure)/2, rounded half up) can tell."""
+    """reference time 1 ns late, stamped consistently on the pose, the sample id and the rgb seed derived from
+    it: only the timing model (frame_start + (readout + exposure)/2, rounded half up) can tell."""
     root, ev = _copy(camera, tmp_path)
     m0 = json.loads((ev / "manifest.json").read_text())
     e = m0["event"]
@@ -151,6 +173,8 @@ def test_reference_time_off_the_timing_model(camera, tmp_path):
     def edit(m):
         m["event"]["reference_time_ns"] = late
         m["calibration"]["T_camera_world"]["time_ns"] = late
+        m["sample_id"] = sample_id(m["lineage"]["scenario"], m["sensor"]["id"], late)
+        m["method"]["rgb_render"]["seed"] = rgb_seed(m["sample_id"])
     _edit_manifest(ev, edit)
     _only(root, "reference_time", f"reference_time_ns {late} != {truth}")
 
