@@ -5,12 +5,11 @@ Class 0 is background (no surface); 2^32-1 is void (a surface whose object has n
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RowbeamError
-from .schema import schema_errors
+from .schema import MAX_USER_JSON_BYTES, loads_user_json, schema_errors
 
 BACKGROUND_ID = 0
 VOID_ID = 2**32 - 1
@@ -38,10 +37,7 @@ class Ontology:
 
 
 def parse_ontology(raw_bytes: bytes, source: str) -> Ontology:
-    try:
-        doc = json.loads(raw_bytes)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RowbeamError(f"{source}: ontology is not valid JSON ({exc})") from None
+    doc = loads_user_json(raw_bytes, source, "ontology")
     errors = schema_errors(doc, "rowbeam/ontology@1")
     if errors:
         raise RowbeamError(f"{source}: invalid ontology: {errors[0]}")
@@ -62,5 +58,8 @@ def parse_ontology(raw_bytes: bytes, source: str) -> Ontology:
 def load_ontology(path=None) -> Ontology:
     path = Path(path) if path else DEFAULT_ONTOLOGY
     if not path.is_file():
-        raise RowbeamError(f"{path}: ontology file does not exist")
+        raise RowbeamError(f"{path}: ontology file does not exist" if not path.exists()
+                           else f"{path}: ontology is not a regular file")
+    if path.stat().st_size > MAX_USER_JSON_BYTES:
+        raise RowbeamError(f"{path}: ontology file is larger than {MAX_USER_JSON_BYTES} bytes")
     return parse_ontology(path.read_bytes(), str(path))

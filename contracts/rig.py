@@ -5,14 +5,15 @@ in a .blend (scene property `rowbeam_rig`) by the add-on.
 """
 from __future__ import annotations
 
-import json
+import stat
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from .errors import RowbeamError
 from .lidar import parse_lidar_sensor
-from .schema import schema_errors, validator
-from .timing import RollingShutterTiming, periodic_event_start_ns
+from .schema import MAX_USER_JSON_BYTES, loads_user_json, schema_errors, validator
+from .timing import MIN_FIRING_PERIOD_NS, NS_PER_S, RollingShutterTiming, exact, periodic_event_start_ns
 
 
 @dataclass(frozen=True)
@@ -86,16 +87,43 @@ def _parse_sensor(raw: dict, where: str):
         values = {**_schema_defaults("rolling_shutter_camera"), **raw}
         if values.get("image_size_px") is not None:
             values["image_size_px"] = tuple(values["image_size_px"])
+        period = Fraction(NS_PER_S) / exact(values["rate_hz"])
+        for key in ("readout_ns", "exposure_ns"):      # a row cannot expose or read out longer than a frame
+            if values[key] > period:
+                raise RowbeamError(f"{where}.{key}: {values[key]} ns is longer than the frame period "
+                                   f"{float(period):.0f} ns (1/rate_hz)")
         return CameraSensor(**values)
-    return parse_lidar_sensor(raw, _schema_defaults("spinning_lidar"), where)
+    sensor = parse_lidar_sensor(raw, _schema_defaults("spinning_lidar"), where)
+    if sensor.timing(0).firing_period_ns < MIN_FIRING_PERIOD_NS:
+        raise RowbeamError(f"{where}.azimuth_steps: {sensor.azimuth_steps} firings per sweep at "
+                           f"{sensor.rotation_hz} Hz fire more than once per ns")
+    return sensor
+
+
+def parse_rig_text(text, source: str) -> Rig:
+    """A rig from JSON text (str or bytes) of at most MAX_USER_JSON_BYTES, finite numbers only."""
+    size = len(text.encode() if isinstance(text, str) else text)
+    if size > MAX_USER_JSON_BYTES:
+        raise RowbeamError(f"{source}: rig is {size} bytes; at most {MAX_USER_JSON_BYTES} are allowed")
+    return parse_rig(loads_user_json(text, source, "rig"), source)
 
 
 def load_rig(path) -> Rig:
+    """Read a rig file: a regular file (never opened otherwise, so a FIFO cannot hang us), size-bounded."""
     path = Path(path)
-    if not path.is_file():
-        raise RowbeamError(f"{path}: rig file does not exist")
     try:
-        document = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RowbeamError(f"{path}: rig is not valid JSON ({exc})") from None
-    return parse_rig(document, str(path))
+        st = path.stat()
+    except OSError as exc:
+        if not path.exists():
+            raise RowbeamError(f"{path}: rig file does not exist") from None
+        raise RowbeamError(f"{path}: rig file cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise RowbeamError(f"{path}: rig is not a regular file")
+    if st.st_size > MAX_USER_JSON_BYTES:
+        raise RowbeamError(f"{path}: rig file is {st.st_size} bytes; at most {MAX_USER_JSON_BYTES} are allowed")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_USER_JSON_BYTES + 1)
+    except OSError as exc:
+        raise RowbeamError(f"{path}: rig file cannot be read ({exc.strerror})") from None
+    return parse_rig_text(data, str(path))

@@ -16,7 +16,14 @@ NS_PER_S = 1_000_000_000
 ROLLING_SHUTTER_MODEL = "rowbeam.rolling_shutter@1"
 READOUT_DIRECTIONS = ("top_to_bottom", "bottom_to_top")
 
+# Declared bounds of user input (the rig schema states the same numbers; tests pin them together).
+MIN_RATE_HZ = 1e-3                    # event rate / LiDAR rotation rate, Hz
+MAX_RATE_HZ = 1e6
+MAX_SCENE_TIME_NS = 86_400 * NS_PER_S  # any time or duration in a rig: at most one day of scene time
 MAX_EVENT_INDEX = 999_999             # event folders are named by six-digit indices
+MIN_IMAGE_SIDE_PX = 4                 # Blender's smallest render size
+MAX_IMAGE_SIDE_PX = 16_384            # per side, rig image_size_px or the scene's render resolution
+MIN_FIRING_PERIOD_NS = 1              # LiDAR: rotation_hz * azimuth_steps <= 1e9 firings per second
 
 
 def round_half_up(value: Fraction) -> int:

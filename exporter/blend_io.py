@@ -14,10 +14,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def open_blend(path) -> None:
     """Load a .blend with its embedded scripts (drivers, registered text blocks) disabled."""
     path = Path(path)
-    if not path.is_file():
-        raise RowbeamError(f"{path}: .blend file does not exist")
-    with open(path, "rb") as f:
-        magic = f.read(7)
+    if not path.is_file():      # a folder or a FIFO is never opened (a FIFO would block)
+        raise RowbeamError(f"{path}: .blend file does not exist" if not path.exists()
+                           else f"{path}: not a regular file, so not a .blend file")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(7)
+    except OSError as exc:
+        raise RowbeamError(f"{path}: .blend file cannot be read ({exc.strerror})") from None
     if magic != b"BLENDER" and magic[:2] not in (b"\x1f\x8b", b"\x28\xb5"):  # plain, gzip, zstd
         raise RowbeamError(f"{path}: not a .blend file")
     try:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from contracts.errors import RowbeamError
+from contracts.timing import MAX_EVENT_INDEX
 
 from .console import export_console
 
@@ -15,15 +16,17 @@ USAGE = """\
 
 
 def parse_args(argv: list[str], blend_positional: bool, prog: str = "render_export.py") -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=prog, usage=USAGE if prog == "render_export.py" else None,
-                                description="Export rowbeam sensor events (labels + manifests) from a .blend.")
+    p = _Parser(prog=prog, usage=USAGE if prog == "render_export.py" else None,
+                description="Export rowbeam sensor events (labels + manifests) from a .blend.")
     if blend_positional:
         p.add_argument("blend", help=".blend file (opened with its scripts disabled)")
     p.add_argument("--rig", help="rig file (rowbeam/rig@1); default: the rig stored in the .blend")
     p.add_argument("--out", required=True, help="output bundle folder (new, empty, or this dataset's)")
     p.add_argument("--sensors", help="comma-separated sensor ids (default: every sensor in the rig)")
-    p.add_argument("--first-event", type=int, default=0, help="first event index (default 0)")
-    p.add_argument("--count", type=int, help="number of events per sensor (default: all inside the frame range)")
+    p.add_argument("--first-event", type=_bounded_int(MAX_EVENT_INDEX), default=0,
+                   help=f"first event index, 0 .. {MAX_EVENT_INDEX} (default 0)")
+    p.add_argument("--count", type=_bounded_int(MAX_EVENT_INDEX + 1),
+                   help="number of events per sensor (default: all inside the frame range)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="Cycles device: GPU when available (auto), or force one")
     p.add_argument("--flow", action="store_true",
@@ -37,15 +40,50 @@ def parse_args(argv: list[str], blend_positional: bool, prog: str = "render_expo
     return p.parse_args(argv)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with rowbeam's error contract: one line `rowbeam: error: ...`, exit status 2."""
+
+    def error(self, message):
+        print(f"rowbeam: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _bounded_int(largest: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+        if not 0 <= value <= largest:
+            raise argparse.ArgumentTypeError(f"{value} is outside 0 .. {largest}")
+        return value
+    return parse
+
+
+def parse_sensors(text: str | None) -> list | None:
+    """--sensors ID,...: None (every sensor) when absent; empty entries and repeats are refused."""
+    if text is None:
+        return None
+    ids = text.split(",")
+    if "" in ids:
+        raise RowbeamError(f"--sensors: {text[:80]!r} has an empty entry")
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise RowbeamError(f"--sensors: {repeated[0][:80]!r} is named twice")
+    return ids
+
+
 def parse_pairs(text: str | None) -> list | None:
-    if not text:
+    """--flow-pairs I:J,...: pairs of event indices, each 0 .. MAX_EVENT_INDEX."""
+    if text is None:
         return None
     pairs = []
     for item in text.split(","):
         try:
-            a, b = (int(x) for x in item.split(":"))
-        except ValueError:
-            raise RowbeamError(f"--flow-pairs: {item!r} is not SOURCE:DESTINATION event indices") from None
+            a, b = (_bounded_int(MAX_EVENT_INDEX)(x) for x in item.split(":"))
+        except (ValueError, argparse.ArgumentTypeError):
+            raise RowbeamError(f"--flow-pairs: {item[:80]!r} is not SOURCE:DESTINATION event indices "
+                               f"(0 .. {MAX_EVENT_INDEX})") from None
         pairs.append((a, b))
     return pairs
 
@@ -67,7 +105,7 @@ def _export(args, blend_positional: bool, console) -> int:
         request = ExportRequest(
             out=Path(args.out), blend=Path(args.blend) if blend_positional else None,
             rig=Path(args.rig) if args.rig else None,
-            sensors=[s for s in args.sensors.split(",") if s] if args.sensors else None,
+            sensors=parse_sensors(args.sensors),
             first_event=args.first_event, count=args.count, device=args.device, flow=args.flow,
             flow_pairs=parse_pairs(args.flow_pairs))
         plan = plan_export(request)

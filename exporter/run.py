@@ -6,8 +6,9 @@ checks and publishes event by event.
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 import platform
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +20,10 @@ from contracts.check import check_path
 from contracts.errors import RowbeamError
 from contracts.files import atomic_write_json, canonical_json, sha256_file
 from contracts.ontology import load_ontology
-from contracts.rig import CameraSensor, Rig, load_rig, parse_rig
+from contracts.rig import CameraSensor, Rig, load_rig, parse_rig_text
+from contracts.schema import schema_errors
 from contracts.sample_identity import sample_id
-from contracts.timing import MAX_EVENT_INDEX, periodic_event_count
+from contracts.timing import MAX_EVENT_INDEX, MAX_IMAGE_SIDE_PX, MIN_IMAGE_SIDE_PX, periodic_event_count
 
 from . import ROWBEAM_VERSION
 from . import blender_compat
@@ -127,13 +129,12 @@ def _load_rig(request: ExportRequest, scene) -> Rig:
     if request.rig is not None:
         return load_rig(request.rig)
     text = scene.get(RIG_PROPERTY)
-    if not text:
+    if text is None or text == "":
         raise RowbeamError("no --rig given and the .blend stores no rig (scene property 'rowbeam_rig')")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RowbeamError(f"rig stored in the .blend is not valid JSON ({exc})") from None
-    return parse_rig(doc, "rig stored in the .blend")
+    source = f"{bpy.data.filepath}: rig stored in scene property {RIG_PROPERTY!r}"
+    if not isinstance(text, str):
+        raise RowbeamError(f"{source}: holds a value of type {type(text).__name__}, not rig JSON text")
+    return parse_rig_text(text, source)
 
 
 def _check_sensor_object(scene, sensor) -> None:
@@ -182,12 +183,15 @@ def plan_export(request: ExportRequest) -> ExportPlan:
         raise RowbeamError("the scene has never been saved; save the .blend before exporting")
     scene = bpy.context.scene
     rig = _load_rig(request, scene)
+    if request.sensors is not None and (len(set(request.sensors)) != len(request.sensors) or not request.sensors):
+        raise RowbeamError(f"--sensors: {','.join(request.sensors)!r} names no sensor or one twice")
     sensor_ids = request.sensors or [s.id for s in rig.sensors]
     sensors = [rig.sensor(sid) for sid in sensor_ids]
     for s in sensors:
         _check_sensor_object(scene, s)
-    if request.first_event < 0 or (request.count is not None and request.count < 0):
-        raise RowbeamError("--first-event and --count must be non-negative")
+    for flag, value in (("--first-event", request.first_event), ("--count", request.count)):
+        if value is not None and not 0 <= value <= MAX_EVENT_INDEX + (flag == "--count"):
+            raise RowbeamError(f"{flag} {value}: must be 0 .. {MAX_EVENT_INDEX + (flag == '--count')}")
     rig_dir = Path(request.rig).parent if request.rig else Path(blend_path).parent
     ontology = load_ontology(rig_dir / rig.ontology if rig.ontology else None)
     view_layer = bpy.context.view_layer
@@ -199,7 +203,9 @@ def plan_export(request: ExportRequest) -> ExportPlan:
             _default_event_count(scene, clock, s) - request.first_event, 0)
         jobs += [Job(s, request.first_event + k) for k in range(count)]
     jobs += _flow_jobs(request, sensors, jobs)
+    _check_event_range(request, scene, clock, sensors, jobs)
     lineage = _lineage(rig, scene, blend_path)
+    _check_lineage(lineage, blend_path)
     rig_sha = hashlib.sha256(canonical_json(rig.document)).hexdigest()
     blend_sha = sha256_file(blend_path)
     identity = {"blend_sha256": blend_sha, "rig_sha256": rig_sha, "ontology_sha256": ontology.sha256,
@@ -208,8 +214,70 @@ def plan_export(request: ExportRequest) -> ExportPlan:
         "rowbeam_version": ROWBEAM_VERSION, "blender_version": bpy.app.version_string}})
     writer.validate()
     ctx = ExportContext(scene, view_layer, clock, table, semantic_lut(table), ontology, scenario=lineage["scenario"])
+    for s in sensors:
+        if isinstance(s, CameraSensor):
+            _check_image_size(s, ctx.image_size(s), blend_path)
+    _check_out_writable(Path(request.out))
     ctx.device = cs.select_device(scene, ctx.device_patch, request.device)
     return ExportPlan(request, rig, rig_sha, blend_sha, jobs, lineage, writer, ctx)
+
+
+def _check_event_range(request: ExportRequest, scene, clock, sensors, jobs) -> None:
+    """Every planned event's whole acquisition must lie inside the scene's frame range (where Blender
+    evaluates the scene); refuse naming how many events the range holds. An empty default plan is refused."""
+    end_ns = clock.ns_of(scene.frame_end)
+    last = {}
+    for j in jobs:
+        if not j.is_flow:
+            last[j.sensor.id] = max(last.get(j.sensor.id, -1), j.index)
+    if not jobs and request.count is None:
+        s = sensors[0]
+        n = _default_event_count(scene, clock, s)
+        raise RowbeamError(f"--first-event {request.first_event}: sensor {s.id!r} has {n} event(s) (0 .. {n - 1}) "
+                           f"inside frames {scene.frame_start}..{scene.frame_end}; nothing to export")
+    for s in sensors:
+        k = last.get(s.id)
+        if k is not None and (k > MAX_EVENT_INDEX or s.event_start_ns(k) + s.event_duration_ns() > end_ns):
+            n = _default_event_count(scene, clock, s)
+            raise RowbeamError(f"sensor {s.id!r}: event {k} ends after frame {scene.frame_end}; frames "
+                               f"{scene.frame_start}..{scene.frame_end} hold {n} event(s) (0 .. {n - 1}), "
+                               f"{max(n - request.first_event, 0)} from --first-event {request.first_event}")
+
+
+def _check_lineage(lineage: dict, blend_path: str) -> None:
+    """Scenario and lineage group (from the rig, the scene properties or the file name) obey the rig schema."""
+    doc = {"schema": "rowbeam/rig@1", "sensors": [], "lineage": {k: lineage[k] for k in ("scenario", "lineage_group")}}
+    errors = [e for e in schema_errors(doc, "rowbeam/rig@1") if e.startswith("lineage")]
+    if errors:
+        raise RowbeamError(f"{blend_path}: {errors[0]} (taken from the {lineage['source']}; set lineage in the rig)")
+
+
+def _check_out_writable(out: Path) -> None:
+    """--out, or its nearest existing ancestor, must be a folder we can create entries in. Probed with a
+    temporary folder created and removed at once, since permission bits lie on read-only mounts and to root."""
+    long_part = next((p for p in out.parts if len(os.fsencode(p)) > 255), None)
+    if long_part is not None:
+        raise RowbeamError(f"--out {str(out)[:80]}...: a path component is {len(os.fsencode(long_part))} bytes "
+                           "(at most 255)")
+    probe_dir = out
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        if probe_dir.is_symlink():
+            raise RowbeamError(f"--out {out}: {probe_dir} is a dangling symbolic link")
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise RowbeamError(f"--out {out}: {probe_dir} is not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rowbeam-probe-", dir=probe_dir))
+    except OSError as exc:
+        raise RowbeamError(f"--out {out}: cannot write in {probe_dir} ({exc.strerror})") from None
+
+
+def _check_image_size(sensor, size, blend_path: str) -> None:
+    """Rig image_size_px (schema-bounded) or the scene's render resolution: MIN..MAX_IMAGE_SIDE_PX per side."""
+    if not all(MIN_IMAGE_SIDE_PX <= v <= MAX_IMAGE_SIDE_PX for v in size):
+        raise RowbeamError(f"{blend_path}: sensor {sensor.id!r}: render resolution {size[0]}x{size[1]} px "
+                           f"(x percentage) is outside {MIN_IMAGE_SIDE_PX}..{MAX_IMAGE_SIDE_PX} px per side; "
+                           "set image_size_px in the rig")
 
 
 def _flow_jobs(request: ExportRequest, sensors, event_jobs) -> list:
