@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from .check import check_bundle, summary_lines
+from .check import check_bundle, check_report_path, summary_lines, write_report
 from .errors import RowbeamError
-from .files import atomic_write_json
 
 
 def main(argv=None, prog: str = "python -m contracts") -> int:
@@ -40,16 +40,36 @@ def main(argv=None, prog: str = "python -m contracts") -> int:
     if args.command == "adapt":
         return _adapt(args)
     try:
+        if args.report:
+            check_report_path(args.report)      # before the (long) check: nothing is written if it cannot be
         report = check_bundle(args.bundle)
         if args.report:
-            atomic_write_json(args.report, report)
+            write_report(args.report, report)
     except RowbeamError as exc:
-        print(f"rowbeam check: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    print("\n".join(summary_lines(report)))
-    if args.report:
-        print(f"  report: {args.report}")
-    return 1 if report["status"] == "fail" else 0
+        return _error("rowbeam check", exc)
+    lines = summary_lines(report) + ([f"  report: {args.report}"] if args.report else [])
+    return _emit(lines, 1 if report["status"] == "fail" else 0)
+
+
+def _error(prog: str, exc: RowbeamError) -> int:
+    """One line on stderr, the error's exit status."""
+    try:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        pass
+    return exc.exit_code
+
+
+def _emit(lines: list[str], status: int) -> int:
+    """Print to stdout; a reader that closed the pipe early (`| head`) is not an error: keep `status`."""
+    try:
+        print("\n".join(lines))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return status
 
 
 def _adapt(args) -> int:
@@ -58,11 +78,9 @@ def _adapt(args) -> int:
     try:
         sidecar = export_flow(args.flow_dir, args.format, args.out, args.variant, args.direction)
     except RowbeamError as exc:
-        print(f"rowbeam adapt: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    print(f"rowbeam adapt: wrote {args.out} ({sidecar['format']}, {sidecar['variant']}, max rounding error "
-          f"{sidecar['max_rounding_error_px']:.4g} px); sidecar {args.out}.json")
-    return 0
+        return _error("rowbeam adapt", exc)
+    return _emit([f"rowbeam adapt: wrote {args.out} ({sidecar['format']}, {sidecar['variant']}, max rounding error "
+                  f"{sidecar['max_rounding_error_px']:.4g} px); sidecar {args.out}.json"], 0)
 
 
 if __name__ == "__main__":

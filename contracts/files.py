@@ -3,20 +3,122 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import stat
 from pathlib import Path, PurePosixPath
 
 from .errors import RowbeamError
 
 CHUNK = 1 << 20
+MAX_JSON_BYTES = 64 << 20      # largest manifest / bundle.json / report read (bytes)
+MAX_JSON_DEPTH = 64            # deepest nesting of arrays and objects in such a document
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def regular_file(path) -> os.stat_result:
+    """os.stat of `path` (links followed) if it is a regular file; else RowbeamError saying what it is.
+    Never opens the path, so a FIFO or a device cannot block or be triggered."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise RowbeamError(f"{path}: does not exist") from None
+    except OSError as exc:
+        raise RowbeamError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise RowbeamError(f"{path}: is {_kind(st.st_mode)}, not a regular file; refusing to open it")
+    return st
+
+
+def open_regular(path):
+    """Open a regular file for binary reading; anything else is refused before it is opened
+    (and again on the open descriptor, in case the path was swapped in between)."""
+    regular_file(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise RowbeamError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise RowbeamError(f"{path}: is not a regular file; refusing to read it")
+    return f
 
 
 def sha256_file(path) -> str:
+    """sha256 (hex) of a regular file's bytes; RowbeamError for a missing or special file."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+_STRUCTURE = bytes(c for c in range(256) if c not in b'"[]{}')
+
+
+def json_depth(data: bytes, chunk: int = 1 << 22) -> int:
+    """Deepest nesting of [ and { in JSON text, brackets inside strings ignored. Linear and cheap:
+    escaped backslashes and quotes are dropped, then only quotes and brackets are scanned (numpy, in chunks)."""
+    import numpy as np
+
+    marks = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _STRUCTURE)
+    deepest, depth, in_string = 0, 0, 0
+    for start in range(0, len(marks), chunk):
+        b = np.frombuffer(marks, np.uint8, count=min(chunk, len(marks) - start), offset=start)
+        quote = b == 0x22
+        outside = ((np.cumsum(quote, dtype=np.int64) + in_string) % 2 == 0) & ~quote
+        step = np.where(b == 0x5B, 1, 0) + np.where(b == 0x7B, 1, 0) - np.where(b == 0x5D, 1, 0) - np.where(b == 0x7D, 1, 0)
+        level = depth + np.cumsum(np.where(outside, step, 0), dtype=np.int64)
+        if level.size:
+            deepest, depth = max(deepest, int(level.max())), int(level[-1])
+        in_string = (in_string + int(quote.sum())) % 2
+    return deepest
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is not finite")
+    return value
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not allowed (JSON numbers must be finite)")
+
+
+def load_json(path, what: str = "JSON document", max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH):
+    """Parse a JSON file with bounds: a regular file (never opens FIFOs or devices), at most `max_bytes`,
+    nesting at most `max_depth`, UTF-8, finite numbers only (NaN, Infinity and 1e999 are refused).
+    Every failure is one RowbeamError line naming the file."""
+    st = regular_file(path)
+    limit = f"{max_bytes / (1 << 20):g} MiB"
+    if st.st_size > max_bytes:
+        raise RowbeamError(f"{path}: {st.st_size} bytes; a {what} may hold at most {limit}")
+    with open_regular(path) as f:
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as exc:
+            raise RowbeamError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:
+        raise RowbeamError(f"{path}: more than {limit}; a {what} may hold at most {limit}")
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise RowbeamError(f"{path}: JSON nested {depth} levels deep; a {what} may nest at most {max_depth}")
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
+    except UnicodeDecodeError as exc:
+        raise RowbeamError(f"{path}: not UTF-8 text (byte {exc.start}); not a {what}") from None
+    except json.JSONDecodeError as exc:
+        raise RowbeamError(f"{path}: not valid JSON ({exc}); not a {what}") from None
+    except (ValueError, RecursionError) as exc:
+        raise RowbeamError(f"{path}: not a valid {what} ({exc})") from None
 
 
 def fsync_path(path) -> None:
@@ -29,20 +131,33 @@ def fsync_path(path) -> None:
 
 
 def atomic_write_bytes(path, data: bytes) -> None:
-    """Write to a temporary sibling, fsync, then rename over `path` (never half-written)."""
+    """Write to a temporary sibling, fsync, then rename over `path` (never half-written).
+    On any failure the temporary file is removed and the error (OSError) propagates."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     fsync_path(path.parent)
 
 
 def canonical_json(document) -> bytes:
     """Deterministic JSON text: sorted keys, no NaN, newline-terminated."""
     return (json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+def canonical_sha256(document) -> str:
+    """sha256 (hex) of canonical_json(document): a bundle's dataset_id (of its identity) and rig_sha256."""
+    return hashlib.sha256(canonical_json(document)).hexdigest()
 
 
 def atomic_write_json(path, document) -> None:

@@ -10,7 +10,7 @@ largest rounding error it introduced.
 """
 from __future__ import annotations
 
-import json
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -19,7 +19,8 @@ import numpy as np
 
 from .arrays import decode_payload
 from .errors import RowbeamError
-from .files import atomic_write_bytes, canonical_json, resolve_inside, sha256_file
+from .files import atomic_write_bytes, canonical_json, load_json, resolve_inside, sha256_file
+from .schema import schema_errors
 
 FLO_MAGIC = 202021.25
 FLO_UNKNOWN = 1e10
@@ -33,15 +34,19 @@ FORMATS = {"flo": ("middlebury_flo", ("valid", "geometric")),
 def load_flow(flow_dir: Path, direction: str) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     """(manifest, flow (H, W, 2) float32, dest_visible, correspondence_defined) with hashes verified."""
     flow_dir = Path(flow_dir)
-    try:
-        manifest = json.loads((flow_dir / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RowbeamError(f"{flow_dir}: not a rowbeam flow folder ({exc})") from None
-    if manifest.get("schema") != "rowbeam/flow@1":
-        raise RowbeamError(f"{flow_dir}: manifest is not rowbeam/flow@1")
+    if not flow_dir.is_dir():
+        raise RowbeamError(f"{flow_dir}: not a flow folder (flows/<sensor>/<i0>-<i1>)")
+    manifest = load_json(flow_dir / "manifest.json", "flow manifest")
+    if not isinstance(manifest, dict) or manifest.get("schema") != "rowbeam/flow@1":
+        raise RowbeamError(f"{flow_dir / 'manifest.json'}: not a rowbeam/flow@1 manifest")
+    errors = schema_errors(manifest, "rowbeam/flow@1")
+    if errors:
+        raise RowbeamError(f"{flow_dir / 'manifest.json'}: violates rowbeam/flow@1: {errors[0]}")
     out = []
     for name in (f"flow_{direction}", f"flow_{direction}_dest_visible", f"flow_{direction}_correspondence_defined"):
-        entry = manifest["modalities"][name]
+        entry = manifest["modalities"].get(name)
+        if entry is None:
+            raise RowbeamError(f"{flow_dir / 'manifest.json'}: modalities.{name} is missing")
         path = resolve_inside(flow_dir, entry["uri"])
         if sha256_file(path) != entry["sha256"]:
             raise RowbeamError(f"{path}: sha256 does not match the flow manifest")
@@ -145,10 +150,49 @@ def export_flow(flow_dir, fmt: str, out_path, variant: str | None = None, direct
     if variant not in variants:
         raise RowbeamError(f"format {fmt}: variant {variant!r} is not one of {', '.join(variants)}")
     flow_dir, out_path = Path(flow_dir), Path(out_path)
+    sidecar_path = out_path.with_name(out_path.name + ".json")
     manifest, flow, visible, defined = load_flow(flow_dir, direction)
+    for target in (out_path, sidecar_path):
+        _check_output(target, flow_dir)
     known = (visible if variant in ("valid", "noc") else defined).astype(bool)
     writer = {"flo": write_flo, "kitti": write_kitti, "pfm": write_pfm}[fmt]
-    max_err = writer(out_path, flow, known)
+    wrote = False
+    try:
+        max_err = writer(out_path, flow, known)
+        wrote = True
+        sidecar = _sidecar(fmt, name, flow_dir, out_path, manifest, direction, variant, known, max_err)
+        atomic_write_bytes(sidecar_path, canonical_json(sidecar))
+    except OSError as exc:
+        if wrote:
+            os.unlink(out_path)                     # never a file without its sidecar
+        raise RowbeamError(f"{sidecar_path if wrote else out_path}: cannot write ({exc.strerror or exc})") from None
+    return sidecar
+
+
+def _exists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+def _check_output(target: Path, flow_dir: Path) -> None:
+    """Refuse an output path that cannot be written or lies inside the flow's bundle; create nothing."""
+    if _exists(target) and not target.is_file():
+        raise RowbeamError(f"{target}: exists and is not a regular file; give a file path")
+    parent = target.parent
+    if not parent.is_dir():
+        raise RowbeamError(f"{target}: folder {parent} does not exist" if not _exists(parent)
+                           else f"{target}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise RowbeamError(f"{target}: folder {parent} is not writable")
+    resolved, flows = target.resolve(), flow_dir.resolve()
+    bundle = flows.parents[2] if len(flows.parents) > 2 and flows.parents[1].name == "flows" else None
+    inside = (flows in resolved.parents or (bundle in resolved.parents and resolved.relative_to(bundle).parts[0]
+                                            in ("events", "flows", "quarantine")))
+    if inside:
+        raise RowbeamError(f"{target}: inside the bundle's data folders; writing there would change the bundle; "
+                           "write the adapter output elsewhere")
+
+
+def _sidecar(fmt, name, flow_dir, out_path, manifest, direction, variant, known, max_err) -> dict:
     lost = ["flags source_valid, dest_in_bounds, correspondence_defined and dest_visible (only one mask survives)",
             "scene flow, endpoint times, per-row timing and provenance (kept in the flow manifest)"]
     if fmt == "flo":
@@ -159,7 +203,7 @@ def export_flow(flow_dir, fmt: str, out_path, variant: str | None = None, direct
         lost.append("flow values at pixels marked invalid are set to zero")
     if fmt == "pfm":
         lost.append("channel meaning (recorded only in this sidecar); third channel is 0")
-    sidecar = {
+    return {
         "schema": "rowbeam/adapter_sidecar@1", "format": name, "file": out_path.name, "sha256": sha256_file(out_path),
         "source": {"flow_manifest": str(flow_dir / "manifest.json"), "flow_manifest_sha256":
                    sha256_file(flow_dir / "manifest.json"), "flow_id": manifest["flow_id"]},
@@ -169,5 +213,3 @@ def export_flow(flow_dir, fmt: str, out_path, variant: str | None = None, direct
         "unknown_value": FLO_UNKNOWN if fmt == "flo" else ("B = 0" if fmt == "kitti" else "NaN"),
         "pixels_written_known": int(known.sum()),
     }
-    atomic_write_bytes(out_path.with_name(out_path.name + ".json"), canonical_json(sidecar))
-    return sidecar
