@@ -4,7 +4,7 @@ Method: a custom OSL camera (rows = firing slots, columns = channels) on the mou
 by Cycles with motion blur and a TOP rolling shutter of duration 0, the shutter shifted so
 row r is traced at its slot's exact time (`cycles_timing.timed_rows_shutter`); once, or, when the
 sweep needs more than Blender's 65,536 rows, once per contiguous firing range
-(`lidar_layout.SweepLayout.renders`) with the passes stacked back into one sweep image. World hits are
+(`lidar_layout.SweepLayout.renders`), each render's passes read at its beams' pixels. World hits are
 expressed in the LiDAR frame with the exact mount pose at each beam's time (frame_set per
 firing and time group). Reference: sampled firings re-cast with Blender's BVH (scene.ray_cast)
 after frame_set to the beam's exact time.
@@ -20,7 +20,7 @@ from contracts.frames import invert_rigid
 from contracts.lidar import LidarSensor
 
 from . import cycles_setup as cs
-from .lidar_labels import derive_lidar_labels, point_tables
+from .lidar_labels import beam_samples, labels_from_beams, point_tables
 from .lidar_layout import MAX_ROWS, sweep_layout
 from .lidar_osl import lidar_shader_source, make_lidar_camera
 from .scene_clock import rigid_poses, set_time
@@ -85,10 +85,9 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
         cs.set_render_indices(p, scene, ctx.table)
         parts = [_render_part(ctx, sensor, timing, layout, part, objects) for part in renders]
         seconds["render"] = time.perf_counter() - t0
-    passes = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]} if len(parts) > 1 else parts[0]
     t0 = time.perf_counter()
-    labels, stats = derive_lidar_labels(passes, layout, beam_poses, directions,
-                                        (sensor.min_range_m, sensor.max_range_m), ctx.lut)
+    beams = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    labels, stats = labels_from_beams(beams, beam_poses, directions, (sensor.min_range_m, sensor.max_range_m), ctx.lut)
     beam_times = timing.beam_times_ns()
     points, compensated = point_tables(labels, beam_times, invert_rigid(ref_pose))
     seconds["derive"] = time.perf_counter() - t0
@@ -123,7 +122,7 @@ def _shutter_fields(shutter) -> dict:
 
 
 def _render_part(ctx, sensor: LidarSensor, timing, layout, part, objects) -> dict:
-    """Passes of one render (firings part.first_firing ..), row 0 = its first firing's first slot."""
+    """Render firings part.first_firing .. (+ part.firings); return the passes at their beams (beam_samples)."""
     scene = ctx.scene
     mount = scene.objects[sensor.object]
     with ScenePatch() as q:
@@ -135,7 +134,7 @@ def _render_part(ctx, sensor: LidarSensor, timing, layout, part, objects) -> dic
     if shape != (part.rows, layout.width):
         raise RuntimeError(f"Cycles rendered {shape[0]}x{shape[1]} rows x columns for a LiDAR render of "
                            f"{part.rows}x{layout.width} (at most {MAX_ROWS} rows per render)")
-    return passes
+    return beam_samples(passes, *layout.pixel_of_beam(part))
 
 
 def _verify(ctx, sensor, timing, labels, poses, directions, offsets, group_of_channel) -> dict:

@@ -1,7 +1,8 @@
 """Derive per-beam LiDAR labels and point tables from Cycles' passes (numpy only).
 
-Beam (k, c) is read from the image pixel the layout puts it at. Its world hit P is expressed in
-the LiDAR frame at the beam's own time with the exact pose of its firing and time group:
+Beam (k, c) is read from the image pixel the layout puts it at (in its render, when the sweep is
+split). Its world hit P is expressed in the LiDAR frame at the beam's own time with the exact pose
+of its firing and time group:
 p = R^T (P - o), range = |p|. A beam is valid when it hits a surface with
 min_range_m <= range <= max_range_m.
 """
@@ -14,21 +15,35 @@ from contracts.modalities import LIDAR_MODALITIES
 from .camera_labels import resolve_hits
 
 
+BEAM_PASSES = ("position", "depth", "index", "true_normal")
+
+
+def beam_samples(passes: dict, rows: np.ndarray, cols: np.ndarray) -> dict:
+    """The passes labels need, read at the beams' pixels: {pass: (F, C, ...)}."""
+    return {k: passes[k][rows, cols] for k in BEAM_PASSES}
+
+
 def derive_lidar_labels(passes: dict, layout, beam_poses: np.ndarray, directions: np.ndarray,
                         limits: tuple[float, float], lut: np.ndarray) -> tuple[dict, dict]:
-    """beam_poses: (F, C, 4, 4) T_world_lidar at each beam's time; directions: (F, C, 3) unit, LiDAR frame.
+    """Labels from one whole-sweep image (`layout.pixel_of_beam()`); see labels_from_beams."""
+    return labels_from_beams(beam_samples(passes, *layout.pixel_of_beam()), beam_poses, directions, limits, lut)
+
+
+def labels_from_beams(beams: dict, beam_poses: np.ndarray, directions: np.ndarray,
+                      limits: tuple[float, float], lut: np.ndarray) -> tuple[dict, dict]:
+    """beams: beam_samples (F, C, ...); beam_poses: (F, C, 4, 4) T_world_lidar at each beam's time;
+    directions: (F, C, 3) unit, LiDAR frame.
 
     Returns (arrays without timing/pose payloads, stats); arrays include `_world` (F, C, 3) hit points.
     """
-    rows, cols = layout.pixel_of_beam()
-    P = passes["position"][rows, cols].astype(np.float64)
-    index, surface, unresolved = resolve_hits(passes["depth"][rows, cols], passes["index"][rows, cols], P, lut.size)
+    P = beams["position"].astype(np.float64)
+    index, surface, unresolved = resolve_hits(beams["depth"], beams["index"], P, lut.size)
     R = beam_poses[..., :3, :3]
     o = beam_poses[..., :3, 3]
     p = np.einsum("fcji,fcj->fci", R, P - o)
     rng = np.linalg.norm(p, axis=-1)
     in_limits = (rng >= limits[0]) & (rng <= limits[1])
-    n = np.einsum("fcji,fcj->fci", R, passes["true_normal"][rows, cols].astype(np.float64))
+    n = np.einsum("fcji,fcj->fci", R, beams["true_normal"].astype(np.float64))
     with np.errstate(invalid="ignore", divide="ignore"):
         n /= np.linalg.norm(n, axis=-1, keepdims=True)
     valid = surface & ~unresolved & in_limits & np.isfinite(n).all(axis=-1)

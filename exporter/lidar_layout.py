@@ -86,9 +86,10 @@ class SweepLayout:
             table[s, col] = c
         return table
 
-    def pixel_of_beam(self) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, cols) of shape (F, C): where beam (k, c) lies in the rendered image."""
-        k = np.arange(self.firings)[:, None]
+    def pixel_of_beam(self, render: LayoutRender | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, cols) of shape (F, C): where beam (k, c) lies in the whole-sweep image; with `render`,
+        shape (render.firings, C): where beam (render.first_firing + i, c) lies in that render's image."""
+        k = np.arange(self.firings if render is None else render.firings)[:, None]
         rows = k * self.slots + np.asarray(self.slot_of_channel)[None, :]
         cols = np.broadcast_to(np.asarray(self.column_of_channel)[None, :], rows.shape)
         return rows, cols

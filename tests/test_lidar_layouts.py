@@ -101,6 +101,7 @@ def test_every_beam_traced_at_its_declared_time_within_quantization():
             k = np.arange(r.first_firing, r.first_firing + r.firings)
             local = rows[k] - k[0] * layout.slots                 # row inside this render
             assert local.min() >= 0 and local.max() < r.rows
+            assert np.array_equal(layout.pixel_of_beam(r)[0], local) and np.array_equal(layout.pixel_of_beam(r)[1], cols[k])
             # exact at a few beams, float64 everywhere (times relative to the sweep start stay below 1e10 ns)
             for kk, c in ((0, 0), (r.firings - 1, len(delays) - 1), (r.firings // 2, len(delays) // 2)):
                 got = cycles_row_time_ns(shutter, r.rows, int(local[kk, c]))
