@@ -212,12 +212,13 @@ def plan_export(request: ExportRequest) -> ExportPlan:
                 "scenario": lineage["scenario"], "lineage_group": lineage["lineage_group"]}
     writer = BundleWriter(request.out, identity, {"rig": rig.document, "created_by": {
         "rowbeam_version": ROWBEAM_VERSION, "blender_version": bpy.app.version_string}})
+    out_base = _out_folder_base(Path(request.out))
     writer.validate()
     ctx = ExportContext(scene, view_layer, clock, table, semantic_lut(table), ontology, scenario=lineage["scenario"])
     for s in sensors:
         if isinstance(s, CameraSensor):
             _check_image_size(s, ctx.image_size(s), blend_path)
-    _check_out_writable(Path(request.out))
+    _probe_writable(Path(request.out), out_base)
     ctx.device = cs.select_device(scene, ctx.device_patch, request.device)
     return ExportPlan(request, rig, rig_sha, blend_sha, jobs, lineage, writer, ctx)
 
@@ -252,24 +253,34 @@ def _check_lineage(lineage: dict, blend_path: str) -> None:
         raise RowbeamError(f"{blend_path}: {errors[0]} (taken from the {lineage['source']}; set lineage in the rig)")
 
 
-def _check_out_writable(out: Path) -> None:
-    """--out, or its nearest existing ancestor, must be a folder we can create entries in. Probed with a
-    temporary folder created and removed at once, since permission bits lie on read-only mounts and to root."""
+def _out_folder_base(out: Path) -> Path:
+    """--out itself when it exists, else its nearest existing ancestor, which must be a folder. Names the
+    path on anything that makes the folder impossible (a file on the way, a dangling link, names too long)."""
     long_part = next((p for p in out.parts if len(os.fsencode(p)) > 255), None)
-    if long_part is not None:
-        raise RowbeamError(f"--out {str(out)[:80]}...: a path component is {len(os.fsencode(long_part))} bytes "
-                           "(at most 255)")
-    probe_dir = out
-    while not probe_dir.exists() and probe_dir != probe_dir.parent:
-        if probe_dir.is_symlink():
-            raise RowbeamError(f"--out {out}: {probe_dir} is a dangling symbolic link")
-        probe_dir = probe_dir.parent
-    if not probe_dir.is_dir():
-        raise RowbeamError(f"--out {out}: {probe_dir} is not a folder")
+    if long_part is not None or len(os.fsencode(str(out.absolute()))) > 4095:
+        raise RowbeamError(f"--out {str(out)[:80]}...: path too long ("
+                           + (f"a path component is {len(os.fsencode(long_part))} bytes, at most 255)"
+                              if long_part is not None else "more than 4095 bytes)"))
+    base = out
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".rowbeam-probe-", dir=probe_dir))
+        while not base.exists() and base != base.parent:
+            if base.is_symlink():
+                raise RowbeamError(f"--out {out}: {base} is a dangling symbolic link")
+            base = base.parent
+        if not base.is_dir():
+            raise RowbeamError(f"--out {out}: {base} is not a folder")
     except OSError as exc:
-        raise RowbeamError(f"--out {out}: cannot write in {probe_dir} ({exc.strerror})") from None
+        raise RowbeamError(f"--out {out}: {exc.strerror}") from None
+    return base
+
+
+def _probe_writable(out: Path, base: Path) -> None:
+    """`base` (from _out_folder_base) must take new entries: probed with a temporary folder created and removed
+    at once, since permission bits lie on read-only mounts and to root."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rowbeam-probe-", dir=base))
+    except OSError as exc:
+        raise RowbeamError(f"--out {out}: cannot write in {base} ({exc.strerror})") from None
 
 
 def _check_image_size(sensor, size, blend_path: str) -> None:

@@ -448,3 +448,31 @@ def test_loads_user_json_depth_limit_is_exact():
     assert loads_user_json(ok, "f.json", "rig") is not None
     with pytest.raises(RowbeamError, match=f"nested deeper than {MAX_JSON_DEPTH}"):
         loads_user_json("[" + ok + "]", "f.json", "rig")
+
+
+def test_blend_that_is_a_folder_or_a_fifo_is_not_opened(tmp_path):
+    """A FIFO named .blend would block open(); both are refused from their file type alone."""
+    from exporter.blend_io import open_blend
+
+    (tmp_path / "dir.blend").mkdir()
+    os.mkfifo(tmp_path / "pipe.blend")
+    for name in ("dir.blend", "pipe.blend"):
+        with pytest.raises(RowbeamError) as info:
+            open_blend(tmp_path / name)
+        _one_line(str(info.value), [name, "not a regular file"])
+
+
+@pytest.mark.parametrize("make_out, fragments", [
+    (lambda d: d / ("n" * 256) / "out", ["path too long", "a path component is 256 bytes, at most 255"]),
+    (lambda d: (d / "link").symlink_to(d / "gone") or d / "link" / "out", ["link", "dangling symbolic link"]),
+    (lambda d: d.joinpath(*["p" * 200] * 21, "out"), ["path too long", "more than 4095 bytes"]),
+], ids=["component_256_bytes", "dangling_symlink", "path_4300_bytes"])
+def test_out_path_refused_before_writing(scene, tmp_path, make_out, fragments):
+    from exporter.run import ExportRequest, plan_export
+
+    out = make_out(tmp_path)
+    before = _tree(tmp_path)
+    with pytest.raises(RowbeamError) as info:
+        plan_export(ExportRequest(out=out, blend=scene["blends"]["a"]))
+    _one_line(str(info.value), fragments)
+    assert _tree(tmp_path) == before
