@@ -132,8 +132,13 @@ def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
         trash = out / "events" / "camera_front" / f".000001.old-{pid}"
         trash.mkdir()
         (trash / "manifest.json").write_text("{}")
+        damaged = out / "events" / "camera_front" / "000000" / "range.exr"
+        damaged.write_bytes(damaged.read_bytes()[:-8])      # republished: the old folder goes through trash
         second = run_export_process(export_args(scene, out, "--count", "2"), tmpdir)
-        assert second.returncode == 0 and "skipped 2" in second.stdout, second.stdout + second.stderr
+        assert second.returncode == 0 and "published 1," in second.stdout and "skipped 1" in second.stdout, \
+            second.stdout + second.stderr
+        assert sorted(os.listdir(out / "events" / "camera_front")) == ["000000", "000001"]
+        assert BundleWriter(out, {}).is_complete("events/camera_front/000000")
         assert json.loads((out / "bundle.json").read_text())["schema"] == "rowbeam/bundle@1"
         assert not (out / f".bundle.json.tmp-{pid}").exists() and not dead_staging.exists()
         assert not trash.exists() and not dead_run.exists()
