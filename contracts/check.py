@@ -17,7 +17,7 @@ sample_id = "<scenario>.<sensor>.<reference_time_ns>", flow_id = "<scenario>.<se
 `identity` (build, lineage and ontology hashes = bundle.json's identity) and, for events, `schedule`
 (the bundle's rig puts event <index> at the manifest's start time). quarantine/ is listed, not checked.
 Special files (FIFO, device, socket) are refused without being opened; JSON documents are read with
-bounds (contracts.files.load_json: 64 MiB, nesting 64, finite numbers only).
+bounds (contracts.files.load_json: 64 MiB, nesting 64, finite numbers only, one parser with rig files).
 """
 from __future__ import annotations
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import stat
 from pathlib import Path, PurePosixPath
@@ -11,8 +10,7 @@ from pathlib import Path, PurePosixPath
 from .errors import RowbeamError
 
 CHUNK = 1 << 20
-MAX_JSON_BYTES = 64 << 20      # largest manifest / bundle.json / report read (bytes)
-MAX_JSON_DEPTH = 64            # deepest nesting of arrays and objects in such a document
+MAX_JSON_BYTES = 64 << 20      # largest manifest / bundle.json read (bytes); nesting: schema.MAX_JSON_DEPTH
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
@@ -60,43 +58,12 @@ def sha256_file(path) -> str:
     return h.hexdigest()
 
 
-_STRUCTURE = bytes(c for c in range(256) if c not in b'"[]{}')
+def load_json(path, what: str = "JSON document", max_bytes: int = MAX_JSON_BYTES):
+    """Parse a JSON file with bounds: a regular file (a FIFO or a device is never opened), at most
+    `max_bytes`, then contracts.schema.loads_user_json (nesting at most MAX_JSON_DEPTH, finite numbers
+    only). Every failure is one RowbeamError line naming the file."""
+    from .schema import loads_user_json
 
-
-def json_depth(data: bytes, chunk: int = 1 << 22) -> int:
-    """Deepest nesting of [ and { in JSON text, brackets inside strings ignored. Linear and cheap:
-    escaped backslashes and quotes are dropped, then only quotes and brackets are scanned (numpy, in chunks)."""
-    import numpy as np
-
-    marks = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _STRUCTURE)
-    deepest, depth, in_string = 0, 0, 0
-    for start in range(0, len(marks), chunk):
-        b = np.frombuffer(marks, np.uint8, count=min(chunk, len(marks) - start), offset=start)
-        quote = b == 0x22
-        outside = ((np.cumsum(quote, dtype=np.int64) + in_string) % 2 == 0) & ~quote
-        step = np.where(b == 0x5B, 1, 0) + np.where(b == 0x7B, 1, 0) - np.where(b == 0x5D, 1, 0) - np.where(b == 0x7D, 1, 0)
-        level = depth + np.cumsum(np.where(outside, step, 0), dtype=np.int64)
-        if level.size:
-            deepest, depth = max(deepest, int(level.max())), int(level[-1])
-        in_string = (in_string + int(quote.sum())) % 2
-    return deepest
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text} is not finite")
-    return value
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not allowed (JSON numbers must be finite)")
-
-
-def load_json(path, what: str = "JSON document", max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH):
-    """Parse a JSON file with bounds: a regular file (never opens FIFOs or devices), at most `max_bytes`,
-    nesting at most `max_depth`, UTF-8, finite numbers only (NaN, Infinity and 1e999 are refused).
-    Every failure is one RowbeamError line naming the file."""
     st = regular_file(path)
     limit = f"{max_bytes / (1 << 20):g} MiB"
     if st.st_size > max_bytes:
@@ -108,17 +75,7 @@ def load_json(path, what: str = "JSON document", max_bytes: int = MAX_JSON_BYTES
             raise RowbeamError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if len(data) > max_bytes:
         raise RowbeamError(f"{path}: more than {limit}; a {what} may hold at most {limit}")
-    depth = json_depth(data)
-    if depth > max_depth:
-        raise RowbeamError(f"{path}: JSON nested {depth} levels deep; a {what} may nest at most {max_depth}")
-    try:
-        return json.loads(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
-    except UnicodeDecodeError as exc:
-        raise RowbeamError(f"{path}: not UTF-8 text (byte {exc.start}); not a {what}") from None
-    except json.JSONDecodeError as exc:
-        raise RowbeamError(f"{path}: not valid JSON ({exc}); not a {what}") from None
-    except (ValueError, RecursionError) as exc:
-        raise RowbeamError(f"{path}: not a valid {what} ({exc})") from None
+    return loads_user_json(data, str(path), what)
 
 
 def fsync_path(path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import shutil
 import stat
 import subprocess
@@ -24,7 +23,7 @@ import pytest
 
 from contracts.check import check_bundle
 from contracts.errors import RowbeamError
-from contracts.files import atomic_write_bytes, canonical_sha256, json_depth, load_json
+from contracts.files import atomic_write_bytes, canonical_sha256, load_json
 from contracts.schema import schema_errors
 from scenes import calibration
 
@@ -272,17 +271,17 @@ CHECKER = [
     Case("bundle_json_is_a_fifo", lambda c: _replace(c.root / "bundle.json", "fifo"), 2, "bundle.json: is a FIFO"),
     Case("bundle_json_is_a_folder", lambda c: _replace(c.root / "bundle.json", "dir"), 2, "is a folder"),
     Case("bundle_json_nested_5000_deep", lambda c: _replace(c.root / "bundle.json", "text", DEEP), 2,
-         "nested 5000 levels deep"),
+         "nested deeper than 64 levels"),
     Case("bundle_json_not_json", lambda c: _replace(c.root / "bundle.json", "text", "{bundle"), 2,
          "not valid JSON"),
     Case("bundle_json_infinity", lambda c: _replace(c.root / "bundle.json", "text", '{"a": -Infinity}'), 2,
-         "-Infinity is not allowed"),
+         "holds the number -Infinity"),
     Case("bundle_json_1e999", lambda c: _replace(c.root / "bundle.json", "text", '{"a": 1e999}'), 2,
-         "1e999 is not finite"),
+         "holds the number 1e999"),
     Case("bundle_json_over_64_mib", lambda c: _replace(c.root / "bundle.json", "huge"), 2,
          f"{65 << 20} bytes; a bundle.json may hold at most 64 MiB"),
     Case("bundle_json_not_utf8", lambda c: _replace(c.root / "bundle.json", "text", b'{"a": "\xff"}'), 2,
-         "not UTF-8"),
+         "can't decode byte 0xff"),
     Case("bundle_json_is_an_array", lambda c: _replace(c.root / "bundle.json", "text", "[]"), 2,
          "not a JSON object"),
     Case("bundle_without_events", lambda c: (shutil.rmtree(c.root / "events"), shutil.rmtree(c.root / "flows")), 2,
@@ -321,7 +320,7 @@ ADAPTER = [
     Case("adapt_flow_manifest_fifo", lambda c: _replace(c.flow / "manifest.json", "fifo"), 2, "is a FIFO",
          argv=_adapt_argv()),
     Case("adapt_flow_manifest_deep", lambda c: _replace(c.flow / "manifest.json", "text", DEEP), 2,
-         "nested 5000 levels deep", argv=_adapt_argv()),
+         "nested deeper than 64 levels", argv=_adapt_argv()),
     Case("adapt_flow_manifest_schema_invalid",
          lambda c: _edit_manifest(c.flow, lambda m: m["endpoints"].pop("source")), 2, "violates rowbeam/flow@1",
          argv=_adapt_argv()),
@@ -455,39 +454,20 @@ def _depth(doc) -> int:
     return 0
 
 
-def _random_doc(rng: random.Random, depth: int):
-    strings = ['[', ']', '{"', '\\', '\\"[', 'a"b', '}}', 'x\\\\', '']
-    if depth == 0 or rng.random() < 0.2:
-        return rng.choice([rng.choice(strings), rng.randint(-5, 5), 1.5, None, True])
-    if rng.random() < 0.5:
-        return [_random_doc(rng, depth - 1) for _ in range(rng.randint(0, 3))]
-    return {rng.choice(strings) + str(i): _random_doc(rng, depth - 1) for i in range(rng.randint(0, 3))}
-
-
-def test_json_depth_matches_parsed_depth():
-    """The cheap bracket scan agrees with the parsed document's depth, brackets and escapes inside strings
-    included, also when the scan is split into tiny chunks."""
-    rng = random.Random(8)
-    for _ in range(300):
-        doc = _random_doc(rng, rng.randint(0, 9))
-        text = json.dumps(doc, ensure_ascii=rng.random() < 0.5).encode()
-        assert json_depth(text) == _depth(doc), text
-        assert json_depth(text, chunk=3) == _depth(doc), text
-
-
 def test_load_json_bounds(tmp_path):
+    """Size is bounded before reading; nesting and numbers by the parser shared with rig files."""
     p = tmp_path / "d.json"
     p.write_text("[" * 64 + "]" * 64)
     assert _depth(load_json(p, "manifest")) == 64
     p.write_text("[" * 65 + "]" * 65)
-    with pytest.raises(RowbeamError, match="nested 65 levels deep; a manifest may nest at most 64"):
+    with pytest.raises(RowbeamError, match="manifest: nested deeper than 64 levels"):
         load_json(p, "manifest")
     p.write_text('{"k": "' + "x" * 2000 + '"}')
     assert load_json(p, "manifest", max_bytes=2010) == {"k": "x" * 2000}
     with pytest.raises(RowbeamError, match="2009 bytes; a manifest may hold at most"):
         load_json(p, "manifest", max_bytes=2000)
-    for text, fragment in (("[NaN]", "NaN is not allowed"), ("[Infinity]", "Infinity is not allowed"),
-                           ("[-1e400]", "-1e400 is not finite"), ("[1,]", "not valid JSON")):
+    for text, fragment in (("[NaN]", "holds the number NaN"), ("[Infinity]", "holds the number Infinity"),
+                           ("[-1e400]", "holds the number -1e400"), ("[1,]", "not valid JSON")):
         p.write_text(text)
         with pytest.raises(RowbeamError, match=fragment) as exc:
             load_json(p, "manifest")
