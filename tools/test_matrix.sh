@@ -32,6 +32,7 @@ SELECTION=(
   tests/test_extension.py                            # zip build, install, UI export + check, uninstall
   "tests/test_exporter_cli.py::test_python_entry_exports_and_resumes"
 )
+[ -z "${MATRIX_TESTS:-}" ] || read -ra SELECTION <<< "$MATRIX_TESTS"     # override: MATRIX_TESTS="tests/x.py ..."
 
 find_python() {       # find_python 3.13 -> a working interpreter of that version, or nothing
   local v=$1 c
@@ -55,7 +56,7 @@ for v in "${VERSIONS[@]}"; do
   [ -n "$py" ] || { echo "test-matrix: error: Python $want not found (Blender $v needs it); set PY${want/./}=/path/to/python$want" >&2; exit 2; }
 done
 
-printf '%-7s %-10s %-8s %-7s %-8s %-7s %s\n' blender install_s passed failed skipped wall_s log > "$OUT/summary.txt"
+printf '%-7s %-10s %-8s %-7s %-8s %-7s %-7s %s\n' blender install_s passed failed skipped wall_s cpu_s log > "$OUT/summary.txt"
 status=0
 for v in "${VERSIONS[@]}"; do
   venv=$(venv_for "$v"); req=$(requirements_for "$v"); py=$(python_for "$v")
@@ -74,15 +75,19 @@ for v in "${VERSIONS[@]}"; do
   t1=$(date +%s)
   echo "test-matrix: Blender $v: pytest (${#SELECTION[@]} selections)"
   set +e
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider -rfE "${SELECTION[@]}" > "$OUT/$v.log" 2>&1
+  # cpu_s (user + system, pytest and its children) is what the run costs whatever else shares the machine
+  TIMEFORMAT='%U %S'
+  { time "$venv/bin/python" -m pytest -q -p no:cacheprovider -rfE "${SELECTION[@]}" > "$OUT/$v.log" 2>&1; } \
+    2> "$OUT/$v.time"
   rc=$?
   set -e
   t2=$(date +%s)
   last=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' "$OUT/$v.log" | tail -1)
   count() { local n; n=$(echo "$last" | grep -oE "[0-9]+ $1" | cut -d' ' -f1 | head -1 || true); echo "${n:-0}"; }
   passed=$(count passed); failed=$(( $(count failed) + $(count error) )); skipped=$(count skipped)
-  printf '%-7s %-10s %-8s %-7s %-8s %-7s %s\n' "$v" $((t1 - t0)) "$passed" "$failed" "$skipped" \
-    $((t2 - t1)) "$OUT/$v.log" >> "$OUT/summary.txt"
+  cpu=$(awk '{printf "%d", $1 + $2}' "$OUT/$v.time")
+  printf '%-7s %-10s %-8s %-7s %-8s %-7s %-7s %s\n' "$v" $((t1 - t0)) "$passed" "$failed" "$skipped" \
+    $((t2 - t1)) "$cpu" "$OUT/$v.log" >> "$OUT/summary.txt"
   echo "test-matrix: Blender $v: ${last:-no result} (exit $rc, $((t2 - t1)) s)"
   [ "$rc" -eq 0 ] || { status=1; grep -E '^(FAILED|ERROR) ' "$OUT/$v.log" || tail -20 "$OUT/$v.log"; }
 done
