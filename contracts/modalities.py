@@ -105,6 +105,23 @@ CAMERA_MODALITIES = _table(
     ModalitySpec("rgb", "scene-linear radiance, Cycles path traced, each row integrated over its own exposure",
                  "scene_linear", "float32", ("R", "G", "B"), ("H", "W", 3), "{sensor}:image", ALWAYS_VALID,
                  "per_row_interval", "row_time_ns", optional=True),
+    # object labels (rig camera option object_labels; manifest block object_labels declares the objects)
+    ModalitySpec("amodal_masks", "np.packbits(axis=-1) of each listed object's amodal mask in the image (row i <-> "
+                 "object_labels.objects[k] with mask_index i)", "1", "uint8", None, ("O", "H", "Wp"),
+                 "{sensor}:image", ALWAYS_VALID, "per_row", "row_time_ns", optional=True),
+    ModalitySpec("amodal_masks_canvas", "np.packbits(axis=-1) of the amodal mask on the 3H x 3W canvas of each object "
+                 "with pixels outside the image (row i <-> canvas_mask_index i)", "1", "uint8", None,
+                 ("T", "Hc", "Wcp"), "{sensor}:canvas (u + W, v + H)", ALWAYS_VALID, "per_row",
+                 "canvas_row_time_ns", optional=True),
+    ModalitySpec("canvas_row_time_ns", "reference time of each canvas row c (image row c - H, extrapolated beyond "
+                 "the image by the timing model)", "ns", "int64", None, ("Hc",), "scene_clock", ALWAYS_VALID,
+                 "per_row", optional=True),
+    ModalitySpec("canvas_row_T_world_camera", "camera pose (OpenCV optical) at each canvas row's time",
+                 "m", "float64", None, ("Hc", 4, 4), "world<-{sensor}:opencv_optical", ALWAYS_VALID, "per_row",
+                 "canvas_row_time_ns", optional=True),
+    ModalitySpec("object_row_T_world_object", "rigid pose of each moving listed object (row_pose_index) at each "
+                 "canvas row's time; the asset holds the scale", "m", "float64", None, ("M", "Hc", 4, 4),
+                 "world<-object", ALWAYS_VALID, "per_row", "canvas_row_time_ns", optional=True),
 )
 
 _POINT_FIELDS = (
@@ -205,7 +222,11 @@ def manifest_dims(manifest: dict) -> dict:
     """Named dimensions of an event, from its manifest (N from the declared point table)."""
     if manifest["sensor"]["type"] == "rolling_shutter_camera" or manifest.get("schema") == "rowbeam/flow@1":
         W, H = manifest["calibration"]["image_size_px"]
-        return {"W": W, "H": H}
+        dims = {"W": W, "H": H, "Wp": (W + 7) // 8, "Hc": 3 * H, "Wcp": (3 * W + 7) // 8}
+        for name, dim in (("amodal_masks", "O"), ("amodal_masks_canvas", "T"), ("object_row_T_world_object", "M")):
+            shape = manifest["modalities"].get(name, {}).get("shape")
+            dims[dim] = shape[0] if isinstance(shape, list) and shape and isinstance(shape[0], int) else 0
+        return dims
     beams = manifest["calibration"]["beams"]["channels"]
     points = manifest["modalities"].get("points", {}).get("shape", [0])
     return {"F": manifest["event"]["azimuth_steps"], "C": len(beams),

@@ -31,6 +31,7 @@ class CameraSensor:
     rgb_samples: int = 64
     motion_steps: int = 7
     verify_rows: int = 3
+    object_labels: bool = False
     type: str = "rolling_shutter_camera"
 
     def event_start_ns(self, index: int) -> int:

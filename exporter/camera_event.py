@@ -36,10 +36,16 @@ class CameraEventOutput:
     method: dict
     seconds: dict = field(default_factory=dict)
     render_device: str = "CPU"
+    object_labels: dict | None = None      # manifest block (rig option object_labels), else None
+    assets: dict = field(default_factory=dict)   # {sha256: PLY bytes} written under OUT/assets/meshes
 
     @property
     def dims(self) -> dict:
-        return {"W": self.camera_params.resolution_x, "H": self.camera_params.resolution_y}
+        W, H = self.camera_params.resolution_x, self.camera_params.resolution_y
+        dims = {"W": W, "H": H, "Wp": (W + 7) // 8, "Hc": 3 * H, "Wcp": (3 * W + 7) // 8}
+        for name, dim in (("amodal_masks", "O"), ("amodal_masks_canvas", "T"), ("object_row_T_world_object", "M")):
+            dims[dim] = self.arrays[name].shape[0] if name in self.arrays else 0
+        return dims
 
     @property
     def exposure_ns(self) -> int:
@@ -140,6 +146,15 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
         verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H)
         seconds["verify"] = time.perf_counter() - t0
     arrays.update(labels)
+    object_block, assets = None, {}
+    if sensor.object_labels:
+        from .object_labels import compute_object_labels
+
+        ctx.progress.stage("object labels")
+        obj_arrays, object_block, assets, obj_seconds = compute_object_labels(
+            ctx, sensor, timing, K, params, row_poses, ref_pose, labels["instance_id"])
+        arrays.update(obj_arrays)
+        seconds.update(obj_seconds)
     method = {
         "label_render": LABEL_METHOD,
         "row_poses": ROW_POSE_METHOD,
@@ -158,7 +173,8 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
                                 "rolling_shutter_duration": rgb_shutter(timing).rolling_duration,
                                 "pixel_filter": scene.cycles.pixel_filter_type, "denoising": False,
                                 "seed": seed, "seed_rule": RGB_SEED_RULE}
-    return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=ctx.device)
+    return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=ctx.device,
+                             object_labels=object_block, assets=assets)
 
 
 def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int, height: int):

@@ -65,6 +65,7 @@ def camera_core(out, sensor, index: int) -> dict:
             "row_poses": {"modality": "row_T_world_camera", "method": out.method["row_poses"]},
         },
         "method": out.method,
+        **({"object_labels": out.object_labels} if getattr(out, "object_labels", None) is not None else {}),
     }
 
 

@@ -35,6 +35,7 @@ from .camera_labels import semantic_lut
 from .flow_pair import compute_flow_pair, endpoint, flow_manifest
 from .lidar_event import export_lidar_event
 from .manifest import assemble_manifest, camera_core, lidar_core, write_manifest, write_payloads
+from .object_labels import write_assets
 from .object_table import build_object_table
 from .progress import Progress
 from .run_temp import run_temp
@@ -417,6 +418,8 @@ def _export_event(plan: ExportPlan, job: Job):
     export_event, core = SENSOR_EXPORTERS[sensor.type]
     out = export_event(ctx, sensor, index)
     staged = plan.writer.stage(job.location)
+    if getattr(out, "assets", None):
+        write_assets(plan.writer.root, out.assets)       # content-addressed meshes the manifest refers to
     modalities = write_payloads(staged, out.arrays, sensor.type, sensor.id, out.dims, out.exposure_ns)
     manifest = assemble_manifest(
         core(out, sensor, index), sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),

@@ -1,0 +1,216 @@
+"""Object-label conventions and checks (no bpy): amodal/modal masks, counts, boxes, fractions, assets,
+and the amodal mask against an independent rasterisation (contracts.rasterize) of the exported asset
+at the exported per-row poses and K.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import RowbeamError
+from .files import resolve_inside, sha256_file
+from .frames import invert_rigid, is_rigid
+from .rasterize import rasterize_rows, read_ply
+
+EDGE_MARGIN_PX = 0.02      # a mask pixel may differ from the rasterisation only within this of an edge
+
+DEFINITION = {
+    "canvas": "BOP's 3x canvas: pixels u in [-W, 2W), v in [-H, 2H) on the image's OpenCV grid (centres at integers, "
+              "row 0 = top image row); canvas row c = image row c - H keeps the rolling-shutter time the timing "
+              "model extrapolates to it (canvas_row_time_ns); amodal_masks_canvas row c, column x <-> (u, v) = (x - W, c - H)",
+    "amodal_mask": "pixel centres whose ray hits the object when every other object is removed (its own "
+                   "self-occlusion kept), at the row's time; amodal_masks (in image) and amodal_masks_canvas (only "
+                   "objects with pixels outside the image) are np.packbits(mask, axis=-1), bitorder big",
+    "modal_mask": "instance_id == instance_id of the object",
+    "px_count_all": "amodal pixels on the whole canvas (truncated part included; BOP px_count_all)",
+    "px_count_in_image": "amodal pixels inside the image",
+    "px_count_visib": "modal pixels (BOP px_count_visib)",
+    "visib_fract": "px_count_visib / px_count_all (BOP)",
+    "truncation_fraction": "1 - px_count_in_image / px_count_all",
+    "occlusion_fraction": "1 - px_count_visib / px_count_in_image (external occlusion inside the image; 0 when "
+                          "px_count_in_image = 0)",
+    "boxes": "[x, y, w, h] of pixel indices: x, y = min column/row, w = x_max - x_min + 1, h = y_max - y_min + 1 "
+             "(COCO-style inclusive extents; BOP's bbox = w - 1, h - 1); bbox_modal of the modal mask, "
+             "bbox_amodal_clipped of the amodal mask in the image, bbox_amodal_unclipped of the canvas mask in image "
+             "coordinates (x, y may be negative); null when empty",
+    "box3d": "object_template_aabb: axis-aligned box of the asset's vertices in the object frame (scale baked in); "
+             "centre_m and size_m (x, y, z extents)",
+    "poses": "T_camera_object (4x4, rigid, metres; no quaternion) maps the asset's object frame into the camera frame "
+             "(OpenCV optical): T_camera_object_reference at reference_time_ns (camera and object poses at that time), "
+             "T_camera_object_centroid_row at the time of centroid_row (the row of the mean row of the modal pixels, "
+             "rounded half up; null without visible pixels): row_T_world_camera[row]^-1 @ T_world_object(row time)",
+    "per_row_poses": "canvas_row_T_world_camera[c] is the camera at canvas row c's time; object_row_T_world_object[i, c] "
+                     "the rigid pose of the moving object with row_pose_index i at that time; a static object's pose is "
+                     "T_camera_world^-1 @ T_camera_object_reference",
+    "listed_objects": "objects of the object table whose silhouette has at least one pixel on the canvas (objects "
+                      "with 0 visible pixels are kept); objects without mesh geometry are listed in `skipped`",
+}
+
+
+def tight_box(mask, x_offset: int = 0, y_offset: int = 0):
+    """[x, y, w, h] (inclusive extents, w = x_max - x_min + 1) of a bool mask's pixels, offset added; None if empty."""
+    ys, xs = np.nonzero(np.asarray(mask))
+    if xs.size == 0:
+        return None
+    return [int(xs.min()) + x_offset, int(ys.min()) + y_offset, int(xs.max() - xs.min() + 1),
+            int(ys.max() - ys.min() + 1)]
+
+
+def unpack(packed, width: int) -> np.ndarray:
+    return np.unpackbits(np.asarray(packed, dtype=np.uint8), axis=-1, count=width).astype(bool)
+
+
+def object_masks(block: dict, arrays: dict, W: int, H: int, o: dict):
+    """(amodal in image (H, W), canvas (3H, 3W)) bool masks of one listed object."""
+    img = unpack(arrays["amodal_masks"][o["mask_index"]], W) if o["mask_index"] is not None \
+        else np.zeros((H, W), dtype=bool)
+    if o.get("canvas_mask_index") is not None:
+        canvas = unpack(arrays["amodal_masks_canvas"][o["canvas_mask_index"]], 3 * W)
+    else:
+        canvas = np.zeros((3 * H, 3 * W), dtype=bool)
+        canvas[H:2 * H, W:2 * W] = img
+    return img, canvas
+
+
+def object_row_poses(manifest: dict, arrays: dict, o: dict) -> np.ndarray:
+    """T_world_object (3H, 4, 4) of a listed object at every canvas row's time."""
+    if o.get("row_pose_index") is not None:
+        return arrays["object_row_T_world_object"][o["row_pose_index"]]
+    T_cw = np.array(manifest["calibration"]["T_camera_world"]["matrix"], dtype=np.float64)
+    T_wo = invert_rigid(T_cw) @ np.array(o["T_camera_object_reference"], dtype=np.float64)
+    return np.broadcast_to(T_wo, arrays["canvas_row_T_world_camera"].shape)
+
+
+def rasterise_object(manifest, arrays, o, V, F, margin_px: float = 0.0) -> np.ndarray:
+    """Independent canvas mask (3H, 3W) of the asset (V, F) at the exported per-row poses and K."""
+    W, H = manifest["calibration"]["image_size_px"]
+    K = np.array(manifest["calibration"]["K"], dtype=np.float64)
+    T_wc = arrays["canvas_row_T_world_camera"]
+    T_wo = object_row_poses(manifest, arrays, o)
+    T_co = np.einsum("rij,rjk->rik", np.linalg.inv(T_wc), T_wo)
+    rows = np.arange(-H, 2 * H)
+    if np.allclose(T_co, T_co[0], atol=0, rtol=0):
+        return rasterize_rows(V, F, K, T_co[0], rows, 3 * W, -W, margin_px)
+    return rasterize_rows(V, F, K, T_co, rows, 3 * W, -W, margin_px)
+
+
+def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
+    """Every object-label invariant of a camera event with an `object_labels` block."""
+    block = manifest["object_labels"]
+    W, H = manifest["calibration"]["image_size_px"]
+    needed = ("amodal_masks", "amodal_masks_canvas", "canvas_row_T_world_camera", "object_row_T_world_object",
+              "instance_id", "canvas_row_time_ns", "row_T_world_camera")
+    missing = [n for n in needed if n not in arrays]
+    if missing:
+        add("objects:payloads", False, f"object labels cannot be checked: {missing} not decoded")
+        return
+    inst = arrays["instance_id"]
+    objs = block["objects"]
+    listed = {o["instance_id"] for o in objs} | {s["instance_id"] for s in block.get("skipped", [])}
+    seen = set(np.unique(inst[inst > 0]).tolist())
+    add("objects:listed", seen <= listed, "every visible instance has an object-label entry" if seen <= listed
+        else f"visible instances {sorted(seen - listed)[:5]} have no object-label entry")
+    index_rows = [o["mask_index"] for o in objs if o["mask_index"] is not None]
+    canvas_rows = [o["canvas_mask_index"] for o in objs if o.get("canvas_mask_index") is not None]
+    ok = (sorted(index_rows) == list(range(arrays["amodal_masks"].shape[0]))
+          and sorted(canvas_rows) == list(range(arrays["amodal_masks_canvas"].shape[0])))
+    add("objects:mask_index", ok, "mask indices cover the mask payloads once each" if ok
+        else "mask_index / canvas_mask_index do not map one-to-one onto the mask payload rows")
+    if not ok:
+        return
+    cam_ok = np.allclose(arrays["canvas_row_T_world_camera"][H:2 * H], arrays["row_T_world_camera"], atol=1e-9)
+    t_ok = np.array_equal(arrays["canvas_row_time_ns"][H:2 * H], arrays["row_time_ns"]) if "row_time_ns" in arrays \
+        else True
+    add("objects:canvas_rows", bool(cam_ok and t_ok), "canvas rows H..2H-1 equal the image rows' times and poses"
+        if cam_ok and t_ok else "canvas rows H..2H-1 differ from row_time_ns / row_T_world_camera")
+
+    problems = {"subset": [], "counts": [], "boxes": [], "fractions": [], "poses": []}
+    masks = {}
+    for o in objs:
+        name = f"object {o['instance_id']}"
+        img, canvas = object_masks(block, arrays, W, H, o)
+        masks[o["instance_id"]] = canvas
+        modal = inst == o["instance_id"]
+        if np.any(modal & ~img):
+            problems["subset"].append(f"{name}: {int((modal & ~img).sum())} modal pixel(s) outside the amodal mask")
+        if not np.array_equal(canvas[H:2 * H, W:2 * W], img):
+            problems["subset"].append(f"{name}: canvas mask differs from the image mask inside the image")
+        counts = {"px_count_all": int(canvas.sum()), "px_count_in_image": int(img.sum()),
+                  "px_count_visib": int(modal.sum())}
+        for key, value in counts.items():
+            if o[key] != value:
+                problems["counts"].append(f"{name}: {key} {o[key]} != mask sum {value}")
+        boxes = {"bbox_modal": tight_box(modal), "bbox_amodal_clipped": tight_box(img),
+                 "bbox_amodal_unclipped": tight_box(canvas, -W, -H)}
+        for key, value in boxes.items():
+            if o[key] != value:
+                problems["boxes"].append(f"{name}: {key} {o[key]} is not the tight box {value}")
+        n_all, n_img, n_vis = (o["px_count_all"], o["px_count_in_image"], o["px_count_visib"])
+        expect = {"visib_fract": n_vis / n_all if n_all else 0.0,
+                  "truncation_fraction": 1 - n_img / n_all if n_all else 0.0,
+                  "occlusion_fraction": 1 - n_vis / n_img if n_img else 0.0}
+        for key, value in expect.items():
+            if abs(o[key] - value) > 1e-12:
+                problems["fractions"].append(f"{name}: {key} {o[key]} != {value} from the counts")
+        for key in ("T_camera_object_reference", "T_camera_object_centroid_row"):
+            if o[key] is not None and not is_rigid(np.array(o[key], dtype=np.float64), 1e-6):
+                problems["poses"].append(f"{name}: {key} is not rigid")
+        if (o["centroid_row"] is None) != (n_vis == 0):
+            problems["poses"].append(f"{name}: centroid_row must be null exactly when no pixel is visible")
+        elif o["centroid_row"] is not None:
+            rows = np.nonzero(modal)[0]
+            if o["centroid_row"] != int(np.floor(rows.mean() + 0.5)) or \
+                    o["centroid_row_time_ns"] != int(arrays["canvas_row_time_ns"][H + o["centroid_row"]]):
+                problems["poses"].append(f"{name}: centroid_row / centroid_row_time_ns do not match the modal mask")
+    for key, what in (("subset", "modal within amodal; canvas agrees with image"), ("counts", "counts equal mask sums"),
+                      ("boxes", "boxes are tight"), ("fractions", "fractions follow from the counts"),
+                      ("poses", "poses rigid, centroid rows consistent")):
+        p = problems[key]
+        add(f"objects:{key}", not p, what if not p else f"{p[0]}" + (f" (+{len(p) - 1} more)" if len(p) > 1 else ""))
+    _check_assets(manifest, arrays, objs, masks, add, root)
+
+
+def load_asset(root, asset: dict):
+    path = resolve_inside(root, asset["uri"])
+    if sha256_file(path) != asset["sha256"]:
+        raise RowbeamError(f"asset {asset['uri']} does not match its sha256")
+    return read_ply(path.read_bytes())
+
+
+def _check_assets(manifest, arrays, objs, masks, add, root) -> None:
+    """box3d against the asset, and the amodal canvas mask against an independent rasterisation."""
+    worst, worst_violation, checked, problems, skipped = 0, 0, 0, [], []
+    for o in objs:
+        name = f"object {o['instance_id']}"
+        try:
+            V, F = load_asset(root, o["asset"])
+        except (RowbeamError, OSError) as exc:
+            problems.append(f"{name}: {exc}")
+            continue
+        lo, hi = V.min(axis=0), V.max(axis=0)
+        if not (np.allclose(o["box3d"]["centre_m"], (lo + hi) / 2, atol=1e-9)
+                and np.allclose(o["box3d"]["size_m"], hi - lo, atol=1e-9)):
+            problems.append(f"{name}: box3d is not the asset's axis-aligned box")
+        if not o.get("rasterisation_check", True):
+            skipped.append(o["instance_id"])
+            continue
+        try:
+            nominal = rasterise_object(manifest, arrays, o, V, F)
+            outer = rasterise_object(manifest, arrays, o, V, F, EDGE_MARGIN_PX)
+            inner = rasterise_object(manifest, arrays, o, V, F, -EDGE_MARGIN_PX)
+        except ValueError as exc:
+            skipped.append(f"{o['instance_id']} ({exc})")
+            continue
+        m = masks[o["instance_id"]]
+        mismatch = int((m ^ nominal).sum())
+        violation = int((inner & ~m).sum() + (m & ~outer).sum())
+        checked += 1
+        worst, worst_violation = max(worst, mismatch), max(worst_violation, violation)
+        if violation:
+            problems.append(f"{name}: amodal mask differs from the rasterised asset by {mismatch} px, "
+                            f"{violation} px farther than {EDGE_MARGIN_PX} px from an edge")
+    msg = (f"{checked} object(s) re-rasterised from their assets at the exported per-row poses and K: worst mismatch "
+           f"{worst} px, none farther than {EDGE_MARGIN_PX} px from an edge"
+           + (f"; not re-rasterised (deforming or crossing the camera plane): {skipped}" if skipped else ""))
+    add("objects:rasterisation", not problems, msg if not problems else
+        problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+        mismatch_px=worst, violation_px=worst_violation)

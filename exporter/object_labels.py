@@ -1,0 +1,388 @@
+"""Object-level labels of a camera event (bpy): exact amodal masks on BOP's 3x canvas, counts, boxes,
+poses at row time, content-addressed mesh assets.
+
+Method (declared in the manifest): Cycles label renders (1 sample, Gaussian 0.01 px, Object Index pass)
+of a virtual 3W x 3H camera with the image's focal length in pixels and principal point shifted by
+(W, H) — the "canvas" — whose rolling shutter is stretched so canvas row c keeps the timing model's
+(extrapolated) time of image row c - H. In each render only one group of objects is visible to camera
+rays (the others get visible_camera = False); objects of a group have non-overlapping padded projected
+boxes, so the Object Index pass gives each object's whole silhouette with only its self-occlusion.
+Each render is cropped (border render) to the union of its group's boxes.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import replace
+from fractions import Fraction
+
+import numpy as np
+
+from contracts.camera_model import intrinsics_from_blender
+from contracts.errors import RowbeamError
+from contracts.files import atomic_write_bytes, sha256_file
+from contracts.frames import invert_rigid, rigid_part, world_from_opencv_camera
+from contracts.object_checks import DEFINITION, tight_box
+from contracts.rasterize import ply_bytes
+
+from . import cycles_setup as cs
+from .cycles_timing import timed_rows_shutter
+from .scene_clock import objects_world_matrices, set_time
+from .scene_patch import ScenePatch
+
+BOX_PAD_PX = 2              # padding of projected boxes (px) beyond the sampled motion
+POSE_SAMPLES = 5            # canvas rows at which boxes are projected
+ASSET_DIR = "assets/meshes"
+
+METHOD = ("cycles_canvas_group_renders: Cycles renders of a 3W x 3H canvas camera (same f in px, principal point "
+          "+ (W, H), lens / 3, shift / 3), rolling shutter stretched over 3H rows so canvas row c has the timing "
+          "model's time of image row c - H (half-row correction applied), same motion steps as the label render; "
+          "1 sample, Gaussian 0.01 px, Object Index pass; objects packed in groups whose padded projected boxes do "
+          "not overlap, other objects visible_camera = False; each render cropped to its group's boxes. The modal "
+          "pixels (instance_id) are OR-ed into the amodal mask (a visible pixel lies on its silhouette); "
+          "method.modal_pixels_added counts them")
+
+
+def canvas_row_times(timing) -> list[Fraction]:
+    """Exact reference time (ns) of canvas rows c = 0 .. 3H-1 (image row v = c - H, extrapolated)."""
+    H = timing.rows
+    out = []
+    for c in range(3 * H):
+        v = c - H
+        order = v if timing.direction == "top_to_bottom" else H - 1 - v
+        out.append(timing.frame_start_ns + Fraction(timing.readout_ns * (2 * order + 1), 2 * H)
+                   + Fraction(timing.exposure_ns, 2))
+    return out
+
+
+def _round_ns(t: Fraction) -> int:
+    return int(math.floor(t + Fraction(1, 2)))
+
+
+def mesh_of(obj, depsgraph):
+    """(vertices (V,3) local, triangles (F,3)) of the evaluated object, or None without mesh geometry."""
+    ob = obj.evaluated_get(depsgraph)
+    try:
+        me = ob.to_mesh()
+    except RuntimeError:
+        return None
+    if me is None:
+        return None
+    try:
+        me.calc_loop_triangles()
+        V = np.empty(len(me.vertices) * 3)
+        me.vertices.foreach_get("co", V)
+        F = np.empty(len(me.loop_triangles) * 3, dtype=np.int32)
+        me.loop_triangles.foreach_get("vertices", F)
+    finally:
+        ob.to_mesh_clear()
+    if len(F) == 0:
+        return None
+    return V.reshape(-1, 3), F.reshape(-1, 3)
+
+
+def asset_for(M_world, V_local, F, name: str):
+    """(T_world_object rigid, baked vertices, notes): matrix_world = T_rigid @ S, vertices = S v."""
+    M = np.asarray(M_world, dtype=np.float64)
+    if np.linalg.det(M[:3, :3]) <= 0:
+        raise RowbeamError(f"object {name!r}: negative (mirroring) or zero scale; object labels need a rigid "
+                           "pose with positive scale (apply the scale in Blender: Object > Apply > Scale)")
+    T = rigid_part(M)
+    S = T[:3, :3].T @ M[:3, :3]
+    notes = []
+    sv = np.linalg.svd(S, compute_uv=False)
+    if not np.allclose(sv, 1.0, atol=1e-9):
+        kind = "uniform" if np.allclose(sv, sv[0], rtol=1e-9) else "non-uniform"
+        notes.append(f"{kind} scale {[round(float(x), 9) for x in sv]} baked into the asset (pose is rigid)")
+    return T, V_local @ S.T, notes
+
+
+def write_assets(root, assets: dict) -> None:
+    """Write OUT/assets/meshes/<sha256>.ply once (content-addressed, atomic; concurrent writers agree)."""
+    from pathlib import Path
+
+    d = Path(root) / ASSET_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    for sha, data in assets.items():
+        p = d / f"{sha}.ply"
+        if p.exists() and sha256_file(p) == sha:
+            continue
+        atomic_write_bytes(p, data)
+
+
+def _boxes(Kc, Wc, Hc, cam_poses, obj_mats, corners, clip):
+    """Padded canvas box [x0, x1) x [y0, y1) of each object over the sampled poses, or None off canvas."""
+    boxes = []
+    for j, C in enumerate(corners):
+        us, vs, near = [], [], False
+        for i, Tc in enumerate(cam_poses):
+            P = (invert_rigid(Tc) @ obj_mats[j, i] @ np.c_[C, np.ones(len(C))].T).T[:, :3]
+            if np.any(P[:, 2] <= clip):
+                near = True
+                break
+            us.append(Kc[0, 0] * P[:, 0] / P[:, 2] + Kc[0, 2])
+            vs.append(Kc[1, 1] * P[:, 1] / P[:, 2] + Kc[1, 2])
+        if near:
+            boxes.append((0, Wc, 0, Hc))
+            continue
+        us, vs = np.array(us), np.array(vs)
+        move = max(np.abs(np.diff(us, axis=0)).max(initial=0), np.abs(np.diff(vs, axis=0)).max(initial=0))
+        pad = BOX_PAD_PX + 0.5 * move
+        x0, x1 = math.floor(us.min() - pad), math.ceil(us.max() + pad) + 1
+        y0, y1 = math.floor(vs.min() - pad), math.ceil(vs.max() + pad) + 1
+        x0, x1, y0, y1 = max(x0, 0), min(x1, Wc), max(y0, 0), min(y1, Hc)
+        boxes.append((x0, x1, y0, y1) if x1 > x0 and y1 > y0 else None)
+    return boxes
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+def pack_groups(boxes: dict) -> list[list]:
+    """Greedy packing (largest box first) of {key: box} into groups of pairwise non-overlapping boxes."""
+    groups = []
+    for k in sorted(boxes, key=lambda k: -(boxes[k][1] - boxes[k][0]) * (boxes[k][3] - boxes[k][2])):
+        for g in groups:
+            if not any(_overlap(boxes[k], boxes[o]) for o in g):
+                g.append(k)
+                break
+        else:
+            groups.append([k])
+    return groups
+
+
+def _set_canvas_border(patch, scene, box, Wc, Hc, flipped: bool):
+    x0, x1, y0, y1 = box
+    if flipped:
+        x0, x1, y0, y1 = Wc - x1, Wc - x0, Hc - y1, Hc - y0
+    r = scene.render
+    patch.set(r, "use_border", True)
+    patch.set(r, "use_crop_to_border", True)
+    patch.set(r, "border_min_x", (x0 + 0.5) / Wc)
+    patch.set(r, "border_max_x", min(1.0, (x1 + 0.5) / Wc))
+    patch.set(r, "border_min_y", (Hc - y1 + 0.5) / Hc)
+    patch.set(r, "border_max_y", min(1.0, (Hc - y0 + 0.5) / Hc))
+
+
+def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, instance_id):
+    """Object labels of one camera event.
+
+    Returns (arrays {amodal_masks, amodal_masks_canvas, canvas_row_time_ns, canvas_row_T_world_camera,
+    object_row_T_world_object}, manifest block, assets {sha256: ply bytes}, seconds).
+    """
+    import bpy
+
+    from .camera_event import use_render_camera
+
+    t_start = time.perf_counter()
+    scene, clock = ctx.scene, ctx.clock
+    cam = scene.objects[sensor.object]
+    W, H = params.resolution_x, params.resolution_y
+    Wc, Hc = 3 * W, 3 * H
+    flipped = sensor.readout_direction != "top_to_bottom"
+    times = canvas_row_times(timing)
+    t_ref = timing.reference_time_ns()
+    table = list(ctx.table)
+    objs = [scene.objects[e.obj_name] for e in table]
+    moving = [k for k, e in enumerate(table) if e.motion == "moving"]
+
+    # meshes and assets at the reference time
+    set_time(scene, clock, t_ref)
+    dg = bpy.context.evaluated_depsgraph_get()
+    entries, assets, skipped = {}, {}, []
+    for k, (e, o) in enumerate(zip(table, objs, strict=True)):
+        mesh = mesh_of(o, dg)
+        if mesh is None:
+            skipped.append({"instance_id": e.render_index, "id": str(e.id), "name": e.obj_name,
+                            "reason": f"{o.type} object without mesh geometry: no object labels"})
+            continue
+        T_wo, V, notes = asset_for(np.array(o.matrix_world, dtype=np.float64), mesh[0], mesh[1], e.obj_name)
+        if o.is_deform_modified(scene, "RENDER"):
+            notes.append("deforming: asset is the mesh at reference_time_ns; masks are exact, the re-rasterisation "
+                         "check is skipped")
+        data = ply_bytes(V, mesh[1])
+        sha = hashlib.sha256(data).hexdigest()
+        assets[sha] = data
+        entries[k] = {"T_wo_ref": T_wo, "V": V, "F": mesh[1], "notes": notes, "sha": sha,
+                      "checkable": not o.is_deform_modified(scene, "RENDER"),
+                      "aabb": (V.min(axis=0), V.max(axis=0))}
+
+    # poses per canvas row: camera for every row (image rows reuse row_poses), moving objects for every row
+    sample_rows = np.unique(np.linspace(0, Hc - 1, POSE_SAMPLES).round().astype(int))
+    need = [c for c in range(Hc) if not H <= c < 2 * H]
+    cam_rows = np.empty((Hc, 4, 4))
+    cam_rows[H:2 * H] = row_poses
+    mov_objs = [objs[k] for k in moving]
+    M_extra = objects_world_matrices(scene, clock, [cam] + mov_objs, [times[c] for c in need])
+    cam_rows[need] = [world_from_opencv_camera(m) for m in M_extra[0]]
+    obj_rows = np.empty((len(moving), Hc, 4, 4))
+    if moving:
+        M_in = objects_world_matrices(scene, clock, mov_objs, [times[c] for c in range(H, 2 * H)])
+        obj_rows[:, need] = M_extra[1:]
+        obj_rows[:, H:2 * H] = M_in
+    # matrices (with scale) at the box-sampling rows, for every object
+    M_samples = objects_world_matrices(scene, clock, objs, [times[c] for c in sample_rows])
+    hidden_notes, states = {}, []
+    for c in (0, H, 2 * H - 1, Hc - 1):
+        set_time(scene, clock, times[c])
+        states.append([bool(o.hide_render) for o in objs])
+    for k in range(len(objs)):
+        if len({s[k] for s in states}) > 1:
+            hidden_notes[k] = "hidden (hide_render) during part of the canvas rows' times: masks show it only where rendered"
+    Kc = intrinsics_from_blender(replace(params, lens_mm=params.lens_mm / 3, shift_x=params.shift_x / 3,
+                                         shift_y=params.shift_y / 3, resolution_x=Wc, resolution_y=Hc))
+    K_expected = np.array(K, dtype=np.float64) + np.array([[0, 0, W], [0, 0, H], [0, 0, 0]])
+    corners = {}
+    for k, ent in entries.items():
+        lo, hi = ent["aabb"]
+        corners[k] = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    keys = list(entries)
+    # corners are in the baked (scaled) object frame: use rigid object poses
+    rig_samples = np.array([[rigid_part(M_samples[k, i]) for i in range(len(sample_rows))] for k in keys]) \
+        if keys else np.zeros((0, len(sample_rows), 4, 4))
+    clip = float(cam.data.clip_start)
+    box_list = _boxes(Kc, Wc, Hc, cam_rows[sample_rows], rig_samples, [corners[k] for k in keys], clip)
+    boxes = {k: b for k, b in zip(keys, box_list, strict=True) if b is not None}
+    groups = pack_groups(boxes)
+
+    # renders
+    canvas_masks = {}
+    render_seconds = []
+    with ScenePatch() as p:
+        ctx.base_settings(p, Wc, Hc)
+        p.set(scene.cycles, "samples", 1)
+        p.set(scene.cycles, "pixel_filter_type", "GAUSSIAN")
+        p.set(scene.cycles, "filter_width", 0.01)
+        p.set(scene.cycles, "max_bounces", 0)
+        vl = ctx.view_layer
+        for attr in ("use_pass_position", "use_pass_normal", "use_pass_z", "use_pass_vector"):
+            p.set(vl, attr, False)
+        p.set(vl, "use_pass_object_index", True)
+        cs.set_render_indices(p, scene, table)
+        rcam = use_render_camera(p, scene, cam, sensor.readout_direction)
+        p.set(rcam.data, "lens", rcam.data.lens / 3)
+        p.set(rcam.data, "shift_x", rcam.data.shift_x / 3)
+        p.set(rcam.data, "shift_y", rcam.data.shift_y / 3)
+        sign = -1.0 if flipped else 1.0
+        K_canvas_err = float(np.abs(intrinsics_from_blender(replace(
+            params, lens_mm=rcam.data.lens, shift_x=sign * rcam.data.shift_x, shift_y=sign * rcam.data.shift_y,
+            resolution_x=Wc, resolution_y=Hc)) - K_expected).max())
+        first = times[0]
+        period = Fraction(timing.readout_ns, H)
+        shutter = timed_rows_shutter(first, period, Hc)
+        cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objs + [rcam])
+        for g in groups:
+            box = (min(boxes[k][0] for k in g), max(boxes[k][1] for k in g),
+                   min(boxes[k][2] for k in g), max(boxes[k][3] for k in g))
+            in_group = set(g)
+            with ScenePatch() as q:
+                for k, o in enumerate(objs):
+                    q.set(o, "visible_camera", k in in_group)
+                _set_canvas_border(q, scene, box, Wc, Hc, flipped)
+                t0 = time.perf_counter()
+                passes = cs.render_passes(scene, vl)
+                render_seconds.append(time.perf_counter() - t0)
+            idx = passes["index"]
+            if flipped:
+                idx = idx[::-1, ::-1]
+            if idx.shape != (box[3] - box[2], box[1] - box[0]):
+                raise RuntimeError(f"canvas border render returned {idx.shape}, expected "
+                                   f"{(box[3] - box[2], box[1] - box[0])}")
+            idx = np.rint(idx).astype(np.int64)
+            for k in g:
+                ri = table[k].render_index
+                canvas_masks[k] = (box, idx == ri)
+
+    # assemble per-object results
+    objects_out, amodal, canvas_list, added_total = [], [], [], 0
+    inst = np.asarray(instance_id)
+    T_cw_ref = invert_rigid(ref_pose)
+    ref_obj = {k: entries[k]["T_wo_ref"] for k in entries}
+    row_of_moving = {k: i for i, k in enumerate(moving)}
+    for k in sorted(canvas_masks, key=lambda k: table[k].render_index):
+        e, ent = table[k], entries[k]
+        (x0, x1, y0, y1), m = canvas_masks[k]
+        full = np.zeros((Hc, Wc), dtype=bool)
+        full[y0:y1, x0:x1] = m
+        modal = inst == e.render_index
+        img = full[H:2 * H, W:2 * W]
+        added = int((modal & ~img).sum())
+        added_total += added
+        img |= modal
+        n_all, n_img, n_vis = int(full.sum()), int(img.sum()), int(modal.sum())
+        if n_all == 0:
+            continue          # projected box met the canvas, silhouette did not: not in view
+        mask_index = None
+        if n_img:
+            mask_index = len(amodal)
+            amodal.append(np.packbits(img, axis=-1))
+        canvas_index = None
+        if n_all > n_img:
+            canvas_index = len(canvas_list)
+            canvas_list.append(np.packbits(full, axis=-1))
+        T_wo_ref = ref_obj[k]
+        if k in row_of_moving:
+            T_wo_ref = None
+        centroid_row = int(np.floor(np.nonzero(modal)[0].mean() + 0.5)) if n_vis else None
+        if k in row_of_moving:
+            Tm = obj_rows[row_of_moving[k]]
+            T_ref_w = rigid_part(np.array(_matrix_at(scene, clock, objs[k], t_ref)))
+            T_c = rigid_part(Tm[H + centroid_row]) if centroid_row is not None else None
+        else:
+            T_ref_w = T_wo_ref
+            T_c = T_wo_ref
+        notes = list(ent["notes"]) + ([hidden_notes[k]] if k in hidden_notes else [])
+        if added:
+            notes.append(f"{added} modal pixel(s) not on the rendered silhouette were added to the amodal mask")
+        lo, hi = ent["aabb"]
+        objects_out.append({
+            "instance_id": e.render_index, "id": str(e.id), "name": e.obj_name, "class": e.class_tag,
+            "semantic_id": e.class_id, "motion": e.motion,
+            "mask_index": mask_index, "canvas_mask_index": canvas_index,
+            "row_pose_index": row_of_moving.get(k),
+            "px_count_all": n_all, "px_count_in_image": n_img, "px_count_visib": n_vis,
+            "visib_fract": n_vis / n_all, "truncation_fraction": 1 - n_img / n_all,
+            "occlusion_fraction": (1 - n_vis / n_img) if n_img else 0.0,
+            "bbox_modal": tight_box(modal), "bbox_amodal_clipped": tight_box(img),
+            "bbox_amodal_unclipped": tight_box(full, -W, -H),
+            "box3d": {"kind": "object_template_aabb", "frame": "object",
+                      "centre_m": [float(x) for x in (lo + hi) / 2], "size_m": [float(x) for x in hi - lo]},
+            "T_camera_object_reference": (T_cw_ref @ T_ref_w).tolist(), "reference_time_ns": int(t_ref),
+            "T_camera_object_centroid_row": (invert_rigid(row_poses[centroid_row]) @ T_c).tolist()
+            if centroid_row is not None else None,
+            "centroid_row": centroid_row,
+            "centroid_row_time_ns": _round_ns(times[H + centroid_row]) if centroid_row is not None else None,
+            "asset": {"uri": f"{ASSET_DIR}/{ent['sha']}.ply", "relative_to": "bundle root", "sha256": ent["sha"],
+                      "units": "m", "frame": "object (scale baked in)"},
+            "rasterisation_check": ent["checkable"],
+            "notes": notes,
+        })
+    set_time(scene, clock, t_ref)
+    arrays = {
+        "amodal_masks": np.stack(amodal) if amodal else np.zeros((0, H, (W + 7) // 8), np.uint8),
+        "amodal_masks_canvas": np.stack(canvas_list) if canvas_list else np.zeros((0, Hc, (Wc + 7) // 8), np.uint8),
+        "canvas_row_time_ns": np.array([_round_ns(t) for t in times], dtype=np.int64),
+        "canvas_row_T_world_camera": cam_rows,
+        "object_row_T_world_object": np.array([[rigid_part(M) for M in obj_rows[i]] for i in range(len(moving))])
+        if moving else np.zeros((0, Hc, 4, 4)),
+    }
+    seconds = {"object_labels": time.perf_counter() - t_start, "object_label_renders": sum(render_seconds)}
+    block = {
+        "definition": DEFINITION,
+        "method": {"amodal": METHOD, "renders": len(groups), "objects_rendered": len(boxes),
+                   "modal_pixels_added": added_total, "canvas_K_max_abs_error": K_canvas_err,
+                   "canvas_shutter": {"first_row_ns": float(first), "row_period_ns": float(period), "rows": Hc,
+                                      "motion_steps": sensor.motion_steps}},
+        "canvas": {"size_px": [Wc, Hc], "origin_px": [-W, -H],
+                   "row_times": "canvas row c <-> image row v = c - H; time = start + readout*(v'+0.5)/H + "
+                                "exposure/2 (v' = v top_to_bottom, H-1-v bottom_to_top), extrapolated beyond the image"},
+        "objects": objects_out,
+        "skipped": skipped,
+    }
+    return arrays, block, assets, seconds
+
+
+def _matrix_at(scene, clock, obj, t_ns):
+    return objects_world_matrices(scene, clock, [obj], [t_ns])[0, 0]
