@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RowbeamError
+from .files import open_regular, regular_file
 from .schema import MAX_USER_JSON_BYTES, loads_user_json, schema_errors
 
 BACKGROUND_ID = 0
@@ -57,9 +58,7 @@ def parse_ontology(raw_bytes: bytes, source: str) -> Ontology:
 
 def load_ontology(path=None) -> Ontology:
     path = Path(path) if path else DEFAULT_ONTOLOGY
-    if not path.is_file():
-        raise RowbeamError(f"{path}: ontology file does not exist" if not path.exists()
-                           else f"{path}: ontology is not a regular file")
-    if path.stat().st_size > MAX_USER_JSON_BYTES:
+    if regular_file(path).st_size > MAX_USER_JSON_BYTES:     # a FIFO or a folder is refused unopened
         raise RowbeamError(f"{path}: ontology file is larger than {MAX_USER_JSON_BYTES} bytes")
-    return parse_ontology(path.read_bytes(), str(path))
+    with open_regular(path) as f:
+        return parse_ontology(f.read(MAX_USER_JSON_BYTES + 1), str(path))

@@ -5,12 +5,11 @@ in a .blend (scene property `rowbeam_rig`) by the add-on.
 """
 from __future__ import annotations
 
-import stat
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 
 from .errors import RowbeamError
+from .files import load_json
 from .lidar import parse_lidar_sensor
 from .schema import MAX_USER_JSON_BYTES, loads_user_json, schema_errors, validator
 from .timing import MIN_FIRING_PERIOD_NS, NS_PER_S, RollingShutterTiming, exact, periodic_event_start_ns
@@ -110,21 +109,5 @@ def parse_rig_text(text, source: str) -> Rig:
 
 
 def load_rig(path) -> Rig:
-    """Read a rig file: a regular file (never opened otherwise, so a FIFO cannot hang us), size-bounded."""
-    path = Path(path)
-    try:
-        st = path.stat()
-    except OSError as exc:
-        if not path.exists():
-            raise RowbeamError(f"{path}: rig file does not exist") from None
-        raise RowbeamError(f"{path}: rig file cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise RowbeamError(f"{path}: rig is not a regular file")
-    if st.st_size > MAX_USER_JSON_BYTES:
-        raise RowbeamError(f"{path}: rig file is {st.st_size} bytes; at most {MAX_USER_JSON_BYTES} are allowed")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_USER_JSON_BYTES + 1)
-    except OSError as exc:
-        raise RowbeamError(f"{path}: rig file cannot be read ({exc.strerror})") from None
-    return parse_rig_text(data, str(path))
+    """Read a rig file: a regular file (a FIFO is never opened) of at most MAX_USER_JSON_BYTES, finite numbers."""
+    return parse_rig(load_json(path, "rig", MAX_USER_JSON_BYTES), str(path))

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import RowbeamError
+from contracts.ontology import DEFAULT_ONTOLOGY
 from contracts.rig import load_rig, parse_rig_text
 from contracts.schema import MAX_JSON_DEPTH, MAX_USER_JSON_BYTES, loads_user_json, validator
 from contracts import timing
@@ -158,7 +159,7 @@ RIG_CASES = [
 # (case id, rig-file bytes or None (the valid rig), extra args, fragments); {tmp} in args is the case folder
 FILE_AND_FLAG_CASES = [
     ("rig_larger_than_1mib", lambda rig: _dump({**rig, "name": "n" * (2 << 20)}).encode(), [],
-     ["rig.json", "bytes", str(MAX_USER_JSON_BYTES)]),
+     ["rig.json", "bytes", "at most 1 MiB"]),
     ("rig_nested_100000_deep", lambda rig: b"[" * 100_000 + b"]" * 100_000, [], ["rig.json", "nested deeper"]),
     ("rig_nested_100_deep", lambda rig: _dump({**rig, "name": _raw("[" * 100 + "]" * 100)}).encode(), [],
      ["rig.json", f"nested deeper than {MAX_JSON_DEPTH}"]),
@@ -476,3 +477,20 @@ def test_out_path_refused_before_writing(scene, tmp_path, make_out, fragments):
         plan_export(ExportRequest(out=out, blend=scene["blends"]["a"]))
     _one_line(str(info.value), fragments)
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("make, fragments", [
+    (lambda p: p.write_text(DEFAULT_ONTOLOGY.read_text().replace('"background_id": 0', '"background_id": NaN')),
+     ["onto.json", "ontology holds the number NaN"]),
+    (lambda p: p.write_bytes(b" " * (MAX_USER_JSON_BYTES + 1)), ["onto.json", "larger than"]),
+    (lambda p: p.mkdir(), ["onto.json", "a folder, not a regular file"]),
+    (lambda p: os.mkfifo(p), ["onto.json", "a FIFO, not a regular file"]),
+], ids=["nan", "larger_than_1mib", "folder", "fifo"])
+def test_bad_ontology_file(tmp_path, make, fragments):
+    """The rig's `ontology` file: the same JSON bounds as the rig; special files refused without opening."""
+    from contracts.ontology import load_ontology
+
+    make(tmp_path / "onto.json")
+    with pytest.raises(RowbeamError) as info:
+        load_ontology(tmp_path / "onto.json")
+    _one_line(str(info.value), fragments)
