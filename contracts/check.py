@@ -12,7 +12,8 @@ Besides every event and flow, a bundle is checked as a whole (report["bundle"]):
   a non-empty `.staging/` and `.bundle.json.tmp-PID` at the root — never read as data, safe to delete
   once no export runs;
 - `sample_ids_unique`: every sample_id and flow_id once in the bundle.
-Each event and flow also gets `location` (folder name = sensor id and event index / endpoint indices;
+Each event and flow also gets `folder_contents` (a warning for files its manifest does not reference),
+`location` (folder name = sensor id and event index / endpoint indices;
 sample_id = "<scenario>.<sensor>.<reference_time_ns>", flow_id = "<scenario>.<sensor>.flow.<i0>-<i1>"),
 `identity` (build, lineage and ontology hashes = bundle.json's identity) and, for events, `schedule`
 (the bundle's rig puts event <index> at the manifest's start time). quarantine/ is listed, not checked.
@@ -33,7 +34,6 @@ from .cross_modal import check_lidar_camera
 from .flow_checks import ENDPOINT_NEEDS, check_flow
 from .lidar_checks import check_lidar_event
 from .modalities import MODALITIES, manifest_dims, required
-from .object_checks import check_object_labels
 from .errors import RowbeamError, UnusableInput
 from .files import atomic_write_json, canonical_sha256, load_json, regular_file, resolve_inside, sha256_file
 from .sample_identity import sample_id
@@ -176,8 +176,6 @@ def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = 
             check_flow(manifest, arrays, *endpoints, report.add)
     else:
         INVARIANTS[kind](manifest, arrays, report.add)
-        if "object_labels" in manifest:
-            check_object_labels(manifest, arrays, report.add, bundle_root or base_root)
     report.manifest, report.decoded = manifest, set(arrays)
     return report
 
@@ -277,8 +275,9 @@ def check_bundle(path) -> dict:
             raise UnusableInput(f"{path}: bundle holds no events (events/<sensor>/<index>/{MANIFEST})")
     context = _bundle_context(root, bundle) if _exists(root / BUNDLE) else None
     events = [check_path(m, root) for m in manifests]
-    if context is not None:
-        for e in events:
+    for e in events:
+        _check_folder_contents(e)
+        if context is not None:
             _check_against_bundle(e, root, context)
     if whole:
         bundle.add("layout", not problems, "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
@@ -342,6 +341,21 @@ def _bundle_context(root: Path, bundle: EventReport) -> dict:
                 bundle.add("bundle_rig", False, f"the stored rig does not parse ({exc}); event times not checked "
                            "against it", severity="warn")
     return {"identity": identity, "rig": rig}
+
+
+def _check_folder_contents(report: EventReport) -> None:
+    """Warn about entries of an event or flow folder that are neither its manifest, its QA report nor a
+    declared payload (a stray copy, a temporary file): never data, but a reader globbing *.exr could take them."""
+    if report.manifest is None:
+        return
+    known = {MANIFEST, QA_REPORT} | {e["uri"].split("/")[0] for e in report.manifest["modalities"].values()}
+    try:
+        extra = sorted(set(os.listdir(report.path.parent)) - known)
+    except OSError as exc:
+        extra = [f"(folder unreadable: {exc.strerror})"]
+    report.add("folder_contents", not extra, "not referenced by the manifest: " + ", ".join(extra[:5])
+               + (f" (+{len(extra) - 5} more)" if len(extra) > 5 else "") if extra
+               else "only the manifest, its QA report and declared payloads", severity="warn")
 
 
 def _check_against_bundle(report: EventReport, root: Path, context: dict) -> None:
