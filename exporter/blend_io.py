@@ -7,6 +7,7 @@ from pathlib import Path
 import bpy
 
 from contracts.errors import RowbeamError
+from contracts.files import open_regular
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -14,14 +15,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def open_blend(path) -> None:
     """Load a .blend with its embedded scripts (drivers, registered text blocks) disabled."""
     path = Path(path)
-    if not path.is_file():      # a folder or a FIFO is never opened (a FIFO would block)
-        raise RowbeamError(f"{path}: .blend file does not exist" if not path.exists()
-                           else f"{path}: not a regular file, so not a .blend file")
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(7)
-    except OSError as exc:
-        raise RowbeamError(f"{path}: .blend file cannot be read ({exc.strerror})") from None
+    with open_regular(path) as f:      # a folder or a FIFO is refused unopened (a FIFO would block)
+        magic = f.read(7)
     if magic != b"BLENDER" and magic[:2] not in (b"\x1f\x8b", b"\x28\xb5"):  # plain, gzip, zstd
         raise RowbeamError(f"{path}: not a .blend file")
     try:
