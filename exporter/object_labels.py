@@ -5,9 +5,9 @@ Method (declared in the manifest): Cycles label renders (1 sample, Gaussian 0.01
 of a virtual 3W x 3H camera with the image's focal length in pixels and principal point shifted by
 (W, H) — the "canvas" — whose rolling shutter is stretched so canvas row c keeps the timing model's
 (extrapolated) time of image row c - H. In each render only one group of objects is visible to camera
-rays (the others get visible_camera = False); objects of a group have non-overlapping padded projected
-boxes, so the Object Index pass gives each object's whole silhouette with only its self-occlusion.
-Each render is cropped (border render) to the union of its group's boxes.
+rays (the others get hide_render = True, so they are not even synced); objects of a group have
+non-overlapping padded projected boxes, so the Object Index pass gives each object's whole silhouette
+with only its self-occlusion. Each render is cropped (border render) to the union of its group's boxes.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ METHOD = ("cycles_canvas_group_renders: Cycles renders of a 3W x 3H canvas camer
           "+ (W, H), lens / 3, shift / 3), rolling shutter stretched over 3H rows so canvas row c has the timing "
           "model's time of image row c - H (half-row correction applied), same motion steps as the label render; "
           "1 sample, Gaussian 0.01 px, Object Index pass; objects packed in groups whose padded projected boxes do "
-          "not overlap, other objects visible_camera = False; each render cropped to its group's boxes. The modal "
+          "not overlap, other objects hide_render = True (not synced); each render cropped to its group's boxes. The modal "
           "pixels (instance_id) are OR-ed into the amodal mask (a visible pixel lies on its silhouette); "
           "method.modal_pixels_added counts them")
 
@@ -209,6 +209,13 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
                       "checkable": not o.is_deform_modified(scene, "RENDER"),
                       "aabb": (V.min(axis=0), V.max(axis=0))}
 
+    for o in scene.objects:
+        if o.is_instancer and o.instance_type != "NONE" and not o.hide_render:
+            skipped.append({"instance_id": None, "id": None, "name": o.name,
+                            "reason": f"instancer ({o.instance_type}): its instances are not in the object table "
+                                      "(instance_id 0); no object labels"})
+
+    t_meshes = time.perf_counter()
     # poses per canvas row: camera for every row (image rows reuse row_poses), moving objects for every row
     sample_rows = np.unique(np.linspace(0, Hc - 1, POSE_SAMPLES).round().astype(int))
     need = [c for c in range(Hc) if not H <= c < 2 * H]
@@ -231,6 +238,7 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     for k in range(len(objs)):
         if len({s[k] for s in states}) > 1:
             hidden_notes[k] = "hidden (hide_render) during part of the canvas rows' times: masks show it only where rendered"
+    t_poses = time.perf_counter()
     Kc = intrinsics_from_blender(replace(params, lens_mm=params.lens_mm / 3, shift_x=params.shift_x / 3,
                                          shift_y=params.shift_y / 3, resolution_x=Wc, resolution_y=Hc))
     K_expected = np.array(K, dtype=np.float64) + np.array([[0, 0, W], [0, 0, H], [0, 0, 0]])
@@ -279,7 +287,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
             in_group = set(g)
             with ScenePatch() as q:
                 for k, o in enumerate(objs):
-                    q.set(o, "visible_camera", k in in_group)
+                    if k not in in_group and not o.hide_render:
+                        q.set(o, "hide_render", True)      # not synced at all: the render costs its group only
                 _set_canvas_border(q, scene, box, Wc, Hc, flipped)
                 t0 = time.perf_counter()
                 passes = cs.render_passes(scene, vl)
@@ -368,7 +377,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
         "object_row_T_world_object": np.array([[rigid_part(M) for M in obj_rows[i]] for i in range(len(moving))])
         if moving else np.zeros((0, Hc, 4, 4)),
     }
-    seconds = {"object_labels": time.perf_counter() - t_start, "object_label_renders": sum(render_seconds)}
+    seconds = {"object_labels": time.perf_counter() - t_start, "object_label_meshes": t_meshes - t_start,
+               "object_label_row_poses": t_poses - t_meshes, "object_label_renders": sum(render_seconds)}
     block = {
         "definition": DEFINITION,
         "method": {"amodal": METHOD, "renders": len(groups), "objects_rendered": len(boxes),

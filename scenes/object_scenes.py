@@ -32,7 +32,7 @@ def _rot(ax, ay, az):
     return Rz @ Ry @ Rx
 
 
-def object_calibration(scale: int = 16, mover_speed: float = 150.0):
+def object_calibration(scale: int = 16, mover_speed: float = 150.0, direction: str = "top_to_bottom"):
     """Objects with closed-form labels (pixel rectangles at scale 16, 80 x 45 px, f = 50, c = (40, 22.5)):
     truncated: u 59.5..99.5, v 10.5..20.5 at z 10 (40 x 10 px, half outside: 400 all, 200 in image);
     back: u 9.5..29.5, v 24.5..39.5 at z 12 (300 px); front: u 19.5..39.5, v 29.5..34.5 at z 6 (100 px)
@@ -64,7 +64,8 @@ def object_calibration(scale: int = 16, mover_speed: float = 150.0):
     common.tag(mover, 0x9005, "target")
     truth["poses"]["mover"], truth["ids"]["mover"] = Mc, 0x9005
     truth["mover_velocity_camera"] = np.array([mover_speed, 0.0, 0.0])
-    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, verify_rows=2, object_labels=True)
+    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, verify_rows=2, object_labels=True,
+                            readout_direction=direction)
     return truth, rig
 
 
