@@ -43,6 +43,8 @@ LOCKS = "locks"
 OWNER = ".owner"
 BUNDLE_TMP = re.compile(r"^\.bundle\.json\.tmp-(\d+)$")      # contracts.files.atomic_write_bytes' temp name
 TRASH = re.compile(r"^\..+\.old-(\d+)$")                       # publish() moves a replaced folder here first
+PROBE = re.compile(r"^\.rowbeam-probe-")          # run._probe_writable's empty folder (created, removed at once)
+PROBE_STALE_S = 60.0
 FOREIGN_STALE_S = 6 * 3600      # another host's staging with a free lock is reclaimed after this long untouched
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EFBIG}
 
@@ -73,8 +75,10 @@ def write_error(exc: BaseException, path, context: str) -> RowbeamError | None:
 
 def _is_litter(p: Path) -> bool:
     """What an interrupted rowbeam writer can leave in an output folder before/besides bundle.json."""
-    return (p.name == STAGING and p.is_dir() and not p.is_symlink()) or (
-        BUNDLE_TMP.match(p.name) is not None and p.is_file() and not p.is_symlink())
+    if p.is_symlink():
+        return False
+    return (p.name == STAGING and p.is_dir()) or (BUNDLE_TMP.match(p.name) is not None and p.is_file()) or (
+        PROBE.match(p.name) is not None and p.is_dir())
 
 
 def _lock_file(path: Path, blocking: bool = True) -> int | None:
@@ -126,7 +130,7 @@ class BundleWriter:
 
     def validate(self) -> None:
         """Refuse a folder that holds something else; creates nothing. A folder holding only what an
-        interrupted rowbeam run leaves (.staging, .bundle.json.tmp-PID) counts as empty."""
+        interrupted rowbeam run leaves (.staging, .bundle.json.tmp-PID, an empty .rowbeam-probe-*) counts as empty."""
         if self.root.exists() and not self.root.is_dir():
             raise RowbeamError(f"--out {self.root}: exists and is not a folder")
         if not self.root.exists():
@@ -245,7 +249,8 @@ class BundleWriter:
 
     def reclaim(self) -> list[str]:
         """Remove what killed writers left: their staging folders, free lock files, stale
-        .bundle.json.tmp-PID files and .NAME.old-PID publish trash. Live writers' files are kept."""
+        .bundle.json.tmp-PID files, .NAME.old-PID publish trash and write probes older than a minute.
+        Live writers' files are kept."""
         removed = []
         staging = self.root / STAGING
         for d in _listdir(staging):
@@ -259,6 +264,12 @@ class BundleWriter:
             if fd is not None:
                 _unlink_lock(lock, fd)
         for p in _listdir(self.root):
+            if PROBE.match(p.name) and p.is_dir() and not p.is_symlink() and _age_s(p) > PROBE_STALE_S:
+                try:
+                    p.rmdir()                                 # only if empty: a probe holds nothing
+                    removed.append(p)
+                except OSError:
+                    pass
             m = BUNDLE_TMP.match(p.name)
             if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))) and not p.is_dir():
                 p.unlink(missing_ok=True)
@@ -372,6 +383,13 @@ class BundleWriter:
             os.replace(staged, final)
             fsync_path(final.parent)
         return final
+
+
+def _age_s(p: Path) -> float:
+    try:
+        return time.time() - p.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _listdir(d: Path) -> list[Path]:

@@ -103,14 +103,17 @@ def test_kill_9_at_random_moments_then_resume_is_identical(scene, tmp_path):
 
 
 def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
-    """A 0-byte .bundle.json.tmp-PID (a kill during the first bundle.json write) must not make the folder
-    'foreign'; a dead writer's staging, publish trash of a dead pid and a dead run's temporary folder are
+    """A 0-byte .bundle.json.tmp-PID (a kill during the first bundle.json write) or a write probe must not make
+    the folder 'foreign'; a dead writer's staging, publish trash of a dead pid and a dead run's temporary folder are
     removed by the next run, while a live writer's staging (its owner lock held here) is kept; another
     host's staging is kept while its heartbeat is recent (FOREIGN_STALE_S)."""
     out, tmpdir, pid = tmp_path / "out", tmp_path / "tmp", dead_pid()
     out.mkdir()
     tmpdir.mkdir()
     (out / f".bundle.json.tmp-{pid}").write_bytes(b"")
+    probe = out / ".rowbeam-probe-k1ll3d"                # a kill inside run._probe_writable
+    probe.mkdir()
+    os.utime(probe, (time.time() - 120, time.time() - 120))
     dead_staging = out / ".staging" / f"w-{pid}-0badcafe"
     (dead_staging / "events+camera_front+000001").mkdir(parents=True)
     (dead_staging / ".owner").write_text(json.dumps({"host": os.uname().nodename, "pid": pid}))
@@ -145,7 +148,7 @@ def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
         assert sorted(os.listdir(out / "events" / "camera_front")) == ["000000", "000001"]
         assert BundleWriter(out, {}).is_complete("events/camera_front/000000")
         assert json.loads((out / "bundle.json").read_text())["schema"] == "rowbeam/bundle@1"
-        assert not (out / f".bundle.json.tmp-{pid}").exists() and not dead_staging.exists()
+        assert not (out / f".bundle.json.tmp-{pid}").exists() and not dead_staging.exists() and not probe.exists()
         assert not trash.exists() and not dead_run.exists()
         # the live writer's is kept, and another host's touched a minute ago; its 7-hour-old one is not
         assert sorted(os.listdir(out / ".staging")) == sorted([live_staging.name, "w-4242-f0f0f0f0"])
