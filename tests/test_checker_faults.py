@@ -340,7 +340,7 @@ def test_motion_compensated_point_off(room, tmp_path):
 @pytest.mark.parametrize("edit", [
     {"worst_range_error_m": 2e-3},
     {"id_mismatch_beams": 20, "id_mismatch_fraction": 20 / 256},
-])
+], ids=["range_2mm", "ids_8pct"])
 def test_lidar_recorded_verification_beyond_the_limit(room, tmp_path, edit):
     root, ev = _copy(room, tmp_path)
     _edit_manifest(ev, lambda m: m["method"]["verification"].update(edit))
@@ -359,7 +359,7 @@ def _background_pixel(a, direction):
 @pytest.mark.parametrize("flag, text", [
     ("dest_in_bounds", "1 pixels dest_in_bounds without correspondence_defined"),
     ("dest_visible", "1 pixels dest_visible without dest_in_bounds"),
-])
+], ids=["in_bounds_not_defined", "visible_not_in_bounds"])
 def test_flow_flags_that_do_not_nest(plate_flow, tmp_path, flag, text):
     root, flow = _copy(plate_flow, tmp_path, "flows")
     _, a = load_event(flow)
