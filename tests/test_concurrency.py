@@ -9,6 +9,7 @@ identical to one written by a single process.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import shutil
@@ -117,3 +118,28 @@ def test_concurrent_exporters_publish_every_folder_once(scene, tmp_path, group, 
     results = run_together(scene, out, ranges, tmp_path)
     assert_published_once(out, ranges, results)
     assert bundle_digest(out) == bundle_digest(single_process_reference(scene, ranges, tmp_path)), group
+
+
+def test_bundle_file_race_with_a_different_dataset(tmp_path):
+    """Two writers both validate an empty folder, then open it: the second to create bundle.json finds the
+    first's (hard-link creation cannot replace it) and is refused in one line if the identity differs; with
+    the same identity it joins. Neither leaves a temporary file."""
+    from contracts.errors import RowbeamError
+    from exporter.bundle import BundleWriter
+
+    def identity(blend_byte):
+        return {"blend_sha256": blend_byte * 64, "rig_sha256": "b" * 64, "ontology_sha256": "c" * 64,
+                "scenario": "s", "lineage_group": "g"}
+    out = tmp_path / "out"
+    first, other, same = (BundleWriter(out, identity(c)) for c in "aea")
+    for w in (first, other, same):
+        w.validate()                                  # all see an empty (missing) folder
+    first.open()
+    with pytest.raises(RowbeamError, match="holds a different dataset .*blend_sha256"):
+        other.open()
+    same.open()
+    assert json.loads((out / "bundle.json").read_text())["dataset_id"] == first.dataset_id
+    assert sorted(p.name for p in out.iterdir()) == [".staging", "bundle.json"]
+    for w in (first, same):
+        w.close()
+    assert sorted(p.name for p in out.iterdir()) == ["bundle.json"]
