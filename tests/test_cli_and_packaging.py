@@ -214,6 +214,32 @@ def test_pip_install_without_blender_gives_a_working_checker(rgb_bundle, tmp_pat
     assert help_text.returncode == 0 and "--first-event" in help_text.stdout
 
 
+def test_extension_core_wheel_declares_its_dependencies(rgb_bundle, tmp_path):
+    """The rowbeam_core wheel bundled in the extension, installed alone in a fresh venv, brings what the checker
+    needs (numpy, OpenEXR, jsonschema, referencing) and checks a bundle."""
+    import tomllib
+    import zipfile
+
+    sys.path.insert(0, str(REPO / "tools"))
+    from build_extension import build_core_wheel
+
+    wheel = build_core_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as z:
+        metadata = z.read(next(n for n in z.namelist() if n.endswith("METADATA"))).decode()
+    declared = [line.split(": ", 1)[1] for line in metadata.splitlines() if line.startswith("Requires-Dist: ")]
+    assert declared == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {d.split(">")[0].split("=")[0].lower() for d in declared} >= {"numpy", "openexr", "jsonschema"}
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    pip = subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel],
+                         capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    check = subprocess.run([py, "-m", "contracts", "check", rgb_bundle.bundle], capture_output=True, text=True,
+                           cwd=tmp_path)
+    assert check.returncode == 0 and "PASS" in check.stdout, check.stdout + check.stderr
+
+
 def test_render_export_and_python_m_contracts_keep_working(rgb_bundle):
     assert run_python("-m", "contracts", "check", rgb_bundle.bundle).returncode == 0
     r = run_python(REPO / "render_export.py", "--help")

@@ -60,6 +60,13 @@ def git_revision() -> str:
     return rev()
 
 
+def core_dependencies() -> list[str]:
+    """What the checker needs (pyproject.toml [project].dependencies), declared by the bundled core wheel."""
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
@@ -74,9 +81,10 @@ def build_core_wheel(out_dir: Path) -> Path:
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json"):
                 files[path.relative_to(REPO).as_posix()] = path.read_bytes()
     files["exporter/_build_info.py"] = f'GIT_REVISION = "{git_revision()}"\n'.encode()
+    requires = "".join(f"Requires-Dist: {d}\n" for d in core_dependencies())
     files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: rowbeam-core\nVersion: {ver}\n"
                                  "Summary: rowbeam contracts and exporter (bundled in the Blender extension)\n"
-                                 "Requires-Python: >=3.11\n").encode()
+                                 f"Requires-Python: >=3.11\n{requires}").encode()
     files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: rowbeam build_extension\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items()) + f"{dist}/RECORD,,\n"
     files[f"{dist}/RECORD"] = record.encode()
