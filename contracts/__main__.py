@@ -1,7 +1,8 @@
 """rowbeam contracts command line.
 
   python -m contracts check BUNDLE [--report FILE]      exit 0 pass, 1 hard QA failure, 2 unusable input
-  python -m contracts adapt {flo,kitti,pfm} FLOW_DIR OUT [--variant V] [--direction forward|backward]
+  python -m contracts adapt {flo,kitti-flow,pfm} FLOW_DIR OUT [--variant V] [--direction forward|backward]
+  python -m contracts adapt {kitti-lidar,bop,kitti-object} BUNDLE OUT_DIR | coco BUNDLE OUT.json | ply SOURCE OUT
 """
 from __future__ import annotations
 
@@ -24,18 +25,53 @@ def main(argv=None, prog: str = "python -m contracts") -> int:
                          "how to validate with plain jsonschema + referencing.")
     chk.add_argument("bundle", help="bundle folder (holds bundle.json), or one event/flow folder, or its manifest.json")
     chk.add_argument("--report", help="also write the JSON QA report (rowbeam/qa_report@1) to this file")
-    ad = sub.add_parser("adapt", help="write a flow folder in an external format, with a JSON sidecar of what is lost",
-                        description="Write one direction of a rowbeam flow folder as .flo (Middlebury), a KITTI 2015 "
-                        "flow PNG or PFM, plus OUT.json (rowbeam/adapter_sidecar@1) listing what is lost.")
-    ad.add_argument("format", choices=("flo", "kitti", "pfm"), metavar="format", help="one of flo, kitti, pfm. "
-                    "flo: float32, unknown=1e10; kitti: 16-bit PNG, "
-                    "1/64 px, |flow| <= 512 px; pfm: float32 (u, v, 0), NaN kept")
-    ad.add_argument("flow_dir", help="a flow folder of a bundle: flows/<sensor>/<i0>-<i1>")
-    ad.add_argument("out", help="output file (its sidecar is written to OUT.json)")
-    ad.add_argument("--variant", help="flo: valid (dest_visible pixels, default) | geometric (every defined "
-                    "correspondence); kitti: noc (non-occluded: dest_visible, default) | occ (all defined pixels)")
-    ad.add_argument("--direction", choices=("forward", "backward"), default="forward",
-                    help="flow_forward (source grid, default) or flow_backward (destination grid)")
+    ad = sub.add_parser("adapt", help="write bundle data in an external format, with a JSON sidecar of what is lost",
+                        description="One-way adapters. Each writes its output plus a rowbeam/adapter_sidecar@1 JSON "
+                        "listing what the format loses and the largest rounding error (OUT.json beside a file output, "
+                        "OUT_DIR/rowbeam_adapter_sidecar.json inside a folder output). Nothing is half-written: files "
+                        "are renamed into place, folders are staged beside OUT_DIR and renamed.")
+    fmts = ad.add_subparsers(dest="format", required=True, metavar="format",
+                            help="the output format; `adapt FORMAT --help` explains its arguments")
+    for name, fmt_help in (("flo", "Middlebury .flo of one flow folder: float32, unknown = 1e10"),
+                           ("kitti-flow", "KITTI 2015 flow PNG of one flow folder: 16-bit, 1/64 px, |flow| <= 512 px"),
+                           ("kitti", "deprecated alias of kitti-flow"),
+                           ("pfm", "PFM of one flow folder: float32 (u, v, 0), rows bottom to top, NaN kept")):
+        f = fmts.add_parser(name, help=fmt_help, description=fmt_help)
+        f.add_argument("flow_dir", help="a flow folder of a bundle: flows/<sensor>/<i0>-<i1>")
+        f.add_argument("out", help="output file (its sidecar is written to OUT.json)")
+        f.add_argument("--variant", help="flo: valid (dest_visible pixels, default) | geometric (every defined "
+                       "correspondence); kitti-flow: noc (non-occluded: dest_visible, default) | occ (all defined)")
+        f.add_argument("--direction", choices=("forward", "backward"), default="forward",
+                       help="flow_forward (source grid, default) or flow_backward (destination grid)")
+    kl = fmts.add_parser("kitti-lidar", help="KITTI velodyne .bin per sweep (float32 x y z intensity)",
+                         description="OUT_DIR/velodyne/<index:06d>.bin for every sweep of one LiDAR sensor: float32 "
+                         "x y z intensity, LiDAR frame (x forward, y left, z up, m).")
+    kl.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
+    kl.add_argument("out_dir", help="a new (or empty) output folder; staged beside it and renamed when complete")
+    kl.add_argument("--sensor", help="LiDAR sensor id (needed when the bundle has several)")
+    kl.add_argument("--frame", choices=("own_time", "reference"), default="own_time",
+                    help="own_time: each point in the LiDAR frame at its own beam time (default); reference: motion "
+                    "compensated to the sweep's reference time")
+    kl.add_argument("--intensity", choices=("cos_incidence", "zero"), default="cos_incidence",
+                    help="rowbeam has no intensity: write cos_incidence (default) or 0")
+    ply = fmts.add_parser("ply", help="binary PLY of LiDAR returns (x y z t_ns cos_incidence channel firing ids)",
+                          description="An event folder -> one PLY file OUT; a bundle -> OUT/<sensor>/<index:06d>.ply "
+                          "for every LiDAR event.")
+    ply.add_argument("source", help="a bundle folder or one LiDAR event folder")
+    ply.add_argument("out", help="output PLY file (event) or a new folder (bundle)")
+    coco = fmts.add_parser("coco", help="COCO instances JSON from modal masks (RLE) of camera object labels")
+    coco.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
+    coco.add_argument("out", help="output JSON file (sidecar: OUT + '.json')")
+    coco.add_argument("--sensor", help="camera sensor id (default: every camera with object labels)")
+    bop = fmts.add_parser("bop", help="BOP scene folders: scene_camera/scene_gt/scene_gt_info, depth, rgb, masks, "
+                          "models in mm")
+    bop.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
+    bop.add_argument("out_dir", help="a new (or empty) output folder; staged beside it and renamed when complete")
+    bop.add_argument("--split", default="test", help="split folder name (default test)")
+    ko = fmts.add_parser("kitti-object", help="KITTI object label_2 + calib (3D boxes only for yaw-only objects)")
+    ko.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
+    ko.add_argument("out_dir", help="a new (or empty) output folder; staged beside it and renamed when complete")
+    ko.add_argument("--sensor", help="camera sensor id (default: the only camera with object labels)")
     args = parser.parse_args(argv)
     if args.command == "adapt":
         return _adapt(args)
@@ -73,14 +109,44 @@ def _emit(lines: list[str], status: int) -> int:
 
 
 def _adapt(args) -> int:
-    from .flow_formats import export_flow
-
     try:
-        sidecar = export_flow(args.flow_dir, args.format, args.out, args.variant, args.direction)
+        line = _run_adapter(args)
     except RowbeamError as exc:
         return _error("rowbeam adapt", exc)
-    return _emit([f"rowbeam adapt: wrote {args.out} ({sidecar['format']}, {sidecar['variant']}, max rounding error "
-                  f"{sidecar['max_rounding_error_px']:.4g} px); sidecar {args.out}.json"], 0)
+    return _emit([line], 0)
+
+
+def _run_adapter(args) -> str:
+    """Run the chosen adapter; the one-line summary it prints."""
+    fmt = args.format
+    if fmt in ("flo", "kitti-flow", "kitti", "pfm"):
+        from .flow_formats import export_flow
+
+        s = export_flow(args.flow_dir, fmt, args.out, args.variant, args.direction)
+        return (f"rowbeam adapt: wrote {args.out} ({s['format']}, {s['variant']}, max rounding error "
+                f"{s['max_rounding_error_px']:.4g} px); sidecar {args.out}.json")
+    if fmt == "kitti-lidar":
+        from .adapters.lidar_formats import export_kitti_lidar
+
+        s = export_kitti_lidar(args.bundle, args.out_dir, args.sensor, args.frame, args.intensity)
+    elif fmt == "ply":
+        from .adapters.lidar_formats import export_ply
+
+        s = export_ply(args.source, args.out)
+    elif fmt == "coco":
+        from .adapters.coco import export_coco
+
+        s = export_coco(args.bundle, args.out, args.sensor)
+    elif fmt == "bop":
+        from .adapters.bop import export_bop
+
+        s = export_bop(args.bundle, args.out_dir, args.split)
+    else:
+        from .adapters.kitti_object import export_kitti_object
+
+        s = export_kitti_object(args.bundle, args.out_dir, args.sensor)
+    err = ", ".join(f"{v:.4g} {k}" for k, v in s["max_rounding_error"].items())
+    return f"rowbeam adapt: wrote {s['file']} ({s['format']}; max rounding error {err}); {len(s['lost'])} losses in the sidecar"
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .arrays import decode_payload
+from .adapters.output import check_output_file
+from .adapters.png import png_bytes
+from .bundle_reader import Flow
 from .errors import RowbeamError
-from .files import atomic_write_bytes, canonical_json, load_json, resolve_inside, sha256_file
+from .files import atomic_write_bytes, canonical_json, load_json, sha256_file
 from .schema import schema_errors
 
 FLO_MAGIC = 202021.25
@@ -27,8 +29,9 @@ FLO_UNKNOWN = 1e10
 KITTI_LIMIT_PX = 512.0
 KITTI_SCALE = 64.0
 FORMATS = {"flo": ("middlebury_flo", ("valid", "geometric")),
-           "kitti": ("kitti2015_flow_png", ("noc", "occ")),
+           "kitti-flow": ("kitti2015_flow_png", ("noc", "occ")),
            "pfm": ("pfm", ("geometric",))}
+DEPRECATED = {"kitti": "kitti-flow"}       # old name -> new name; still accepted
 
 
 def load_flow(flow_dir: Path, direction: str) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
@@ -36,22 +39,16 @@ def load_flow(flow_dir: Path, direction: str) -> tuple[dict, np.ndarray, np.ndar
     flow_dir = Path(flow_dir)
     if not flow_dir.is_dir():
         raise RowbeamError(f"{flow_dir}: not a flow folder (flows/<sensor>/<i0>-<i1>)")
+    flow = Flow(flow_dir)
     manifest = load_json(flow_dir / "manifest.json", "flow manifest")
     if not isinstance(manifest, dict) or manifest.get("schema") != "rowbeam/flow@1":
         raise RowbeamError(f"{flow_dir / 'manifest.json'}: not a rowbeam/flow@1 manifest")
     errors = schema_errors(manifest, "rowbeam/flow@1")
     if errors:
         raise RowbeamError(f"{flow_dir / 'manifest.json'}: violates rowbeam/flow@1: {errors[0]}")
-    out = []
-    for name in (f"flow_{direction}", f"flow_{direction}_dest_visible", f"flow_{direction}_correspondence_defined"):
-        entry = manifest["modalities"].get(name)
-        if entry is None:
-            raise RowbeamError(f"{flow_dir / 'manifest.json'}: modalities.{name} is missing")
-        path = resolve_inside(flow_dir, entry["uri"])
-        if sha256_file(path) != entry["sha256"]:
-            raise RowbeamError(f"{path}: sha256 does not match the flow manifest")
-        out.append(decode_payload(path, entry))
-    return (manifest, *out)
+    flow._manifest = manifest
+    names = (f"flow_{direction}", f"flow_{direction}_dest_visible", f"flow_{direction}_correspondence_defined")
+    return (manifest, *(flow.array(n) for n in names))
 
 
 def write_flo(path: Path, flow: np.ndarray, known: np.ndarray) -> float:
@@ -70,18 +67,9 @@ def read_flo(path: Path) -> np.ndarray:
     return np.frombuffer(raw[12:], "<f4").reshape(H, W, 2)
 
 
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-
 def write_png16(path: Path, rgb: np.ndarray) -> None:
-    """Minimal 16-bit RGB PNG (big-endian samples, filter 0 per row)."""
-    H, W, _ = rgb.shape
-    rows = np.ascontiguousarray(rgb.astype(">u2")).reshape(H, W * 3)
-    raw = b"".join(b"\x00" + rows[i].tobytes() for i in range(H))
-    png = (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 16, 2, 0, 0, 0))
-           + _png_chunk(b"IDAT", zlib.compress(raw, 6)) + _png_chunk(b"IEND", b""))
-    atomic_write_bytes(path, png)
+    """16-bit RGB PNG (big-endian samples, filter 0 per row)."""
+    atomic_write_bytes(path, png_bytes(rgb.astype(np.uint16), 16))
 
 
 def read_png16(path: Path) -> np.ndarray:
@@ -143,6 +131,7 @@ def read_pfm(path: Path) -> np.ndarray:
 
 def export_flow(flow_dir, fmt: str, out_path, variant: str | None = None, direction: str = "forward") -> dict:
     """Write one flow direction of a rowbeam flow folder in an external format; return the sidecar."""
+    fmt = DEPRECATED.get(fmt, fmt)
     if fmt not in FORMATS:
         raise RowbeamError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     name, variants = FORMATS[fmt]
@@ -153,9 +142,9 @@ def export_flow(flow_dir, fmt: str, out_path, variant: str | None = None, direct
     sidecar_path = out_path.with_name(out_path.name + ".json")
     manifest, flow, visible, defined = load_flow(flow_dir, direction)
     for target in (out_path, sidecar_path):
-        _check_output(target, flow_dir)
+        check_output_file(target, flow_dir)
     known = (visible if variant in ("valid", "noc") else defined).astype(bool)
-    writer = {"flo": write_flo, "kitti": write_kitti, "pfm": write_pfm}[fmt]
+    writer = {"flo": write_flo, "kitti-flow": write_kitti, "pfm": write_pfm}[fmt]
     wrote = False
     try:
         max_err = writer(out_path, flow, known)
@@ -169,36 +158,13 @@ def export_flow(flow_dir, fmt: str, out_path, variant: str | None = None, direct
     return sidecar
 
 
-def _exists(path: Path) -> bool:
-    return os.path.lexists(path)
-
-
-def _check_output(target: Path, flow_dir: Path) -> None:
-    """Refuse an output path that cannot be written or lies inside the flow's bundle; create nothing."""
-    if _exists(target) and not target.is_file():
-        raise RowbeamError(f"{target}: exists and is not a regular file; give a file path")
-    parent = target.parent
-    if not parent.is_dir():
-        raise RowbeamError(f"{target}: folder {parent} does not exist" if not _exists(parent)
-                           else f"{target}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise RowbeamError(f"{target}: folder {parent} is not writable")
-    resolved, flows = target.resolve(), flow_dir.resolve()
-    bundle = flows.parents[2] if len(flows.parents) > 2 and flows.parents[1].name == "flows" else None
-    inside = (flows in resolved.parents or (bundle in resolved.parents and resolved.relative_to(bundle).parts[0]
-                                            in ("events", "flows", "quarantine")))
-    if inside:
-        raise RowbeamError(f"{target}: inside the bundle's data folders; writing there would change the bundle; "
-                           "write the adapter output elsewhere")
-
-
 def _sidecar(fmt, name, flow_dir, out_path, manifest, direction, variant, known, max_err) -> dict:
     lost = ["flags source_valid, dest_in_bounds, correspondence_defined and dest_visible (only one mask survives)",
             "scene flow, endpoint times, per-row timing and provenance (kept in the flow manifest)"]
     if fmt == "flo":
         lost.append(f"unknown pixels are written as {FLO_UNKNOWN:g}, indistinguishable from a real value of that size")
         lost.append("float32 (exact: rowbeam stores float32)")
-    if fmt == "kitti":
+    if fmt == "kitti-flow":
         lost.append(f"precision: rounded to 1/{KITTI_SCALE:g} px; range limited to +-{KITTI_LIMIT_PX:g} px (refused beyond)")
         lost.append("flow values at pixels marked invalid are set to zero")
     if fmt == "pfm":
@@ -210,6 +176,6 @@ def _sidecar(fmt, name, flow_dir, out_path, manifest, direction, variant, known,
         "direction": direction, "variant": variant, "units": "px",
         "grid": manifest["conventions"]["grid"], "channels": ["u (right)", "v (down)"] + (["zero"] if fmt == "pfm" else []),
         "lost": lost, "max_rounding_error_px": max_err,
-        "unknown_value": FLO_UNKNOWN if fmt == "flo" else ("B = 0" if fmt == "kitti" else "NaN"),
+        "unknown_value": FLO_UNKNOWN if fmt == "flo" else ("B = 0" if fmt == "kitti-flow" else "NaN"),
         "pixels_written_known": int(known.sum()),
     }

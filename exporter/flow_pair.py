@@ -7,7 +7,6 @@ flows/<sensor>/<i0>-<i1>/ next to the events.
 """
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from contracts import qa_profile
-from contracts.arrays import decode_payload
+from contracts.bundle_reader import open_event
 from contracts.camera_model import PIXEL_CONVENTION_TEXT
 from contracts.files import sha256_file
 from contracts.modalities import FLAG_NAMES, FLAG_TEXT
@@ -44,9 +43,9 @@ CONVENTIONS = {
 
 
 def load_event(event_dir: Path) -> tuple[dict, dict]:
-    manifest = json.loads((event_dir / "manifest.json").read_text())
-    mods = manifest["modalities"]
-    return manifest, {n: decode_payload(event_dir / mods[n]["uri"], mods[n]) for n in NEEDED}
+    """(manifest, {NEEDED name: array}) of an exported endpoint event, through the bundle loader (hashes verified)."""
+    event = open_event(event_dir)
+    return event.manifest, event.arrays(NEEDED)
 
 
 def _object_luts(ctx, moving_names, t_src, t_dst):

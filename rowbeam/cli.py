@@ -10,7 +10,8 @@ import sys
 SUBCOMMANDS = {
     "export": "render sensor events of a .blend into a bundle (needs bpy or Blender)",
     "check": "check a bundle or one event folder against its contracts (no Blender needed)",
-    "adapt": "write a flow folder in an external format (.flo, KITTI PNG, PFM) with a loss sidecar",
+    "adapt": "one-way export with a loss sidecar: flow (.flo, kitti-flow, pfm), LiDAR (kitti-lidar, ply), "
+             "objects (coco, bop, kitti-object)",
     "scenes": "build a calibration scene or the running example as .blend + rig (needs bpy)",
     "schemas": "write the published JSON Schemas of every rowbeam document into a folder",
 }

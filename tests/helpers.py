@@ -4,15 +4,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contracts.arrays import decode_payload
+from contracts.bundle_reader import open_event
 
 
-def load_event(event_dir) -> tuple[dict, dict]:
-    """(manifest, {modality: array}) of one published event folder."""
-    event_dir = Path(event_dir)
-    manifest = json.loads((event_dir / "manifest.json").read_text())
-    arrays = {name: decode_payload(event_dir / e["uri"], e) for name, e in manifest["modalities"].items()}
-    return manifest, arrays
+def load_event(event_dir, verify: bool = False) -> tuple[dict, dict]:
+    """(manifest, {modality: array}) of one published event (or flow) folder, through the bundle loader.
+    Hashes are not verified by default: tests edit payloads on purpose and check what the checker says."""
+    event = open_event(event_dir)
+    return event.manifest, event.arrays(verify=verify)
 
 
 def rehash(event_dir, name) -> None:

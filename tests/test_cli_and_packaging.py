@@ -48,10 +48,14 @@ def test_rowbeam_help_documents_every_subcommand_and_option():
         assert f"  {sub} " in top.stdout, sub
     expected = {"export": ["blend", "--rig", "--out", "--sensors", "--first-event", "--count", "--device", "--flow",
                            "--flow-pairs", "--quiet", "--verbose"],
-                "check": ["bundle", "--report"], "adapt": ["format", "flow_dir", "out", "--variant", "--direction"],
+                "check": ["bundle", "--report"], "adapt": ["format"],
+                "adapt kitti-flow": ["flow_dir", "out", "--variant", "--direction"],
+                "adapt bop": ["bundle", "out_dir", "--split"], "adapt coco": ["bundle", "out", "--sensor"],
+                "adapt kitti-object": ["bundle", "out_dir", "--sensor"], "adapt ply": ["source", "out"],
+                "adapt kitti-lidar": ["bundle", "out_dir", "--sensor", "--frame", "--intensity"],
                 "scenes": ["name", "out", "--scale", "--rgb-samples"], "schemas": ["out"]}
     for sub, options in expected.items():
-        r = _rowbeam(sub, "--help")
+        r = _rowbeam(*sub.split(), "--help")
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith(f"usage: rowbeam {sub}"), r.stdout[:80]
         lines = r.stdout.splitlines()

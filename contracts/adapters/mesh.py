@@ -1,0 +1,50 @@
+"""Object assets (issue 10; contracts.rasterize reads and writes them) for the adapters: reading a label's asset,
+writing a model PLY in other units/precision, and a mesh's diameter."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import RowbeamError
+from ..files import open_regular, regular_file, resolve_inside, sha256_file
+from ..rasterize import read_ply
+
+MAX_ASSET_BYTES = 1 << 30
+
+
+def read_asset(event, label: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices (N, 3) float64 m, triangles (M, 3) int64) of an object label's asset, sha256 verified.
+    The uri is relative to the bundle root when the label says `relative_to: bundle root`, else to the event."""
+    asset = label.get("asset")
+    if not asset:
+        raise RowbeamError(f"{event.path}: object {label.get('id')} has no asset")
+    base = event.root if asset.get("relative_to") == "bundle root" else event.path
+    path = resolve_inside(base, asset["uri"], event.root)
+    if sha256_file(path) != asset["sha256"]:
+        raise RowbeamError(f"{asset['uri']}: sha256 does not match the object label")
+    if regular_file(path).st_size > MAX_ASSET_BYTES:
+        raise RowbeamError(f"{asset['uri']}: larger than {MAX_ASSET_BYTES >> 20} MiB")
+    with open_regular(path) as f:
+        return read_ply(f.read())
+
+
+def mesh_ply_bytes(vertices: np.ndarray, faces: np.ndarray, vertex_type: str = "float",
+                   comments: tuple = ()) -> bytes:
+    """Binary little-endian PLY: vertex x y z (`vertex_type` float or double), triangle faces uchar/int."""
+    vt = {"float": "<f4", "double": "<f8"}[vertex_type]
+    head = ["ply", "format binary_little_endian 1.0", *[f"comment {c}" for c in comments],
+            f"element vertex {len(vertices)}", *[f"property {vertex_type} {a}" for a in "xyz"],
+            f"element face {len(faces)}", "property list uchar int vertex_indices", "end_header"]
+    rec = np.zeros(len(faces), [("n", "u1"), ("i", "<i4", (3,))])
+    rec["n"] = 3
+    rec["i"] = faces
+    return ("\n".join(head) + "\n").encode("ascii") + np.asarray(vertices, vt).tobytes() + rec.tobytes()
+
+
+def diameter(vertices: np.ndarray, chunk: int = 2048) -> float:
+    """Largest distance between two vertices (exact, chunked O(N^2))."""
+    v = np.asarray(vertices, np.float64)
+    best = 0.0
+    for i in range(0, len(v), chunk):
+        d = ((v[i:i + chunk, None, :] - v[None, :, :]) ** 2).sum(-1)
+        best = max(best, float(d.max(initial=0.0)))
+    return best ** 0.5
