@@ -34,6 +34,10 @@ from .scene_patch import ScenePatch
 BOX_PAD_PX = 2              # padding of projected boxes (px) beyond the sampled motion
 POSE_SAMPLES = 5            # canvas rows at which boxes are projected
 ASSET_DIR = "assets/meshes"
+SHORTCUT_UNOCCLUDED = True  # objects no other object can cover take their amodal mask from the label render
+UNOCCLUDED_RULE = ("an object whose padded projected box (mesh-box corners at 5 canvas-row times, padded 2 px + half the "
+                   "largest motion between samples) lies inside the image and overlaps no box of an object whose "
+                   "nearest camera z is nearer than its farthest takes amodal = modal from the label render")
 
 METHOD = ("cycles_canvas_group_renders: Cycles renders of a 3W x 3H canvas camera (same f in px, principal point "
           "+ (W, H), lens / 3, shift / 3), rolling shutter stretched over 3H rows so canvas row c has the timing "
@@ -112,20 +116,24 @@ def write_assets(root, assets: dict) -> None:
 
 
 def _boxes(Kc, Wc, Hc, cam_poses, obj_mats, corners, clip):
-    """Padded canvas box [x0, x1) x [y0, y1) of each object over the sampled poses, or None off canvas."""
-    boxes = []
+    """(boxes, depths): padded canvas box [x0, x1) x [y0, y1) of each object over the sampled poses (None: off
+    canvas) and its camera-z range (zmin, zmax) over those poses ((-inf, inf) when it reaches the near plane)."""
+    boxes, depths = [], []
     for j, C in enumerate(corners):
-        us, vs, near = [], [], False
+        us, vs, zs, near = [], [], [], False
         for i, Tc in enumerate(cam_poses):
             P = (invert_rigid(Tc) @ obj_mats[j, i] @ np.c_[C, np.ones(len(C))].T).T[:, :3]
             if np.any(P[:, 2] <= clip):
                 near = True
                 break
+            zs.append(P[:, 2])
             us.append(Kc[0, 0] * P[:, 0] / P[:, 2] + Kc[0, 2])
             vs.append(Kc[1, 1] * P[:, 1] / P[:, 2] + Kc[1, 2])
         if near:
             boxes.append((0, Wc, 0, Hc))
+            depths.append((-math.inf, math.inf))
             continue
+        depths.append((float(np.min(zs)), float(np.max(zs))))
         us, vs = np.array(us), np.array(vs)
         move = max(np.abs(np.diff(us, axis=0)).max(initial=0), np.abs(np.diff(vs, axis=0)).max(initial=0))
         pad = BOX_PAD_PX + 0.5 * move
@@ -133,7 +141,25 @@ def _boxes(Kc, Wc, Hc, cam_poses, obj_mats, corners, clip):
         y0, y1 = math.floor(vs.min() - pad), math.ceil(vs.max() + pad) + 1
         x0, x1, y0, y1 = max(x0, 0), min(x1, Wc), max(y0, 0), min(y1, Hc)
         boxes.append((x0, x1, y0, y1) if x1 > x0 and y1 > y0 else None)
-    return boxes
+    return boxes, depths
+
+
+def unoccluded_inside(boxes: dict, depths: dict, image_box) -> set:
+    """Objects whose padded box lies inside the image and that no other object can cover: every object whose
+    box overlaps theirs is entirely farther (zmin of the other >= zmax of this one). Their amodal mask is
+    their modal mask (the label render), so they need no render of their own."""
+    keys = list(boxes)
+    if not keys:
+        return set()
+    b = np.array([boxes[k] for k in keys], dtype=np.float64)
+    z = np.array([depths[k] for k in keys], dtype=np.float64)
+    ov = ((b[:, None, 0] < b[None, :, 1]) & (b[None, :, 0] < b[:, None, 1])
+          & (b[:, None, 2] < b[None, :, 3]) & (b[None, :, 2] < b[:, None, 3]))
+    np.fill_diagonal(ov, False)
+    covers = ov & (z[None, :, 0] < z[:, None, 1])            # [i, j]: j may be in front of part of i
+    x0, x1, y0, y1 = image_box
+    inside = (b[:, 0] >= x0) & (b[:, 1] <= x1) & (b[:, 2] >= y0) & (b[:, 3] <= y1)
+    return {keys[i] for i in np.nonzero(inside & ~covers.any(axis=1))[0]}
 
 
 def _overlap(a, b) -> bool:
@@ -251,9 +277,11 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     rig_samples = np.array([[rigid_part(M_samples[k, i]) for i in range(len(sample_rows))] for k in keys]) \
         if keys else np.zeros((0, len(sample_rows), 4, 4))
     clip = float(cam.data.clip_start)
-    box_list = _boxes(Kc, Wc, Hc, cam_rows[sample_rows], rig_samples, [corners[k] for k in keys], clip)
+    box_list, depth_list = _boxes(Kc, Wc, Hc, cam_rows[sample_rows], rig_samples, [corners[k] for k in keys], clip)
     boxes = {k: b for k, b in zip(keys, box_list, strict=True) if b is not None}
-    groups = pack_groups(boxes)
+    depths = dict(zip(keys, depth_list, strict=True))
+    from_modal = unoccluded_inside(boxes, depths, (W, 2 * W, H, 2 * H)) if SHORTCUT_UNOCCLUDED else set()
+    groups = pack_groups({k: b for k, b in boxes.items() if k not in from_modal})
 
     # renders
     canvas_masks = {}
@@ -303,6 +331,9 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
             for k in g:
                 ri = table[k].render_index
                 canvas_masks[k] = (box, idx == ri)
+
+    for k in from_modal:                       # no possible occluder, inside the image: amodal = modal
+        canvas_masks[k] = ((W, 2 * W, H, 2 * H), np.asarray(instance_id) == table[k].render_index)
 
     # assemble per-object results
     objects_out, amodal, canvas_list, added_total = [], [], [], 0
@@ -381,7 +412,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
                "object_label_row_poses": t_poses - t_meshes, "object_label_renders": sum(render_seconds)}
     block = {
         "definition": DEFINITION,
-        "method": {"amodal": METHOD, "renders": len(groups), "objects_rendered": len(boxes),
+        "method": {"amodal": METHOD, "renders": len(groups), "objects_rendered": len(boxes) - len(from_modal),
+                   "objects_from_modal": len(from_modal), "unoccluded_rule": UNOCCLUDED_RULE,
                    "modal_pixels_added": added_total, "canvas_K_max_abs_error": K_canvas_err,
                    "canvas_shutter": {"first_row_ns": float(first), "row_period_ns": float(period), "rows": Hc,
                                       "motion_steps": sensor.motion_steps}},

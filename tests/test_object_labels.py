@@ -272,3 +272,21 @@ def test_bottom_to_top_readout(exports):
         assert us.min() == np.ceil(uc - 3) and us.max() == np.floor(uc + 3), (v, uc, us)
     report, fails = failures(e.bundle)
     assert report["status"] == "pass", fails
+
+
+def test_unoccluded_shortcut_equals_rendering_every_object(calib, tmp_path, monkeypatch):
+    """Objects nothing can cover take amodal = modal; rendering them instead gives the same masks and counts."""
+    from exporter import object_labels
+    from .conftest import build_and_export
+    e0, m0, a0, objs0 = calib
+    assert m0["object_labels"]["method"]["objects_from_modal"] >= 1
+    monkeypatch.setattr(object_labels, "SHORTCUT_UNOCCLUDED", False)
+    e1 = build_and_export(tmp_path, "all_rendered", object_scenes.object_calibration)
+    m1, a1 = load_event(e1.event)
+    assert m1["object_labels"]["method"]["objects_from_modal"] == 0
+    for o1 in m1["object_labels"]["objects"]:
+        o0 = objs0[o1["name"]]
+        for key in ("px_count_all", "px_count_in_image", "px_count_visib", "bbox_amodal_unclipped"):
+            assert o0[key] == o1[key], (o1["name"], key)
+        assert np.array_equal(object_masks(m0["object_labels"], a0, 80, 45, o0)[1],
+                              object_masks(m1["object_labels"], a1, 80, 45, o1)[1])
