@@ -152,7 +152,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
 
         ctx.progress.stage("object labels")
         obj_arrays, object_block, assets, obj_seconds = compute_object_labels(
-            ctx, sensor, timing, K, params, row_poses, ref_pose, labels["instance_id"])
+            ctx, sensor, timing, K, params, row_poses, ref_pose, labels["instance_id"], labels["camera_z"])
         arrays.update(obj_arrays)
         seconds.update(obj_seconds)
     method = {

@@ -36,8 +36,9 @@ POSE_SAMPLES = 5            # canvas rows at which boxes are projected
 ASSET_DIR = "assets/meshes"
 SHORTCUT_UNOCCLUDED = True  # objects no other object can cover take their amodal mask from the label render
 UNOCCLUDED_RULE = ("an object whose padded projected box (mesh-box corners at 5 canvas-row times, padded 2 px + half the "
-                   "largest motion between samples) lies inside the image and overlaps no box of an object whose "
-                   "nearest camera z is nearer than its farthest takes amodal = modal from the label render")
+                   "largest motion between samples) lies inside the image and whose box pixels that show another "
+                   "surface in the label render all have camera_z > 1.01 * (its farthest sampled camera z) + 0.01 m "
+                   "takes amodal = modal from the label render (nothing can be in front of it)")
 
 METHOD = ("cycles_canvas_group_renders: Cycles renders of a 3W x 3H canvas camera (same f in px, principal point "
           "+ (W, H), lens / 3, shift / 3), rolling shutter stretched over 3H rows so canvas row c has the timing "
@@ -144,22 +145,23 @@ def _boxes(Kc, Wc, Hc, cam_poses, obj_mats, corners, clip):
     return boxes, depths
 
 
-def unoccluded_inside(boxes: dict, depths: dict, image_box) -> set:
-    """Objects whose padded box lies inside the image and that no other object can cover: every object whose
-    box overlaps theirs is entirely farther (zmin of the other >= zmax of this one). Their amodal mask is
-    their modal mask (the label render), so they need no render of their own."""
-    keys = list(boxes)
-    if not keys:
-        return set()
-    b = np.array([boxes[k] for k in keys], dtype=np.float64)
-    z = np.array([depths[k] for k in keys], dtype=np.float64)
-    ov = ((b[:, None, 0] < b[None, :, 1]) & (b[None, :, 0] < b[:, None, 1])
-          & (b[:, None, 2] < b[None, :, 3]) & (b[None, :, 2] < b[:, None, 3]))
-    np.fill_diagonal(ov, False)
-    covers = ov & (z[None, :, 0] < z[:, None, 1])            # [i, j]: j may be in front of part of i
-    x0, x1, y0, y1 = image_box
-    inside = (b[:, 0] >= x0) & (b[:, 1] <= x1) & (b[:, 2] >= y0) & (b[:, 3] <= y1)
-    return {keys[i] for i in np.nonzero(inside & ~covers.any(axis=1))[0]}
+def unoccluded_inside(boxes: dict, depths: dict, render_index: dict, instance_id, camera_z, W: int, H: int) -> set:
+    """Objects no other object can cover: the padded canvas box lies inside the image and every pixel of it
+    that shows another surface in the label render shows it beyond the object's farthest sampled camera z
+    (+ 1 cm + 1 %). Where the object has silhouette it would then win the depth test, so its amodal mask is
+    its modal mask and it needs no render of its own."""
+    out = set()
+    inst = np.asarray(instance_id)
+    z = np.nan_to_num(np.asarray(camera_z, dtype=np.float64), nan=np.inf)
+    for k, (x0, x1, y0, y1) in boxes.items():
+        if x0 < W or x1 > 2 * W or y0 < H or y1 > 2 * H or not np.isfinite(depths[k][1]):
+            continue
+        zmax = depths[k][1]
+        sl = (slice(y0 - H, y1 - H), slice(x0 - W, x1 - W))
+        other = inst[sl] != render_index[k]
+        if np.all(z[sl][other] > zmax * 1.01 + 0.01):
+            out.add(k)
+    return out
 
 
 def _overlap(a, b) -> bool:
@@ -192,7 +194,7 @@ def _set_canvas_border(patch, scene, box, Wc, Hc, flipped: bool):
     patch.set(r, "border_max_y", min(1.0, (Hc - y0 + 0.5) / Hc))
 
 
-def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, instance_id):
+def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, instance_id, camera_z):
     """Object labels of one camera event.
 
     Returns (arrays {amodal_masks, amodal_masks_canvas, canvas_row_time_ns, canvas_row_T_world_camera,
@@ -280,7 +282,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     box_list, depth_list = _boxes(Kc, Wc, Hc, cam_rows[sample_rows], rig_samples, [corners[k] for k in keys], clip)
     boxes = {k: b for k, b in zip(keys, box_list, strict=True) if b is not None}
     depths = dict(zip(keys, depth_list, strict=True))
-    from_modal = unoccluded_inside(boxes, depths, (W, 2 * W, H, 2 * H)) if SHORTCUT_UNOCCLUDED else set()
+    from_modal = unoccluded_inside(boxes, depths, {k: table[k].render_index for k in boxes}, instance_id, camera_z,
+                                   W, H) if SHORTCUT_UNOCCLUDED else set()
     groups = pack_groups({k: b for k, b in boxes.items() if k not in from_modal})
 
     # renders
