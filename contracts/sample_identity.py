@@ -7,8 +7,16 @@ consecutive events get independent noise and a re-export reproduces the same pix
 from __future__ import annotations
 
 import hashlib
+import re
 
 RGB_SEED_RULE = "rowbeam.rgb_seed@1: first 4 bytes (little-endian) of sha256('rowbeam.rgb_seed@1:' + sample_id) & 0x7fffffff"
+
+
+def token_from_name(name: str) -> str:
+    """A scenario token (the rig schema's `token`: 1-64 of [A-Za-z0-9_.-], starting with a letter or digit)
+    made from a free-form name such as a .blend file's stem: other characters become '_'."""
+    token = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip("_.-")[:64]
+    return token or "untitled"
 
 
 def sample_id(scenario: str, sensor_id: str, reference_time_ns: int) -> str:

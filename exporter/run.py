@@ -22,7 +22,7 @@ from contracts.files import atomic_write_json, canonical_json, sha256_file
 from contracts.ontology import load_ontology
 from contracts.rig import CameraSensor, Rig, load_rig, parse_rig_text
 from contracts.schema import schema_errors
-from contracts.sample_identity import sample_id
+from contracts.sample_identity import sample_id, token_from_name
 from contracts.timing import MAX_EVENT_INDEX, MAX_IMAGE_SIDE_PX, MIN_IMAGE_SIDE_PX, periodic_event_count
 
 from . import ROWBEAM_VERSION
@@ -158,7 +158,7 @@ def _lineage(rig: Rig, scene, blend_path: str) -> dict:
     if scenario:
         return {"scenario": str(scenario), "lineage_group": str(scene.get(LINEAGE_PROPERTY) or scenario),
                 "source": "blend scene properties"}
-    stem = Path(blend_path).stem or "untitled"
+    stem = token_from_name(Path(blend_path).stem)
     return {"scenario": stem, "lineage_group": stem, "source": "blend file name (no scenario declared)"}
 
 

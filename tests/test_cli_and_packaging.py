@@ -276,3 +276,18 @@ def test_export_panel_shows_stage_progress(rgb_bundle, tmp_path):
     assert len(summary["published"]) == 1
     assert any("camera_front event 0: rgb render 4/4 samples" in m for m in state.seen), state.seen
     assert any(": label render" in m for m in state.seen) and any("write and check" in m for m in state.seen)
+
+
+def test_a_blend_named_freely_exports_under_a_token_scenario(tmp_path):
+    """No scenario declared: the scenario comes from the file name, made a safe token (`my scene (v2)` ->
+    `my_scene__v2_`), and the bundle checks."""
+    from contracts.check import check_bundle
+    from contracts.sample_identity import token_from_name
+
+    assert token_from_name("my scene (v2)") == "my_scene__v2_"
+    assert token_from_name("..hidden") == "hidden" and token_from_name("%%%") == "untitled"
+    assert len(token_from_name("x" * 300)) == 64
+    e = build_and_export(tmp_path, "my scene (v2)", calibration.fronto_plane, first_event=0, count=1, scale=16)
+    m, _ = load_event(e.event)
+    assert m["sample_id"].startswith("my_scene__v2_.camera_front.") and m["lineage"]["scenario"] == "my_scene__v2_"
+    assert check_bundle(e.bundle)["status"] == "pass"
