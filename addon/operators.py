@@ -1,7 +1,6 @@
 """Operators of the rowbeam panel: sensors, rig files, labels, export (modal, Esc to cancel), check."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import bpy
@@ -12,7 +11,7 @@ from contracts.check import check_bundle, summary_lines
 from contracts.errors import RowbeamError
 from contracts.files import atomic_write_json
 from contracts.ontology import load_ontology
-from contracts.rig import parse_rig
+from contracts.rig import load_rig, parse_rig
 from exporter.progress import Progress, watch_cycles
 from exporter.run import ExportRequest, iter_export, new_summary, plan_export
 
@@ -139,9 +138,8 @@ class ROWBEAM_OT_rig_import(RigFile, bpy.types.Operator, ImportHelper):
 
     def execute(self, context):
         try:
-            doc = json.loads(Path(self.filepath).read_text())
-            parse_rig(doc, self.filepath)
-        except (OSError, json.JSONDecodeError, RowbeamError) as exc:
+            doc = load_rig(self.filepath).document     # bounded, finite numbers, schema and bounds checked
+        except (OSError, RowbeamError) as exc:
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}
         load_rig_document(context.scene, doc)

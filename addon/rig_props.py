@@ -12,6 +12,10 @@ import bpy
 from bpy.app.handlers import persistent
 from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty, StringProperty)
 
+from contracts.errors import RowbeamError
+from contracts.rig import parse_rig_text
+from contracts.timing import MAX_IMAGE_SIDE_PX, MAX_RATE_HZ, MIN_IMAGE_SIDE_PX, MIN_RATE_HZ
+
 RIG_PROPERTY = "rowbeam_rig"
 SENSOR_TYPES = [("rolling_shutter_camera", "Rolling-shutter camera", "Camera with per-row acquisition times"),
                 ("spinning_lidar", "Spinning LiDAR", "Rotating LiDAR with per-firing times")]
@@ -47,19 +51,19 @@ class RowbeamSensor(bpy.types.PropertyGroup):
     target: PointerProperty(type=bpy.types.Object, name="Object", update=sync_rig,
                             description="Camera object, or the LiDAR mount (its local axes: x forward, y left, z up)")
     # rolling-shutter camera
-    rate_hz: FloatProperty(name="Rate (Hz)", default=30.0, min=1e-6, update=sync_rig)
+    rate_hz: FloatProperty(name="Rate (Hz)", default=30.0, min=MIN_RATE_HZ, max=MAX_RATE_HZ, update=sync_rig)
     first_event_ns: StringProperty(name="First event (ns)", default="0", update=sync_rig)
     readout_ns: IntProperty(name="Readout (ns)", default=12_000_000, min=0, update=sync_rig)
     exposure_ns: IntProperty(name="Exposure (ns)", default=4_000_000, min=0, update=sync_rig)
     readout_direction: EnumProperty(items=[("top_to_bottom", "Top to bottom", ""), ("bottom_to_top", "Bottom to top", "")],
                                     name="Readout", update=sync_rig)
     override_size: BoolProperty(name="Own image size", default=False, update=sync_rig)
-    width: IntProperty(name="Width", default=1280, min=4, update=sync_rig)
-    height: IntProperty(name="Height", default=720, min=4, update=sync_rig)
+    width: IntProperty(name="Width", default=1280, min=MIN_IMAGE_SIDE_PX, max=MAX_IMAGE_SIDE_PX, update=sync_rig)
+    height: IntProperty(name="Height", default=720, min=MIN_IMAGE_SIDE_PX, max=MAX_IMAGE_SIDE_PX, update=sync_rig)
     rgb_samples: IntProperty(name="RGB samples", default=64, min=0, update=sync_rig)
     verify_rows: IntProperty(name="Verified rows", default=3, min=0, update=sync_rig)
     # spinning LiDAR
-    rotation_hz: FloatProperty(name="Rotation (Hz)", default=10.0, min=1e-6, update=sync_rig)
+    rotation_hz: FloatProperty(name="Rotation (Hz)", default=10.0, min=MIN_RATE_HZ, max=MAX_RATE_HZ, update=sync_rig)
     azimuth_steps: IntProperty(name="Firings per sweep", default=2048, min=1, update=sync_rig)
     preset: EnumProperty(items=LIDAR_PRESETS, name="Channels", default="uniform_64", update=sync_rig)
     elevations: StringProperty(name="Elevations (deg)", default="-15, -5, 5, 15", update=sync_rig,
@@ -165,13 +169,12 @@ def adopt_stored_rig(scene) -> None:
     """A .blend whose rig was stored without the add-on (a script, a farm tool) gets editable sensors,
     instead of the first edit overwriting the stored document with an empty rig."""
     text = scene.get(RIG_PROPERTY)
-    if text and len(scene.rowbeam.sensors) == 0:
+    if isinstance(text, str) and text and len(scene.rowbeam.sensors) == 0:
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError:
-            return
-        if doc.get("sensors"):
-            load_rig_document(scene, doc)
+            doc = parse_rig_text(text, f"{scene.name}: stored rig").document
+        except RowbeamError:
+            return                      # an invalid stored rig is reported when an export reads it
+        load_rig_document(scene, doc)
 
 
 @persistent
