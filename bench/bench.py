@@ -46,7 +46,7 @@ def running_example_files(work: Path):
     blend = work / "dusk.blend"
     if not blend.exists():
         running_example.build(1280, 720)
-        common.save(blend, running_example.rig(rgb_samples=0))
+        common.save(blend, running_example.rig(rgb_samples=0, object_labels=False))   # (O) measures object labels
     return blend, blend.with_suffix(".rig.json")
 
 
@@ -127,6 +127,38 @@ def flow_benchmark(work: Path, repeat: int) -> dict:
             "forward": manifest["method"]["forward"]}
 
 
+def object_label_benchmark(work: Path, width: int = 1280, height: int = 720, fractions=(0.25, 0.5, 1.0)) -> list:
+    """Object labels (issue 10) on the running example's camera event: object-label seconds against the same
+    event's label export (row poses + label render + derive + verify, measured in the same export), with a
+    fraction of the objects kept (the others hide_render) to show how the cost scales with object count."""
+    import json
+
+    out = []
+    for frac in fractions:
+        running_example.build(width, height)
+        objs = sorted((o for o in bpy.data.objects if o.type == "MESH"), key=lambda o: o.name)
+        keep = set(o.name for o in objs[::max(1, round(1 / frac))]) if frac < 1 else {o.name for o in objs}
+        for o in objs:
+            o.hide_render = o.name not in keep
+        blend = common.save(work / f"objects_{frac}.blend",
+                            running_example.rig(lidar=False, rgb_samples=0, object_labels=True))
+        p = plan_export(ExportRequest(out=work / f"objects_{frac}", blend=blend, rig=blend.with_suffix(".rig.json"),
+                                      sensors=["camera_front"], first_event=EVENT, count=1, device="cpu"))
+        summary = run_export(p)
+        event = Path((summary["published"] or summary["quarantined"])[0])
+        m = json.loads((event / "manifest.json").read_text())
+        sec = m["run"]["seconds"]
+        label = sum(sec.get(k, 0.0) for k in ("row_poses", "label_render", "derive", "verify"))
+        objs_out = m["object_labels"]["objects"]
+        out.append({"fraction": frac, "objects": len(keep), "listed": len(objs_out),
+                    "visible": sum(o["px_count_visib"] > 0 for o in objs_out),
+                    "renders": m["object_labels"]["method"]["renders"],
+                    "from_modal": m["object_labels"]["method"].get("objects_from_modal", 0),
+                    "object_s": sec["object_labels"], "render_s": sec["object_label_renders"], "label_s": label,
+                    "ratio": sec["object_labels"] / label, "passed": bool(summary["published"])})
+    return out
+
+
 def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
     blend, rig = running_example_files(work)
 
@@ -194,12 +226,22 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sample-rows", type=int, default=12)
     parser.add_argument("--sample-firings", type=int, default=64)
+    parser.add_argument("--objects-only", action="store_true", help="only the object-label figure (O)")
+    parser.add_argument("--objects-size", default="1280x720", help="image size of the object-label figure")
     args = parser.parse_args()
+    if args.objects_only:
+        work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
+        try:
+            _print_objects(object_label_benchmark(work, *map(int, args.objects_size.split("x"))), args.objects_size)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
     try:
         cam = camera_benchmark(work, args.repeat, args.sample_rows)
         lidar = lidar_benchmark(work, args.repeat, args.sample_firings)
         flow = flow_benchmark(work, args.repeat)
+        objects = object_label_benchmark(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -228,8 +270,18 @@ def main() -> int:
           f"{flow['label_s']:.3f} s: ratio {flow['ratio']:.2f}  [target <= 1.0]  ({flow['breakdown']}; "
           f"fixed-point iterations {flow['forward']['iterations']}, max row residual "
           f"{flow['forward']['max_row_residual']:.2g})")
+    _print_objects(objects, "1280x720")
     print(f"peak RSS                                         {peak_mb:8.0f} MB")
     return 0
+
+
+def _print_objects(rows: list, size: str) -> None:
+    print(f"Object labels (amodal masks on the 3x canvas, counts, boxes, poses, assets), camera event {EVENT}, {size}:")
+    for r in rows:
+        print(f"(O) {r['objects']:4d} objects kept ({r['listed']} listed, {r['visible']} visible): object labels "
+              f"{r['object_s']:8.3f} s ({r['renders']} renders {r['render_s']:.3f} s, {r['from_modal']} from the modal "
+              f"mask) vs the event's label export {r['label_s']:.3f} s: ratio {r['ratio']:.2f}  [target <= 1.5]"
+              f"{'' if r['passed'] else '  QUARANTINED'}")
 
 
 if __name__ == "__main__":
