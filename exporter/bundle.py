@@ -17,6 +17,7 @@ complete and skip it), a complete published folder is never replaced, and what a
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import fcntl
 import hashlib
@@ -226,6 +227,7 @@ class BundleWriter:
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.write(fd, json.dumps({"host": self.host, "pid": os.getpid()}).encode())
             self.private, self._owner_fd = d, fd
+            atexit.register(self.close)         # callers that never close (bench) leave no staging either
             return d
 
     def _writer_is_dead(self, d: Path) -> bool:
@@ -299,6 +301,7 @@ class BundleWriter:
         if self._owner_fd is not None:
             os.close(self._owner_fd)
             self._owner_fd = None
+            atexit.unregister(self.close)
         for d in (self.root / STAGING / LOCKS, self.root / STAGING):
             try:
                 d.rmdir()
