@@ -426,3 +426,21 @@ def test_bop_depth_and_rgb_encodings():
     d, err = depth_png(z, np.array([[1, 0]], np.uint8), 0.1)
     assert d.tolist() == [[12346, 0]] and err == pytest.approx(abs(12346 * 0.1 - float(z[0, 0]) * 1000))
     assert bop_box([60, 11, 40, 10]) == [60, 11, 39, 9] and bop_box(None) == [-1, -1, -1, -1]
+
+
+def test_bop_failure_while_writing_leaves_nothing(calib, tmp_path, monkeypatch):
+    from contracts.adapters import bop
+    from contracts.errors import RowbeamError
+
+    e = calib[0]
+    real, calls = bop.write_file, []
+
+    def fail_on_fifth(path, data):
+        calls.append(path)
+        if len(calls) == 5:
+            raise RowbeamError(f"{path}: cannot write (No space left on device)")
+        real(path, data)
+    monkeypatch.setattr(bop, "write_file", fail_on_fifth)
+    with pytest.raises(RowbeamError, match="No space left"):
+        bop.export_bop(e.bundle, tmp_path / "bop")
+    assert len(calls) == 5 and list(tmp_path.iterdir()) == []          # no OUT_DIR, no staging sibling
