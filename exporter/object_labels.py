@@ -284,7 +284,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
         states.append([bool(o.hide_render) for o in objs])
     for k in range(len(objs)):
         if len({s[k] for s in states}) > 1:
-            hidden_notes[k] = "hidden (hide_render) during part of the canvas rows' times: masks show it only where rendered"
+            hidden_notes[k] = ("hidden (hide_render) during part of the canvas rows' times: Blender takes render "
+                               "visibility at the shutter centre only, so every label shows it in all rows or in none")
     t_poses = time.perf_counter()
     Kc = intrinsics_from_blender(replace(params, lens_mm=params.lens_mm / 3, shift_x=params.shift_x / 3,
                                          shift_y=params.shift_y / 3, resolution_x=Wc, resolution_y=Hc))
@@ -374,8 +375,11 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
         added_total += added
         img |= modal
         n_all, n_img, n_vis = int(full.sum()), int(img.sum()), int(modal.sum())
-        if n_all == 0:
-            continue          # projected box met the canvas, silhouette did not: not in view
+        if n_all == 0:        # projected box met the canvas, silhouette did not: not in view (or hidden then)
+            if k in hidden_notes:
+                skipped.append({"instance_id": e.render_index, "id": str(e.id), "name": e.obj_name,
+                                "reason": hidden_notes[k] + "; no pixel rendered"})
+            continue
         mask_index = None
         if n_img:
             mask_index = len(amodal)

@@ -83,6 +83,14 @@ def object_bad_input(kind: str = "mixed"):
     q.scale = (-2.0, 0.5, 1.0) if kind == "negative_scale" else (2.0, 0.5, 1.0)
     common.tag(q, 0xA002, "target")
     if kind == "mixed":
+        Mw, hx, hy, _ = _rect_matrix(T, K, 59.5, 69.5, 4.5, 9.5, 10.0)
+        blink = common.add_quad("blink", hx, hy, Mw)           # rendered until frame 2, hidden from frame 2
+        common.tag(blink, 0xA004, "target")
+        for frame, hidden in ((1, False), (2, True)):
+            blink.hide_render = hidden
+            blink.keyframe_insert("hide_render", frame=frame)
+        blink.hide_render = False
+        bpy.context.scene.frame_set(1)
         curve = bpy.data.curves.new("empty_curve", "CURVE")
         obj = bpy.data.objects.new("empty_curve", curve)
         bpy.context.scene.collection.objects.link(obj)

@@ -240,10 +240,13 @@ def test_bad_input_curve_without_geometry_and_non_uniform_scale(exports):
     e = exports("object_bad_input", object_scenes.object_bad_input, first_event=1, count=1)
     m, _ = load_event(e.event)
     skipped = m["object_labels"]["skipped"]
-    assert [s["name"] for s in skipped] == ["empty_curve"] and "without mesh geometry" in skipped[0]["reason"]
+    reasons = {s["name"]: s["reason"] for s in skipped}
+    assert "without mesh geometry" in reasons["empty_curve"]
     scaled = _obj(m, "scaled")
     assert any("non-uniform scale" in n for n in scaled["notes"])
     assert scaled["px_count_all"] == 200 and scaled["bbox_modal"] == [40, 25, 20, 10]
+    blink = [o for o in m["object_labels"]["objects"] if o["name"] == "blink"]
+    assert "hidden (hide_render) during part" in (reasons.get("blink") or " ".join(blink[0]["notes"] if blink else []))
     assert failures(e.bundle)[0]["status"] == "pass"
 
 
