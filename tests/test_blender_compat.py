@@ -77,7 +77,8 @@ def test_new_materials_render_their_node_tree():
     assert bc.ALWAYS_NODE_MATERIALS == (V >= (5, 0, 0))
     assert (bpy.data.materials.new("plain").node_tree is not None) == bc.ALWAYS_NODE_MATERIALS
     mat = bc.new_material("with_nodes")
-    assert (bc.ALWAYS_NODE_MATERIALS or mat.use_nodes) and any(n.bl_idname == "ShaderNodeBsdfPrincipled" for n in mat.node_tree.nodes)
+    assert bc.ALWAYS_NODE_MATERIALS or mat.use_nodes
+    assert any(n.bl_idname == "ShaderNodeBsdfPrincipled" for n in mat.node_tree.nodes)
     legacy = bpy.data.materials.new("legacy")
     if not bc.ALWAYS_NODE_MATERIALS:
         legacy.use_nodes = False
