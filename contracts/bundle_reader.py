@@ -148,6 +148,14 @@ class Event(_Document):
         W = int(self.manifest["calibration"]["image_size_px"][0])
         return np.unpackbits(packed[i], axis=-1, count=W).astype(bool)
 
+    def canvas_mask(self, label: dict, verify: bool = True) -> np.ndarray:
+        """(3H, 3W) bool amodal silhouette on BOP's 3x canvas (row c, column x <-> v = c - H, u = x - W)."""
+        from .object_checks import object_masks
+
+        W, H = self.manifest["calibration"]["image_size_px"]
+        names = [n for n in ("amodal_masks", "amodal_masks_canvas") if n in self.names]
+        return object_masks(self.manifest["object_labels"], self.arrays(names, verify), W, H, label)[1]
+
     def modal_mask(self, label: dict, verify: bool = True) -> np.ndarray:
         """(H, W) bool visible mask of one object: instance_id == its render index."""
         return self.array("instance_id", verify) == np.uint32(label["instance_id"])

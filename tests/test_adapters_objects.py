@@ -86,6 +86,13 @@ def test_coco_round_trips_through_pycocotools(calib, tmp_path):
     assert by_name["truncated"]["bbox"] == [60, 11, 20, 10] and by_name["truncated"]["area"] == 200
     assert by_name["truncated"]["rowbeam_bbox_amodal"] == [60, 11, 40, 10]
     assert by_name["back"]["area"] == 300 - 50 and by_name["front"]["area"] == 100
+    # the loader's canvas mask: truncated = 40 x 10 px, 20 columns beyond the right edge (u 80..99)
+    from contracts.bundle_reader import open_event
+
+    canvas = open_event(e.event).canvas_mask(objs["truncated"])
+    assert canvas.shape == (3 * H, 3 * W) and canvas.sum() == 400 and canvas[H:2 * H, W:2 * W].sum() == 200
+    vs, us = np.nonzero(canvas)
+    assert (us.min() - W, us.max() - W, vs.min() - H, vs.max() - H) == (60, 99, 11, 20)
     side = json.loads((tmp_path / "instances.json.json").read_text())
     assert not schema_errors(side, "rowbeam/adapter_sidecar@1") and side["annotations"] == 5
     assert side["skipped"] == [] and side["max_rounding_error"] == {"px": 0.0}
