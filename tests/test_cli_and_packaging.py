@@ -216,6 +216,10 @@ def test_pip_install_without_blender_gives_a_working_checker(rgb_bundle, tmp_pat
     assert "Traceback" not in export.stderr and not (tmp_path / "o").exists()
     help_text = subprocess.run([exe, "export", "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert help_text.returncode == 0 and "--first-event" in help_text.stdout
+    # the adapters ship too (contracts.adapters): a bundle without object labels is refused in one line
+    coco = subprocess.run([exe, "adapt", "coco", rgb_bundle.bundle, tmp_path / "c.json"], capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert coco.returncode == 2 and "no camera events with object labels" in coco.stderr, coco.stderr
 
 
 def test_extension_core_wheel_declares_its_dependencies(rgb_bundle, tmp_path):
