@@ -34,6 +34,7 @@ from .cross_modal import check_lidar_camera
 from .flow_checks import ENDPOINT_NEEDS, check_flow
 from .lidar_checks import check_lidar_event
 from .modalities import MODALITIES, manifest_dims, required
+from .object_checks import check_object_labels
 from .errors import RowbeamError, UnusableInput
 from .files import atomic_write_json, canonical_sha256, load_json, regular_file, resolve_inside, sha256_file
 from .sample_identity import sample_id
@@ -176,6 +177,8 @@ def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = 
             check_flow(manifest, arrays, *endpoints, report.add)
     else:
         INVARIANTS[kind](manifest, arrays, report.add)
+        if "object_labels" in manifest:
+            check_object_labels(manifest, arrays, report.add, bundle_root or base_root)
     report.manifest, report.decoded = manifest, set(arrays)
     return report
 
