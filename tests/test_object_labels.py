@@ -293,3 +293,14 @@ def test_unoccluded_shortcut_equals_rendering_every_object(calib, tmp_path, monk
             assert o0[key] == o1[key], (o1["name"], key)
         assert np.array_equal(object_masks(m0["object_labels"], a0, 80, 45, o0)[1],
                               object_masks(m1["object_labels"], a1, 80, 45, o1)[1])
+
+
+def test_checker_catches_changed_asset_bytes(calib, tmp_path):
+    """An asset whose bytes no longer match its content address fails the re-rasterisation check by name."""
+    root, ev = _copy(calib[0], tmp_path)
+    o = _obj(json.loads((ev / "manifest.json").read_text()), "box")
+    p = root / o["asset"]["uri"]
+    p.write_bytes(p.read_bytes()[:-1] + b"\x01")
+    report, fails = failures(root)
+    hits = [f for f in fails if f["check"] == "objects:rasterisation"]
+    assert hits and "does not match its sha256" in hits[0]["message"]
