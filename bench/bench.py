@@ -153,6 +153,7 @@ def object_label_benchmark(work: Path, width: int = 1280, height: int = 720, fra
         out.append({"fraction": frac, "objects": len(keep), "listed": len(objs_out),
                     "visible": sum(o["px_count_visib"] > 0 for o in objs_out),
                     "renders": m["object_labels"]["method"]["renders"],
+                    "rendered_images": m["object_labels"]["method"]["rendered_px"] / m["object_labels"]["method"]["image_px"],
                     "from_modal": m["object_labels"]["method"].get("objects_from_modal", 0),
                     "object_s": sec["object_labels"], "render_s": sec["object_label_renders"], "label_s": label,
                     "ratio": sec["object_labels"] / label, "passed": bool(summary["published"])})
@@ -279,7 +280,8 @@ def _print_objects(rows: list, size: str) -> None:
     print(f"Object labels (amodal masks on the 3x canvas, counts, boxes, poses, assets), camera event {EVENT}, {size}:")
     for r in rows:
         print(f"(O) {r['objects']:4d} objects kept ({r['listed']} listed, {r['visible']} visible): object labels "
-              f"{r['object_s']:8.3f} s ({r['renders']} renders {r['render_s']:.3f} s, {r['from_modal']} from the modal "
+              f"{r['object_s']:8.3f} s ({r['renders']} renders {r['render_s']:.3f} s covering {r['rendered_images']:.1f} "
+              f"image areas, {r['from_modal']} from the modal "
               f"mask) vs the event's label export {r['label_s']:.3f} s: ratio {r['ratio']:.2f}  [target <= 1.5]"
               f"{'' if r['passed'] else '  QUARANTINED'}")
 

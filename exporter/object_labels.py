@@ -332,9 +332,11 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
         period = Fraction(timing.readout_ns, H)
         shutter = timed_rows_shutter(first, period, Hc)
         cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objs + [rcam])
+        rendered_px = 0
         for g in groups:
             box = (min(boxes[k][0] for k in g), max(boxes[k][1] for k in g),
                    min(boxes[k][2] for k in g), max(boxes[k][3] for k in g))
+            rendered_px += _area(box)
             in_group = set(g)
             with ScenePatch() as q:
                 for k, o in enumerate(objs):
@@ -439,7 +441,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     block = {
         "definition": DEFINITION,
         "method": {"amodal": METHOD, "renders": len(groups), "objects_rendered": len(boxes) - len(from_modal),
-                   "objects_from_modal": len(from_modal), "unoccluded_rule": UNOCCLUDED_RULE,
+                   "objects_from_modal": len(from_modal), "rendered_px": rendered_px, "image_px": W * H,
+                   "unoccluded_rule": UNOCCLUDED_RULE,
                    "modal_pixels_added": added_total, "canvas_K_max_abs_error": K_canvas_err,
                    "canvas_shutter": {"first_row_ns": float(first), "row_period_ns": float(period), "rows": Hc,
                                       "motion_steps": sensor.motion_steps}},
