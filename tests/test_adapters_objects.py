@@ -433,6 +433,12 @@ def test_bop_depth_and_rgb_encodings():
     d, err = depth_png(z, np.array([[1, 0]], np.uint8), 0.1)
     assert d.tolist() == [[12346, 0]] and err == pytest.approx(abs(12346 * 0.1 - float(z[0, 0]) * 1000))
     assert bop_box([60, 11, 40, 10]) == [60, 11, 39, 9] and bop_box(None) == [-1, -1, -1, -1]
+    from contracts.adapters.mesh import diameter
+
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 3, 50, 1500, 4):                # pruned search == brute force (4: a square prunes everything)
+        v = rng.normal(size=(n, 3)) * [3, 1, 0.2] if n != 4 else np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0.0]])
+        assert diameter(v) == pytest.approx(np.sqrt(((v[:, None] - v[None]) ** 2).sum(-1).max()), abs=1e-12)
 
 
 def test_bop_failure_while_writing_leaves_nothing(calib, tmp_path, monkeypatch):

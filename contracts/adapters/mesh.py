@@ -40,11 +40,23 @@ def mesh_ply_bytes(vertices: np.ndarray, faces: np.ndarray, vertex_type: str = "
     return ("\n".join(head) + "\n").encode("ascii") + np.asarray(vertices, vt).tobytes() + rec.tobytes()
 
 
-def diameter(vertices: np.ndarray, chunk: int = 2048) -> float:
-    """Largest distance between two vertices (exact, chunked O(N^2))."""
-    v = np.asarray(vertices, np.float64)
-    best = 0.0
-    for i in range(0, len(v), chunk):
-        d = ((v[i:i + chunk, None, :] - v[None, :, :]) ** 2).sum(-1)
-        best = max(best, float(d.max(initial=0.0)))
-    return best ** 0.5
+def diameter(vertices: np.ndarray) -> float:
+    """Largest distance between two vertices, exact. A lower bound L from the vertices extreme along 64
+    directions prunes every vertex v with |v - c| + R <= L (c = centre of the bounding box, R = the largest
+    |u - c|: no partner of v is farther than that); the rest are compared pairwise in blocks (quadratic in
+    the vertices left: a mesh of 10^5 vertices on a sphere, which prunes nothing, takes minutes)."""
+    v = np.unique(np.asarray(vertices, np.float64).reshape(-1, 3), axis=0)
+    if len(v) < 2:
+        return 0.0
+    dirs = np.random.default_rng(0).normal(size=(64, 3))
+    proj = v @ dirs.T
+    cand = v[np.unique(np.concatenate([proj.argmax(0), proj.argmin(0)]))]
+    best = float(np.sqrt(((cand[:, None] - cand[None]) ** 2).sum(-1).max()))
+    c = (v.min(0) + v.max(0)) / 2
+    r = np.linalg.norm(v - c, axis=1)
+    keep = v[r + r.max() > best]
+    chunk = max(1, 4_000_000 // max(1, len(keep)))          # rows per block: ~100 MB of float64 differences
+    for i in range(0, len(keep), chunk):
+        d = ((keep[i:i + chunk, None, :] - keep[None, :, :]) ** 2).sum(-1)
+        best = max(best, float(np.sqrt(d.max(initial=0.0))))
+    return best
