@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from . import CONTRACTS_VERSION
-from .arrays import decode_payload
+from .bundle_reader import read_payload
 from .camera_checks import check_camera_event
 from .cross_modal import check_lidar_camera
 from .flow_checks import ENDPOINT_NEEDS, check_flow
@@ -36,7 +36,7 @@ from .lidar_checks import check_lidar_event
 from .modalities import MODALITIES, manifest_dims, required
 from .object_checks import check_object_labels
 from .errors import RowbeamError, UnusableInput
-from .files import atomic_write_json, canonical_sha256, load_json, regular_file, resolve_inside, sha256_file
+from .files import atomic_write_json, canonical_sha256, load_json, resolve_inside, sha256_file
 from .sample_identity import sample_id
 from .schema import schema_errors
 
@@ -199,11 +199,10 @@ def _load_endpoints(manifest: dict, root: Path, report: EventReport):
                 raise RowbeamError(f"{role} event {ep['manifest']} is not sample {ep['sample_id']} of this sensor")
             arrays = {}
             for name in ENDPOINT_NEEDS:
-                entry = event["modalities"][name]
-                payload = resolve_inside(path.parent, entry["uri"], root)
-                if sha256_file(payload) != entry["sha256"]:
-                    raise RowbeamError(f"{role} event payload {entry['uri']} does not match its sha256")
-                arrays[name] = decode_payload(payload, entry)
+                try:
+                    arrays[name] = read_payload(path.parent, event["modalities"][name], root)
+                except RowbeamError as exc:
+                    raise RowbeamError(f"{role} event: {exc}") from None
         except (RowbeamError, KeyError, TypeError, AttributeError) as exc:
             report.add(f"endpoint:{role}", False, f"{role} event: {exc!r}" if not isinstance(exc, RowbeamError)
                        else str(exc))
@@ -234,20 +233,7 @@ def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventRe
             report.add(f"contract:{name}", False, f"{name}: declared " + ", ".join(diffs))
             continue
         try:
-            path = resolve_inside(base, entry["uri"], root)
-            if not _exists(path):
-                raise RowbeamError(f"payload file {entry['uri']!r} does not exist")
-            size = regular_file(path).st_size
-            if size != entry["bytes"]:
-                raise RowbeamError(f"{entry['uri']}: {size} bytes, manifest declares {entry['bytes']} (truncated?)")
-            digest = sha256_file(path)
-            if digest != entry["sha256"]:
-                raise RowbeamError(f"{entry['uri']}: sha256 {digest[:12]}… does not match the manifest "
-                                   f"({entry['sha256'][:12]}…)")
-            array = decode_payload(path, entry)
-            if list(array.shape) != entry["shape"]:
-                raise RowbeamError(f"{entry['uri']}: decoded shape {list(array.shape)}, "
-                                   f"manifest declares {entry['shape']}")
+            array = read_payload(base, entry, root)       # inside the bundle, size, sha256, dtype, shape
         except RowbeamError as exc:
             report.add(f"payload:{name}", False, str(exc))
             continue
@@ -451,7 +437,7 @@ def _load(report: EventReport, names) -> dict | None:
     if not set(names) <= report.decoded:
         return None
     entries = report.manifest["modalities"]
-    return {n: decode_payload(report.path.parent / entries[n]["uri"], entries[n]) for n in names}
+    return {n: read_payload(report.path.parent, entries[n], verify=False) for n in names}
 
 
 def _check_cross_modal(events) -> None:
