@@ -29,10 +29,11 @@ def _top_help() -> str:
 
 
 def _needs_bpy(command: str) -> int | None:
-    """None when bpy imports; else print one line and return exit status 2."""
-    try:
-        import bpy  # noqa: F401
-    except ImportError:
+    """None when bpy is installed (found, not imported: importing it here would let Blender talk before the
+    exporter silences it); else print one line and return exit status 2."""
+    import importlib.util
+
+    if importlib.util.find_spec("bpy") is None:
         print(f"rowbeam {command}: error: needs Blender's Python module: pip install 'rowbeam[blender]' "
               "(bpy), or run inside Blender: blender -b scene.blend -P render_export.py -- ...", file=sys.stderr)
         return 2

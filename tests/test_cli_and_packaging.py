@@ -36,9 +36,16 @@ def rgb_bundle(tmp_path_factory):
     return e
 
 
+def _child_env() -> dict:
+    """The environment as Python sees it. Importing bpy 5.3 in this process sets OCIO at the C level (not in
+    os.environ); a child inheriting it prints `Using config from OCIO` before rowbeam can silence Blender,
+    which a user's shell never does."""
+    return dict(os.environ)
+
+
 def _rowbeam(*args, python=sys.executable, **kw):
     return subprocess.run([python, "-m", "rowbeam", *map(str, args)], cwd=kw.pop("cwd", REPO), capture_output=True,
-                          text=True, timeout=kw.pop("timeout", 300), **kw)
+                          text=True, timeout=kw.pop("timeout", 300), env=kw.pop("env", _child_env()), **kw)
 
 
 def test_rowbeam_help_documents_every_subcommand_and_option():
@@ -94,8 +101,8 @@ def test_progress_on_a_terminal_rewrites_one_line(rgb_bundle, tmp_path):
     pid, fd = pty.fork()
     if pid == 0:                                          # child: stdout and stderr are the pty
         os.chdir(REPO)
-        os.execv(sys.executable, [sys.executable, "-m", "rowbeam", "export", str(e.blend), "--rig", str(e.rig),
-                                  "--out", str(tmp_path / "tty"), "--count", "1", "--device", "cpu"])
+        os.execve(sys.executable, [sys.executable, "-m", "rowbeam", "export", str(e.blend), "--rig", str(e.rig),
+                                   "--out", str(tmp_path / "tty"), "--count", "1", "--device", "cpu"], _child_env())
     chunks = []
     while True:
         try:
