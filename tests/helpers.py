@@ -66,3 +66,13 @@ def bundle_digest(bundle) -> dict:
             assert sha256_file(bundle / e.pop("manifest")) == e.pop("manifest_sha256"), (rel, "endpoint hash")
         digest[rel] = hashlib.sha256(canonical_json(m)).hexdigest()
     return digest
+
+
+def save_plane_scene(path, scale: int):
+    """A labels-only (rgb_samples 0) fronto-parallel plane scene (30 fps, frames 1..30) saved at `path`,
+    (1280 / scale) x (720 / scale) pixels; returns the .blend path (its rig beside it as .rig.json)."""
+    from scenes import calibration, common
+
+    _, rig = calibration.fronto_plane(scale=scale)
+    rig["sensors"][0]["rgb_samples"] = 0
+    return common.save(path, rig)

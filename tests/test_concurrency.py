@@ -17,10 +17,9 @@ import subprocess
 
 import pytest
 
-from scenes import calibration, common
 
 from .conftest import REPO, python_command, run_python
-from .helpers import bundle_digest
+from .helpers import bundle_digest, save_plane_scene
 
 EXPORT = REPO / "render_export.py"
 DONE = re.compile(r"^rowbeam: \[\d+/\d+\] .*: (published (\S+)|already complete, skipped)")
@@ -29,10 +28,7 @@ DONE = re.compile(r"^rowbeam: \[\d+/\d+\] .*: (published (\S+)|already complete,
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
     """A 40x18-pixel fronto-parallel plane scene (30 fps, frames 1..30), no rgb."""
-    d = tmp_path_factory.mktemp("concurrency")
-    _, rig = calibration.fronto_plane(scale=32)
-    rig["sensors"][0]["rgb_samples"] = 0
-    return common.save(d / "a.blend", rig)
+    return save_plane_scene(tmp_path_factory.mktemp("concurrency") / "a.blend", scale=32)
 
 
 def expected_locations(ranges) -> set[str]:

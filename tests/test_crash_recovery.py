@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from exporter.bundle import BundleWriter
-from scenes import calibration, common
+from scenes import common
 
 from .conftest import REPO, python_command, run_python
-from .helpers import bundle_digest
+from .helpers import bundle_digest, save_plane_scene
 
 EXPORT = REPO / "render_export.py"
 
@@ -25,10 +25,7 @@ EXPORT = REPO / "render_export.py"
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
     """A 40x18-pixel fronto-parallel plane scene (30 fps, frames 1..30), no rgb."""
-    d = tmp_path_factory.mktemp("crash")
-    _, rig = calibration.fronto_plane(scale=32)
-    rig["sensors"][0]["rgb_samples"] = 0
-    return common.save(d / "a.blend", rig)
+    return save_plane_scene(tmp_path_factory.mktemp("crash") / "a.blend", scale=32)
 
 
 def export_args(blend, out, *extra):

@@ -14,6 +14,7 @@ import pytest
 from scenes import calibration, common
 
 from .conftest import REPO, blender_binary, run_python
+from .helpers import save_plane_scene
 
 EXPORT = REPO / "render_export.py"
 
@@ -21,9 +22,7 @@ EXPORT = REPO / "render_export.py"
 @pytest.fixture(scope="module")
 def scene_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
-    _, rig = calibration.fronto_plane(scale=16)
-    rig["sensors"][0]["rgb_samples"] = 0
-    a = common.save(d / "a.blend", rig)
+    a = save_plane_scene(d / "a.blend", scale=16)
     _, rig_b = calibration.tilted_plane(scale=16)
     b = common.save(d / "b.blend", rig_b)
     return a, b
