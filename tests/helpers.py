@@ -76,3 +76,26 @@ def save_plane_scene(path, scale: int):
     _, rig = calibration.fronto_plane(scale=scale)
     rig["sensors"][0]["rgb_samples"] = 0
     return common.save(path, rig)
+
+
+def object_scene_poses(scale: int = 16) -> dict:
+    """T_camera_object (4x4, metres) of the static objects of scenes.object_scenes.object_calibration, from the
+    scene's declared pixel rectangles and depths (closed form through K), not from the built scene."""
+    import numpy as np
+
+    from scenes import calibration, object_scenes
+
+    K = calibration.seed_K(scale)
+    f, cx, cy = K[0], K[1], K[2]
+    out = {}
+    for name, (u0, u1, v0, v1, z) in (("truncated", (59.5, 99.5, 10.5, 20.5, 10.0)),
+                                      ("back", (9.5, 29.5, 24.5, 39.5, 12.0)),
+                                      ("front", (19.5, 39.5, 29.5, 34.5, 6.0))):
+        M = np.eye(4)
+        M[:3, 3] = (((u0 + u1) / 2 - cx) * z / f, ((v0 + v1) / 2 - cy) * z / f, z)
+        out[name] = M
+    M = np.eye(4)
+    M[:3, :3] = object_scenes._rot(0.4, -0.6, 0.3)
+    M[:3, 3] = (-1.5, -1.2, 9.0)
+    out["box"] = M
+    return out

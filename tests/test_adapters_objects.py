@@ -18,7 +18,7 @@ from contracts.schema import schema_errors
 from scenes import calibration, object_scenes
 
 from .conftest import run_python
-from .helpers import load_event
+from .helpers import load_event, object_scene_poses
 
 W, H = 80, 45                       # object_calibration at scale 16
 
@@ -37,24 +37,6 @@ def _adapt(*args):
 def _ok(r):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("rowbeam adapt: wrote") and not r.stderr.strip(), (r.stdout, r.stderr)
-
-
-def _analytic_poses():
-    """T_camera_object of the static objects from the scene's construction (camera frame)."""
-    K = calibration.seed_K(16)
-    f, cx, cy = K[0], K[1], K[2]
-    out = {}
-    for name, (u0, u1, v0, v1, z) in (("truncated", (59.5, 99.5, 10.5, 20.5, 10.0)),
-                                      ("back", (9.5, 29.5, 24.5, 39.5, 12.0)),
-                                      ("front", (19.5, 39.5, 29.5, 34.5, 6.0))):
-        M = np.eye(4)
-        M[:3, 3] = (((u0 + u1) / 2 - cx) * z / f, ((v0 + v1) / 2 - cy) * z / f, z)
-        out[name] = M
-    M = np.eye(4)
-    M[:3, :3] = object_scenes._rot(0.4, -0.6, 0.3)
-    M[:3, 3] = (-1.5, -1.2, 9.0)
-    out["box"] = M
-    return out
 
 
 # ---------------------------------------------------------------- COCO
@@ -212,7 +194,7 @@ def test_bop_reader_reloads_and_masks_match_a_rerasterisation(calib, tmp_path):
     valid = a["valid"].astype(bool)
     assert np.abs(depth[valid] * ds - a["camera_z"][valid] * 1000).max() <= ds / 2 + 1e-6
     assert not depth[~valid].any()
-    analytic = _analytic_poses()
+    analytic = object_scene_poses(16)
     rs = {r["rowbeam_id"]: r for r in side["rolling_shutter"]}
     pose_err_mm, pose_err_rad, mismatch = 0.0, 0.0, {}
     for gt_id, (gt, info) in enumerate(zip(gts[im], infos[im], strict=True)):

@@ -17,7 +17,7 @@ from contracts.object_checks import object_masks, tight_box
 from contracts.rasterize import ply_bytes, rasterize_rows, read_ply
 from scenes import object_scenes
 
-from .helpers import failures, load_event, rehash
+from .helpers import failures, load_event, object_scene_poses, rehash
 
 SCALE = 16          # 80 x 45 px, f = 50, c = (40, 22.5)
 
@@ -95,7 +95,7 @@ def test_static_poses_and_box3d_vs_analytic(calib):
     truth = object_scenes.object_calibration.__defaults__      # noqa: F841 (documented defaults)
     from scenes import calibration
     T = calibration.seed_pose()
-    poses = _truth_poses()
+    poses = object_scene_poses(SCALE)
     worst_t, worst_r = 0.0, 0.0
     for name in ("truncated", "back", "front", "box"):
         got = np.array(objs[name]["T_camera_object_reference"])
@@ -108,24 +108,6 @@ def test_static_poses_and_box3d_vs_analytic(calib):
     assert objs["box"]["box3d"]["size_m"] == pytest.approx([1.0, 0.6, 0.4], abs=1e-6)
     assert objs["box"]["box3d"]["centre_m"] == pytest.approx([0, 0, 0], abs=1e-6)
     assert np.allclose(m["calibration"]["T_camera_world"]["matrix"], invert_rigid(T), atol=1e-6)
-
-
-def _truth_poses():
-    from scenes import calibration
-    K = calibration.seed_K(SCALE)
-    f, cx, cy = K[0], K[1], K[2]
-    out = {}
-    for name, (u0, u1, v0, v1, z) in (("truncated", (59.5, 99.5, 10.5, 20.5, 10.0)),
-                                      ("back", (9.5, 29.5, 24.5, 39.5, 12.0)),
-                                      ("front", (19.5, 39.5, 29.5, 34.5, 6.0))):
-        M = np.eye(4)
-        M[:3, 3] = (((u0 + u1) / 2 - cx) * z / f, ((v0 + v1) / 2 - cy) * z / f, z)
-        out[name] = M
-    M = np.eye(4)
-    M[:3, :3] = object_scenes._rot(0.4, -0.6, 0.3)
-    M[:3, 3] = (-1.5, -1.2, 9.0)
-    out["box"] = M
-    return out
 
 
 def test_moving_square_per_row_poses_and_mask_vs_closed_form(calib):
