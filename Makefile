@@ -1,5 +1,7 @@
-# rowbeam — `make demo`, `make test`, `make bench`. Everything runs from .venv (Python 3.11).
-PY ?= python3.11
+# rowbeam — `make demo`, `make test`, `make bench`. Everything runs from .venv: Python 3.13 + bpy 5.3.0 (the
+# newest Blender). `make test-matrix` also needs Python 3.11 (Blender 4.2, 4.5, 5.0).
+PY ?= $(shell tools/find_python.sh 3.13)
+PY311 ?= $(shell tools/find_python.sh 3.11)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
@@ -10,6 +12,8 @@ DEMO := out/demo
 venv: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
+	@test -n "$(PY)" || { echo "make: error: Python 3.13 not found (PATH, ~/.pyenv, /usr); give PY=/path/to/python3.13" >&2; exit 2; }
+	$(BIN)/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' 2>/dev/null || rm -rf $(VENV)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
@@ -34,10 +38,10 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
 # The Blender-facing tests on every supported Blender (4.2, 4.5, 5.0, 5.3), each in its own venv
-# (.venv-<V>; 5.0 reuses .venv). Needs Python 3.11 ($(PY)) and Python 3.13 (PY313, found on PATH or
-# under ~/.pyenv when not given). Per-version results: out/test-matrix/summary.txt.
+# (.venv-<V>; 5.3 reuses .venv). Needs Python 3.11 (PY311) and 3.13 (PY), found on PATH or under ~/.pyenv
+# when not given; MATRIX="4.2 5.0" picks versions. Per-version results: out/test-matrix/summary.txt.
 test-matrix:
-	PY311="$(shell command -v $(PY) || echo $(PY))" $(if $(PY313),PY313="$(PY313)") tools/test_matrix.sh $(MATRIX)
+	PY311="$(PY311)" PY313="$(PY)" tools/test_matrix.sh $(MATRIX)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py

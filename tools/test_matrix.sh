@@ -4,7 +4,7 @@
 #   tools/test_matrix.sh [VERSION ...]        (default: 4.2 4.5 5.0 5.3)
 #   PY311=/path/to/python3.11 PY313=/path/to/python3.13 tools/test_matrix.sh
 #
-# Venvs: .venv-4.2, .venv-4.5, .venv-5.3 from requirements/requirements-bpy<V>.txt; 5.0 reuses .venv
+# Venvs: .venv-4.2, .venv-4.5, .venv-5.0 from requirements/requirements-bpy<V>.txt; 5.3 reuses .venv
 # (requirements.txt, the `make test` venv). Each is (re)installed only when its requirements change;
 # wheels come from pip's cache (PIP_CACHE_DIR, default ~/.cache/pip: cache it in CI).
 # Every version runs the same Blender-facing selection (rolling-shutter camera, LiDAR OSL camera, flow,
@@ -34,19 +34,11 @@ SELECTION=(
 )
 [ -z "${MATRIX_TESTS:-}" ] || read -ra SELECTION <<< "$MATRIX_TESTS"     # override: MATRIX_TESTS="tests/x.py ..."
 
-find_python() {       # find_python 3.13 -> a working interpreter of that version, or nothing
-  local v=$1 c
-  for c in "python$v" "$HOME"/.pyenv/versions/"$v"*/bin/"python$v" /usr/bin/"python$v" /usr/local/bin/"python$v"; do
-    if "$c" -c "import sys; assert sys.version_info[:2] == tuple(map(int, '$v'.split('.')))" 2>/dev/null; then
-      command -v "$c" 2>/dev/null || echo "$c"
-      return
-    fi
-  done
-}
+find_python() { tools/find_python.sh "$1"; }
 
 python_for() { case $1 in 5.3) echo "${PY313:-$(find_python 3.13)}";; *) echo "${PY311:-$(find_python 3.11)}";; esac; }
-venv_for() { case $1 in 5.0) echo .venv;; *) echo ".venv-$1";; esac; }
-requirements_for() { case $1 in 5.0) echo requirements.txt;; *) echo "requirements/requirements-bpy$1.txt";; esac; }
+venv_for() { case $1 in 5.3) echo .venv;; *) echo ".venv-$1";; esac; }
+requirements_for() { case $1 in 5.3) echo requirements.txt;; *) echo "requirements/requirements-bpy$1.txt";; esac; }
 
 for v in "${VERSIONS[@]}"; do
   req=$(requirements_for "$v")
@@ -62,7 +54,7 @@ for v in "${VERSIONS[@]}"; do
   venv=$(venv_for "$v"); req=$(requirements_for "$v"); py=$(python_for "$v")
   stamp="$venv/.installed-$(cksum < "$req" | cut -d' ' -f1)"
   t0=$(date +%s)
-  if [ "$v" = 5.0 ]; then
+  if [ "$v" = 5.3 ]; then
     make --no-print-directory venv PY="$py"          # .venv exactly as `make test` installs it
   elif [ ! -f "$stamp" ]; then
     echo "test-matrix: Blender $v: installing $venv from $req ($py)"
