@@ -98,23 +98,23 @@ def test_export_is_quiet_except_for_its_own_lines(rgb_bundle, tmp_path):
 def test_progress_on_a_terminal_rewrites_one_line(rgb_bundle, tmp_path):
     """On a TTY the stage line (job, stage, samples done/total, elapsed) is rewritten in place with \\r."""
     e = rgb_bundle
-    pid, fd = pty.fork()
-    if pid == 0:                                          # child: stdout and stderr are the pty
-        os.chdir(REPO)
-        os.execve(sys.executable, [sys.executable, "-m", "rowbeam", "export", str(e.blend), "--rig", str(e.rig),
-                                   "--out", str(tmp_path / "tty"), "--count", "1", "--device", "cpu"], _child_env())
+    main, child = pty.openpty()                           # the child's stdout and stderr are the terminal
+    proc = subprocess.Popen([sys.executable, "-m", "rowbeam", "export", str(e.blend), "--rig", str(e.rig), "--out",
+                             str(tmp_path / "tty"), "--count", "1", "--device", "cpu"], cwd=REPO, env=_child_env(),
+                            stdin=subprocess.DEVNULL, stdout=child, stderr=child, close_fds=True)
+    os.close(child)
     chunks = []
     while True:
         try:
-            data = os.read(fd, 4096)
-        except OSError:
+            data = os.read(main, 4096)
+        except OSError:                                   # EIO once the child has closed the terminal
             break
         if not data:
             break
         chunks.append(data)
-    _, status = os.waitpid(pid, 0)
+    os.close(main)
     text = b"".join(chunks).decode(errors="replace")
-    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert proc.wait(timeout=300) == 0, text
     assert "\r[1/1] camera_front event 0: rgb render" in text and "/4 samples" in text, text
     assert "label render" in text and "published 1" in text
     assert not [n for n in BLENDER_NOISE if n in text], text
