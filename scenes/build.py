@@ -18,10 +18,12 @@ def main(argv=None, prog: str = "python -m scenes.build") -> int:
     p.add_argument("out", help="output .blend path")
     p.add_argument("--scale", type=int, default=1, help="divide the 1280x720 seed resolution by this")
     p.add_argument("--rgb-samples", type=int, default=None, help="rgb samples in the rig (0: labels only)")
+    p.add_argument("--object-labels", action="store_true",
+                   help="running_example: also export object labels (amodal masks, boxes, poses) for the camera")
     args = p.parse_args(argv)
     if args.name == "running_example":
         running_example.build(1280 // args.scale, 720 // args.scale)
-        rig = running_example.rig()
+        rig = running_example.rig(**({"object_labels": True} if args.object_labels else {}))
     else:
         _, rig = calibration.SCENES[args.name](scale=args.scale)
     if args.rgb_samples is not None:

@@ -60,7 +60,7 @@ def test_rowbeam_help_documents_every_subcommand_and_option():
                 "adapt bop": ["bundle", "out_dir", "--split"], "adapt coco": ["bundle", "out", "--sensor"],
                 "adapt kitti-object": ["bundle", "out_dir", "--sensor"], "adapt ply": ["source", "out"],
                 "adapt kitti-lidar": ["bundle", "out_dir", "--sensor", "--frame", "--intensity"],
-                "scenes": ["name", "out", "--scale", "--rgb-samples"], "schemas": ["out"]}
+                "scenes": ["name", "out", "--scale", "--rgb-samples", "--object-labels"], "schemas": ["out"]}
     for sub, options in expected.items():
         r = _rowbeam(*sub.split(), "--help")
         assert r.returncode == 0, r.stderr

@@ -20,7 +20,7 @@ from .helpers import assert_fails, failures, load_event, rehash
 
 def _build(scale):
     running_example.build(1280 // scale, 720 // scale)
-    return None, running_example.rig(rgb_samples=4, verify_rows=5)
+    return None, running_example.rig(rgb_samples=4, verify_rows=5, object_labels=True)
 
 
 # camera event 30 reads out at 1.002-1.014 s; LiDAR sweep 10 starts at 1.0 s looking forward
