@@ -36,7 +36,7 @@ from .lidar_checks import check_lidar_event
 from .modalities import MODALITIES, manifest_dims, required
 from .object_checks import check_object_labels
 from .errors import RowbeamError, UnusableInput
-from .files import atomic_write_json, canonical_sha256, load_json, resolve_inside, sha256_file
+from .files import STAGING_DIR, atomic_write_json, canonical_sha256, load_json, resolve_inside, sha256_file
 from .sample_identity import sample_id
 from .schema import schema_errors
 
@@ -136,7 +136,7 @@ def scan_layout(root: Path) -> tuple[list[Path], list[str], list[str]]:
                     problems.append(f"{rel} looks like a{'n' if kind == 'event' else ''} {kind} but holds no {MANIFEST}")
                 else:
                     manifests.append(item / MANIFEST)
-    staging = root / ".staging"
+    staging = root / STAGING_DIR
     if staging.is_dir() and any(not q.is_dir() for q in staging.rglob("*")):
         litter.append(".staging (an export is running or was interrupted)")
     litter += sorted(p.name for p in root.glob(f".{BUNDLE}.tmp-*"))
@@ -487,7 +487,7 @@ def check_report_path(path) -> Path:
     for base in resolved.parents:
         if _exists(base / BUNDLE):
             inside = resolved.relative_to(base).parts
-            if inside[0] in ("events", "flows", "quarantine", ".staging") or inside == (BUNDLE,):
+            if inside[0] in ("events", "flows", "quarantine", STAGING_DIR) or inside == (BUNDLE,):
                 raise RowbeamError(f"--report {path}: inside the bundle {base} ({'/'.join(inside[:2])}); "
                                    "writing there would change the bundle; write the report elsewhere")
     return target

@@ -87,11 +87,20 @@ def fsync_path(path) -> None:
         os.close(fd)
 
 
+STAGING_DIR = ".staging"          # a bundle's folders being written by exporters (never data; see exporter/bundle.py)
+
+
+def temp_sibling(path) -> Path:
+    """The temporary name atomic writes use beside `path`: `.NAME.tmp-PID` (a reader skips hidden names)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
 def atomic_write_bytes(path, data: bytes) -> None:
     """Write to a temporary sibling, fsync, then rename over `path` (never half-written).
     On any failure the temporary file is removed and the error (OSError) propagates."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_sibling(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)

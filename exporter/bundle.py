@@ -32,14 +32,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from contracts.errors import RowbeamError
-from contracts.files import canonical_json, fsync_path, resolve_inside, sha256_file
+from contracts.files import STAGING_DIR, canonical_json, fsync_path, resolve_inside, sha256_file, temp_sibling
 from contracts.schema import schema_errors
 
 from .run_temp import lock_is_free, pid_alive
 
 BUNDLE_FILE = "bundle.json"
 LAYOUT = "events/<sensor>/<index:06d>/manifest.json; flows/<sensor>/<index0:06d>-<index1:06d>/manifest.json"
-STAGING = ".staging"
+STAGING = STAGING_DIR
 LOCKS = "locks"
 OWNER = ".owner"
 BUNDLE_TMP = re.compile(r"^\.bundle\.json\.tmp-(\d+)$")      # contracts.files.atomic_write_bytes' temp name
@@ -159,7 +159,7 @@ class BundleWriter:
         bundle = self.root / BUNDLE_FILE
         data = canonical_json({"schema": "rowbeam/bundle@1", "dataset_id": self.dataset_id,
                                "identity": self.identity, "layout": LAYOUT, **self.extra})
-        tmp = self.root / f".{BUNDLE_FILE}.tmp-{os.getpid()}"
+        tmp = temp_sibling(self.root / BUNDLE_FILE)
         for _ in range(5):
             if bundle.exists():
                 return self.validate()
