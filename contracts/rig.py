@@ -10,6 +10,7 @@ from fractions import Fraction
 
 from .errors import RowbeamError
 from .files import load_json
+from .lens import LensSpec, make_lens, parse_lens_spec
 from .lidar import parse_lidar_sensor
 from .schema import MAX_USER_JSON_BYTES, loads_user_json, schema_errors, validator
 from .timing import MIN_FIRING_PERIOD_NS, NS_PER_S, RollingShutterTiming, exact, periodic_event_start_ns
@@ -31,6 +32,7 @@ class CameraSensor:
     motion_steps: int = 7
     verify_rows: int = 3
     object_labels: bool = False
+    lens: LensSpec = LensSpec()
     type: str = "rolling_shutter_camera"
 
     def event_start_ns(self, index: int) -> int:
@@ -92,6 +94,9 @@ def _parse_sensor(raw: dict, where: str):
             if values[key] > period:
                 raise RowbeamError(f"{where}.{key}: {values[key]} ns is longer than the frame period "
                                    f"{float(period):.0f} ns (1/rate_hz)")
+        values["lens"] = parse_lens_spec(values.get("lens"), f"{where}.lens")
+        if values["lens"].K is not None and values.get("image_size_px"):     # else checked at export (K, size known)
+            make_lens(values["lens"], None, *values["image_size_px"], where=f"{where}.lens")
         return CameraSensor(**values)
     sensor = parse_lidar_sensor(raw, _schema_defaults("spinning_lidar"), where)
     if sensor.timing(0).firing_period_ns < MIN_FIRING_PERIOD_NS:
