@@ -35,6 +35,7 @@ from .flow_checks import ENDPOINT_NEEDS, check_flow
 from .lidar_checks import check_lidar_event
 from .modalities import MODALITIES, manifest_dims, required
 from .object_checks import check_object_labels
+from .radar_checks import check_radar_event
 from .errors import RowbeamError, UnusableInput
 from .files import STAGING_DIR, atomic_write_json, canonical_sha256, load_json, resolve_inside, sha256_file
 from .sample_identity import sample_id
@@ -45,7 +46,8 @@ BUNDLE = "bundle.json"
 QA_REPORT = "qa_report.json"
 EVENT_FOLDER = re.compile(r"^[0-9]+$")
 FLOW_FOLDER = re.compile(r"^([0-9]+)-([0-9]+)$")
-INVARIANTS = {"rolling_shutter_camera": check_camera_event, "spinning_lidar": check_lidar_event}
+INVARIANTS = {"rolling_shutter_camera": check_camera_event, "spinning_lidar": check_lidar_event,
+              "radar": check_radar_event}
 
 
 class EventReport:
@@ -430,6 +432,8 @@ def _time_span(manifest) -> tuple[int, int]:
     e = manifest["event"]
     if manifest["sensor"]["type"] == "spinning_lidar":
         return e["sweep_start_ns"], e["sweep_start_ns"] + round(e["firing_period_ns"] * e["azimuth_steps"])
+    if manifest["sensor"]["type"] == "radar":
+        return e["frame_start_ns"], e["frame_start_ns"] + e["chirp_offset_ns"] + e["chirps"] * e["chirp_period_ns"]
     return e["frame_start_ns"], e["frame_start_ns"] + e["readout_ns"] + e["exposure_ns"]
 
 

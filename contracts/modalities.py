@@ -1,7 +1,7 @@
 """The declared meaning of every modality of every sensor type: one table, used to write and to check.
 
 Shapes are templates over named dimensions: H, W (camera image rows/columns), F (LiDAR
-firings), C (LiDAR channels), G (LiDAR channel time groups), N (points). Camera image
+firings), C (LiDAR channels), G (LiDAR channel time groups), K (radar chirps), B (radar beams), N (points). Camera image
 modalities are on the `opencv` pixel grid; LiDAR beam modalities are firings x channels with
 row 0 = first firing.
 """
@@ -167,6 +167,55 @@ LIDAR_MODALITIES = _table(
                  "{sensor}:lidar at reference_time_ns", ALWAYS_VALID, "instant"),
 )
 
+_RADAR_POINT_FIELDS = (
+    ("t_ns", "int64", "ns", "scene_clock"),
+    ("chirp", "uint32", "index", "frame"),
+    ("beam", "uint32", "index", "beam table"),
+    ("x", "float64", "m", "{sensor}:radar at the point's own time"),
+    ("y", "float64", "m", "{sensor}:radar at the point's own time"),
+    ("z", "float64", "m", "{sensor}:radar at the point's own time"),
+    ("x_world", "float64", "m", "world"),
+    ("y_world", "float64", "m", "world"),
+    ("z_world", "float64", "m", "world"),
+    ("range", "float64", "m", "{sensor}:radar"),
+    ("radial_velocity", "float64", "m/s", "{sensor}:radar, positive = receding"),
+    ("instance_id", "uint32", "id", "objects table render index"),
+    ("semantic_id", "uint32", "id", "ontology class"),
+)
+_PER_CHIRP = ("per_chirp", "time_offset_ns")
+RADAR_MODALITIES = _table(
+    ModalitySpec("range", "Euclidean distance from the radar origin at the chirp's time to the return",
+                 "m", "float32", ("range",), ("K", "B"), "{sensor}:radar", INVALID_NAN, *_PER_CHIRP),
+    ModalitySpec("radial_velocity", "velocity of the hit material point relative to the radar origin's velocity at the "
+                 "chirp's time, projected on the beam direction; positive = receding", "m/s", "float32",
+                 ("radial_velocity",), ("K", "B"), "{sensor}:radar", INVALID_NAN, *_PER_CHIRP),
+    ModalitySpec("valid", "1 where the beam returns from a surface within the range limits and |radial_velocity| <= "
+                 "max_radial_velocity_mps, else 0", "1", "uint8", ("valid",), ("K", "B"), "{sensor}:beams",
+                 ALWAYS_VALID, *_PER_CHIRP),
+    ModalitySpec("instance_id", "render index of the hit object (objects table maps it to the 64-bit id)",
+                 "id", "uint32", ("instance_id",), ("K", "B"), "{sensor}:beams", INSTANCE_INVALID, *_PER_CHIRP),
+    ModalitySpec("semantic_id", "ontology class id of the hit object",
+                 "id", "uint32", ("semantic_id",), ("K", "B"), "{sensor}:beams", SEMANTIC_INVALID, *_PER_CHIRP),
+    ModalitySpec("normal_geometric", "true (face) normal of the hit surface in the radar frame at the chirp's time, "
+                 "unit, facing the sensor", "unit_vector", "float32", _XYZ, ("K", "B", 3), "{sensor}:radar",
+                 INVALID_NAN, *_PER_CHIRP),
+    ModalitySpec("cos_incidence", "cosine of the angle between the beam and the surface normal (-n . d)",
+                 "1", "float32", ("cos_incidence",), ("K", "B"), "{sensor}:radar", INVALID_NAN, *_PER_CHIRP),
+    ModalitySpec("time_offset_ns", "chirp time (centre of the chirp's interval) minus frame_start_ns",
+                 "ns", "int64", None, ("K",), "scene_clock", ALWAYS_VALID, "per_chirp"),
+    ModalitySpec("azimuth_deg", "azimuth of each beam in the radar frame, from +x toward +y",
+                 "deg", "float64", None, ("B",), "{sensor}:radar", ALWAYS_VALID, "none"),
+    ModalitySpec("elevation_deg", "elevation of each beam in the radar frame, up from the xy plane",
+                 "deg", "float64", None, ("B",), "{sensor}:radar", ALWAYS_VALID, "none"),
+    ModalitySpec("chirp_T_world_radar", "radar pose at each chirp's time, T_world_radar",
+                 "m", "float64", None, ("K", 4, 4), "world<-{sensor}:radar", ALWAYS_VALID, *_PER_CHIRP),
+    ModalitySpec("chirp_velocity_world", "velocity of the radar origin at each chirp's time (world frame)",
+                 "m/s", "float64", None, ("K", 3), "world", ALWAYS_VALID, *_PER_CHIRP),
+    ModalitySpec("points", "one row per valid return, ordered by (chirp, beam); xyz in the radar frame at the chirp's "
+                 "time and in the world frame", "record", "record", None, ("N",), "{sensor}:radar", ALWAYS_VALID,
+                 "per_point", "t_ns", fields=_RADAR_POINT_FIELDS),
+)
+
 FLAG_NAMES = ("source_valid", "dest_in_bounds", "dest_visible", "correspondence_defined")
 FLAG_TEXT = {
     "source_valid": "the source pixel's ray hits a surface (the source event's valid)",
@@ -211,7 +260,7 @@ FLOW_MODALITIES = _table(
 )
 
 MODALITIES = {"rolling_shutter_camera": CAMERA_MODALITIES, "spinning_lidar": LIDAR_MODALITIES,
-              "flow": FLOW_MODALITIES}
+              "flow": FLOW_MODALITIES, "radar": RADAR_MODALITIES}
 
 
 def required(sensor_type: str) -> list[str]:
@@ -227,6 +276,10 @@ def manifest_dims(manifest: dict) -> dict:
             shape = manifest["modalities"].get(name, {}).get("shape")
             dims[dim] = shape[0] if isinstance(shape, list) and shape and isinstance(shape[0], int) else 0
         return dims
+    if manifest["sensor"]["type"] == "radar":
+        points = manifest["modalities"].get("points", {}).get("shape", [0])
+        return {"K": manifest["event"]["chirps"], "B": len(manifest["calibration"]["beams"]["table"]),
+                "N": points[0] if points else 0}
     beams = manifest["calibration"]["beams"]["channels"]
     points = manifest["modalities"].get("points", {}).get("shape", [0])
     return {"F": manifest["event"]["azimuth_steps"], "C": len(beams),

@@ -12,6 +12,7 @@ from .errors import RowbeamError
 from .files import load_json
 from .lens import LensSpec, make_lens, parse_lens_spec
 from .lidar import parse_lidar_sensor
+from .radar import parse_radar_sensor
 from .schema import MAX_USER_JSON_BYTES, loads_user_json, schema_errors, validator
 from .timing import MIN_FIRING_PERIOD_NS, NS_PER_S, RollingShutterTiming, exact, periodic_event_start_ns
 
@@ -98,6 +99,8 @@ def _parse_sensor(raw: dict, where: str):
         if values["lens"].K is not None and values.get("image_size_px"):     # else checked at export (K, size known)
             make_lens(values["lens"], None, *values["image_size_px"], where=f"{where}.lens")
         return CameraSensor(**values)
+    if raw["type"] == "radar":
+        return parse_radar_sensor(raw, _schema_defaults("radar"), where)
     sensor = parse_lidar_sensor(raw, _schema_defaults("spinning_lidar"), where)
     if sensor.timing(0).firing_period_ns < MIN_FIRING_PERIOD_NS:
         raise RowbeamError(f"{where}.azimuth_steps: {sensor.azimuth_steps} firings per sweep at "

@@ -12,7 +12,7 @@ catching; tests/test_blender_compat.py pins every branch to the real API of the 
 | object index channel          | IndexOB        | IndexOB         | Object Index                    |
 | animation curves              | Action.fcurves | channelbag/slot | channelbag/slot (no .fcurves)   |
 | new material has a node tree  | use_nodes=True | use_nodes=True  | always                          |
-| custom (OSL) camera: LiDAR    | — (refused)    | CUSTOM          | CUSTOM                          |
+| custom (OSL) camera: LiDAR, radar | — (refused) | CUSTOM          | CUSTOM                          |
 | oslquery (bpy wheel)          | —              | <bpy>/<ver>/python/lib/python3.X/site-packages |  |
 | Python / numpy                | 3.11 / 1.x     | 3.11 / 1.x      | 3.11 / 1.x (5.0); 3.13 / 2.x (5.3) |
 """
@@ -52,7 +52,8 @@ ALWAYS_NODE_MATERIALS = VERSION >= NODE_MATERIALS_SINCE
 OBJECT_INDEX_PASS = "Object Index" if VERSION >= OBJECT_INDEX_NAME_SINCE else "IndexOB"
 
 # Sensor types and the first Blender that can export them.
-SENSOR_MIN_VERSION = {"rolling_shutter_camera": MIN_VERSION, "spinning_lidar": CUSTOM_CAMERA_SINCE}
+SENSOR_MIN_VERSION = {"rolling_shutter_camera": MIN_VERSION, "spinning_lidar": CUSTOM_CAMERA_SINCE,
+                      "radar": CUSTOM_CAMERA_SINCE}
 
 
 def _line_value(table, version):

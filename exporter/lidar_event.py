@@ -71,22 +71,10 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
     directions = sensor.directions(timing)
 
     renders = layout.renders()
-    device = ctx.device
-    with ScenePatch() as p:
-        t0 = time.perf_counter()
-        if device.startswith("GPU:") and not device.startswith("GPU:OPTIX"):
-            # Cycles runs custom (OSL) cameras on the GPU only with OptiX; other GPU backends fall back to the CPU
-            p.set(scene.cycles, "device", "CPU")
-            device = f"CPU (custom OSL camera; {device} has no OSL support)"
-        ctx.base_settings(p, layout.width, renders[0].rows)
-        cs.label_settings(p, scene, ctx.view_layer)
-        objects = ctx.render_objects()
-        cs.add_true_normal_aov(p, objects)
-        cs.set_render_indices(p, scene, ctx.table)
-        parts = [_render_part(ctx, sensor, timing, layout, part, objects) for part in renders]
-        seconds["render"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    beams = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    beams, device = render_beam_layout(ctx, sensor, timing, layout, lidar_shader_source)
+    seconds["render"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     labels, stats = labels_from_beams(beams, beam_poses, directions, (sensor.min_range_m, sensor.max_range_m), ctx.lut)
     beam_times = timing.beam_times_ns()
     points, compensated = point_tables(labels, beam_times, invert_rigid(ref_pose))
@@ -121,13 +109,34 @@ def _shutter_fields(shutter) -> dict:
     return {"shutter_centre_ns": float(shutter.centre_ns), "shutter_duration_ns": float(shutter.duration_ns)}
 
 
-def _render_part(ctx, sensor: LidarSensor, timing, layout, part, objects) -> dict:
+def render_beam_layout(ctx, sensor, timing, layout, shader) -> tuple[dict, str]:
+    """Render every beam of `layout` through the OSL beam camera `shader(sensor, layout, render)` on the mount
+    `sensor.object`, each image row at its firing's exact time (`timing`: firing_time_exact, firing_period_ns);
+    returns ({pass: (F, C, ...)} at the beams' pixels, render device text). Shared by LiDAR and radar."""
+    scene = ctx.scene
+    renders = layout.renders()
+    device = ctx.device
+    with ScenePatch() as p:
+        if device.startswith("GPU:") and not device.startswith("GPU:OPTIX"):
+            # Cycles runs custom (OSL) cameras on the GPU only with OptiX; other GPU backends fall back to the CPU
+            p.set(scene.cycles, "device", "CPU")
+            device = f"CPU (custom OSL camera; {device} has no OSL support)"
+        ctx.base_settings(p, layout.width, renders[0].rows)
+        cs.label_settings(p, scene, ctx.view_layer)
+        objects = ctx.render_objects()
+        cs.add_true_normal_aov(p, objects)
+        cs.set_render_indices(p, scene, ctx.table)
+        parts = [_render_part(ctx, sensor, timing, layout, part, objects, shader) for part in renders]
+    return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}, device
+
+
+def _render_part(ctx, sensor, timing, layout, part, objects, shader=lidar_shader_source) -> dict:
     """Render firings part.first_firing .. (+ part.firings); return the passes at their beams (beam_samples)."""
     scene = ctx.scene
     mount = scene.objects[sensor.object]
     with ScenePatch() as q:
         cs.set_resolution(q, scene, layout.width, part.rows)
-        cam = make_lidar_camera(q, scene, mount, lidar_shader_source(sensor, layout, part))
+        cam = make_lidar_camera(q, scene, mount, shader(sensor, layout, part))
         cs.apply_shutter(q, scene, ctx.clock, part.shutter(timing), sensor.motion_steps, objects + [cam, mount])
         passes = cs.render_passes(scene, ctx.view_layer)
     shape = passes["position"].shape[:2]

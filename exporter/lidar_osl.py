@@ -58,17 +58,25 @@ def _floats(values) -> str:
 def lidar_shader_source(sensor: LidarSensor, layout: SweepLayout, render: LayoutRender | None = None) -> str:
     """OSL source with the beam table baked in as constants (camera shaders take no array parameters),
     for one render of the layout (default: the whole sweep in one render)."""
-    render = render or LayoutRender(0, layout.firings, layout.slots)
     sign = 1.0 if sensor.spin_direction == "ccw" else -1.0
     hz = float(sensor.rotation_hz)
     phase = [math.radians(sensor.start_azimuth_deg + sensor.azimuth_offsets_deg[c])
              + sign * 2.0 * math.pi * hz * sensor.time_offsets_ns[c] * 1e-9 for c in range(sensor.channels)]
+    return beam_camera_source(sensor.id, layout, render, [math.radians(e) for e in sensor.elevations_deg], phase,
+                              sign * 2.0 * math.pi / sensor.azimuth_steps)
+
+
+def beam_camera_source(sensor_id: str, layout: SweepLayout, render: LayoutRender | None, elevations_rad,
+                       azimuths_rad, azimuth_step_rad: float) -> str:
+    """OSL camera for any beam table: column/slot -> beam c (layout), row -> firing k; beam c of firing k points
+    at azimuth azimuths_rad[c] + azimuth_step_rad*k, elevation elevations_rad[c] (sensor frame x forward, y left,
+    z up). A spinning LiDAR steps the azimuth per firing; a radar's beams are fixed (step 0, rows = chirps)."""
+    render = render or LayoutRender(0, layout.firings, layout.slots)
     table = layout.channel_table().ravel()
     return SHADER_TEMPLATE.format(
-        sensor_id=sensor.id, width=layout.width, height=render.rows, slots=layout.slots, first_firing=render.first_firing,
-        table_size=table.size, channel_at=", ".join(str(int(c)) for c in table), channels=sensor.channels,
-        elevation=_floats(math.radians(e) for e in sensor.elevations_deg), phase=_floats(phase),
-        step=repr(sign * 2.0 * math.pi / sensor.azimuth_steps))
+        sensor_id=sensor_id, width=layout.width, height=render.rows, slots=layout.slots, first_firing=render.first_firing,
+        table_size=table.size, channel_at=", ".join(str(int(c)) for c in table), channels=len(elevations_rad),
+        elevation=_floats(elevations_rad), phase=_floats(azimuths_rad), step=repr(float(azimuth_step_rad)))
 
 
 def compile_osl(source: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ CONVENTIONS = {
     "world_frame": "blender_world: right-handed, z up, metres",
     "camera_frame": "opencv_optical: x right, y down, z forward, metres, origin at the camera centre",
     "lidar_frame": "x forward, y left, z up, metres",
+    "radar_frame": "x forward, y left, z up, metres (the mount's local axes); radial velocity positive = receding",
     "transform_naming": "T_a_b maps coordinates from frame b into frame a (4x4, metres)",
     "pixel": f"{PIXEL_CONVENTION}: {PIXEL_CONVENTION_TEXT}",
     "normals": "unit vectors in the sensor frame at the label's own time (camera: OpenCV optical at the row's "
@@ -83,6 +84,27 @@ def lidar_core(out, sensor, index: int) -> dict:
             "range_limits_m": {"min": float(sensor.min_range_m), "max": float(sensor.max_range_m)},
             "T_lidar_world": T_lidar_world.to_json(),
             "firing_poses": {"modality": "firing_T_world_lidar", "method": out.method["firing_poses"]},
+        },
+        "method": out.method,
+    }
+
+
+def radar_core(out, sensor, index: int) -> dict:
+    """event, calibration (beam table, limits, velocity convention, poses) and method of a radar frame."""
+    from contracts.radar import GRID_DEFINITION, RADIAL_VELOCITY_SIGN
+
+    T_radar_world = Transform(sensor.id, "world", invert_rigid(out.reference_pose), out.timing.reference_time_ns())
+    return {
+        "event": {"index": index, "clock": "scene_monotonic_ns", "rate_hz": sensor.rate_hz, **out.timing.to_manifest()},
+        "calibration": {
+            "beams": {"table": sensor.beam_table(), "grid": sensor.grid, "preset": sensor.preset,
+                      "definition": GRID_DEFINITION if sensor.grid else "explicit beam table (rig beams_deg); direction "
+                      "= (cos el cos az, cos el sin az, sin el) in the radar frame (x forward, y left, z up)"},
+            "range_limits_m": {"min": float(sensor.min_range_m), "max": float(sensor.max_range_m)},
+            "max_radial_velocity_mps": float(sensor.max_radial_velocity_mps),
+            "radial_velocity": {"sign": RADIAL_VELOCITY_SIGN, "method": out.method["radial_velocity"]},
+            "T_radar_world": T_radar_world.to_json(),
+            "chirp_poses": {"modality": "chirp_T_world_radar", "method": out.method["chirp_poses"]},
         },
         "method": out.method,
     }

@@ -34,10 +34,11 @@ from .camera_event import export_camera_event
 from .camera_labels import semantic_lut
 from .flow_pair import compute_flow_pair, endpoint, flow_manifest
 from .lidar_event import export_lidar_event
-from .manifest import assemble_manifest, camera_core, lidar_core, write_manifest, write_payloads
+from .manifest import assemble_manifest, camera_core, lidar_core, radar_core, write_manifest, write_payloads
 from .object_labels import write_assets
 from .object_table import build_object_table
 from .progress import Progress
+from .radar_event import export_radar_event
 from .run_temp import run_temp
 from .scene_clock import scene_clock
 from .scene_patch import ScenePatch
@@ -384,6 +385,7 @@ def _report(progress, done, total, text):
 SENSOR_EXPORTERS = {
     "rolling_shutter_camera": (export_camera_event, camera_core),
     "spinning_lidar": (export_lidar_event, lidar_core),
+    "radar": (export_radar_event, radar_core),
 }
 
 

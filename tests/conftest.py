@@ -51,7 +51,7 @@ def skip_without_custom_camera(rig: dict) -> None:
     with one line (tests/test_blender_compat.py), so tests that need a LiDAR export are skipped there."""
     from exporter import blender_compat
 
-    if not blender_compat.HAS_CUSTOM_CAMERA and any(s["type"] == "spinning_lidar" for s in rig["sensors"]):
+    if not blender_compat.HAS_CUSTOM_CAMERA and any(s["type"] in ("spinning_lidar", "radar") for s in rig["sensors"]):
         pytest.skip(f"spinning LiDAR needs Blender >= 4.5 (custom OSL camera); this is {blender_compat.VERSION_STRING}")
 
 

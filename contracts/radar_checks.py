@@ -1,0 +1,104 @@
+"""Per-event invariants of a radar frame: chirp times vs `rowbeam.radar@1`, poses, range = |p_world - origin(t)|,
+returns on their beam-table lines, range and velocity limits, validity, normals, ids, the point table, and the
+recorded exact-reference error. Radial velocity against the state log is a bundle check (contracts/state_log.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import qa_profile as tol
+from .frames import is_rigid, rigid_mask
+from .label_checks import check_ids, check_validity
+from .radar import RadarTiming, table_directions
+
+
+def check_radar_event(manifest: dict, arrays: dict, add) -> None:
+    event, cal = manifest["event"], manifest["calibration"]
+    timing = RadarTiming.from_manifest(event)
+    directions = table_directions(cal["beams"]["table"])               # (B, 3) radar frame
+    if "time_offset_ns" in arrays:
+        expected = timing.chirp_times_ns() - timing.frame_start_ns
+        bad = np.flatnonzero(arrays["time_offset_ns"] != expected)
+        add("chirp_times", bad.size == 0, f"time_offset_ns differs from rowbeam.radar@1 at {bad.size} chirps (first "
+            f"{bad[0]})" if bad.size else "every chirp time equals rowbeam.radar@1 (centre of its interval)")
+    for name, key in (("azimuth_deg", "azimuth_deg"), ("elevation_deg", "elevation_deg")):
+        if name in arrays:
+            same = np.array_equal(arrays[name], np.array([b[key] for b in cal["beams"]["table"]]))
+            add(f"beam_{name}", same, f"{name} equals the beam table" if same else f"{name} differs from the beam table")
+    if "chirp_T_world_radar" in arrays:
+        bad = np.flatnonzero(~rigid_mask(arrays["chirp_T_world_radar"], tol.RIGID_TOL))
+        add("chirp_poses_rigid", bad.size == 0, f"{bad.size} chirp poses are not rigid" if bad.size
+            else "every chirp pose is rigid")
+    T_ref = cal["T_radar_world"]
+    ok = is_rigid(np.array(T_ref["matrix"]), tol.RIGID_TOL) and T_ref.get("time_ns") == event["reference_time_ns"]
+    add("reference_pose", ok, "T_radar_world is rigid and stamped with the reference time" if ok else
+        "calibration.T_radar_world is not rigid or not stamped with event.reference_time_ns")
+    if not {"valid", "range"} <= arrays.keys():
+        return
+    check_validity(arrays, ("range", "radial_velocity", "normal_geometric", "cos_incidence"), add)
+    valid = arrays["valid"] == 1
+    lim = cal["range_limits_m"]
+    r = arrays["range"][valid]
+    outside = int(np.count_nonzero((r < lim["min"]) | (r > lim["max"])))
+    add("range_limits", outside == 0, f"{outside} returns outside [{lim['min']}, {lim['max']}] m" if outside
+        else "every return lies within the declared range limits")
+    if "radial_velocity" in arrays:
+        vmax = cal["max_radial_velocity_mps"]
+        fast = int(np.count_nonzero(np.abs(arrays["radial_velocity"][valid]) > vmax))
+        add("velocity_limits", fast == 0, f"{fast} returns beyond |v_r| <= {vmax} m/s" if fast
+            else f"every return has |radial_velocity| <= {vmax} m/s")
+    if "normal_geometric" in arrays:
+        n = arrays["normal_geometric"].astype(np.float64)[valid]
+        d = np.broadcast_to(directions[None], valid.shape + (3,))[valid]
+        away = int(np.count_nonzero(-np.einsum("ij,ij->i", n, d) < -tol.GEOMETRIC_FACING_TOL))
+        add("normal_geometric_facing", away == 0, f"geometric normal faces away from the sensor on {away} beams"
+            if away else "geometric normal faces the sensor on every valid beam")
+    check_ids(manifest, arrays, add)
+    if {"points", "chirp_T_world_radar"} <= arrays.keys():
+        _check_points(timing, valid, arrays, directions, add)
+    _check_verification(manifest["method"]["verification"], add)
+
+
+def _check_points(timing: RadarTiming, valid, arrays, directions, add):
+    pts = arrays["points"]
+    k, b = np.nonzero(valid)
+    same = pts.size == k.size and np.array_equal(pts["chirp"], k) and np.array_equal(pts["beam"], b)
+    add("points_match_beams", same, "points table holds one row per valid beam in (chirp, beam) order" if same
+        else f"points table ({pts.size} rows) does not list the {k.size} valid beams in order")
+    if not same:
+        return
+    t_ok = np.array_equal(pts["t_ns"], timing.chirp_times_ns()[k])
+    add("points_times", t_ok, "point times equal their chirps' times" if t_ok else "point t_ns differ from chirp times")
+    T = arrays["chirp_T_world_radar"][k]
+    world = np.stack([pts["x_world"], pts["y_world"], pts["z_world"]], -1)
+    local = np.stack([pts["x"], pts["y"], pts["z"]], -1)
+    origin = T[:, :3, 3]
+    rng = np.linalg.norm(world - origin, axis=-1)
+    worst_r = float(np.abs(rng - arrays["range"][k, b]).max(initial=0.0))
+    add("range_equals_world_distance", worst_r <= tol.LIDAR_RANGE_TOL_M,
+        f"range differs from |p_world - origin(t)| by up to {worst_r:.3g} m" if worst_r > tol.LIDAR_RANGE_TOL_M
+        else "range = |p_world - origin(t)| for every return", worst_error_m=worst_r)
+    expected_local = np.einsum("nji,nj->ni", T[:, :3, :3], world - origin)
+    worst_l = float(np.abs(expected_local - local).max(initial=0.0))
+    add("points_radar_frame", worst_l <= tol.LIDAR_POINT_TOL_M,
+        f"point xyz differs from T_radar_world(t) p_world by {worst_l:.3g} m" if worst_l > tol.LIDAR_POINT_TOL_M
+        else "point xyz = T_radar_world(t) p_world", worst_error_m=worst_l)
+    lateral = float(np.linalg.norm(np.cross(local, directions[b]), axis=-1).max(initial=0.0))
+    add("beam_directions", lateral <= tol.LIDAR_LATERAL_TOL_M,
+        f"returns lie up to {lateral:.3g} m off their beam-table direction" if lateral > tol.LIDAR_LATERAL_TOL_M
+        else "every return lies on its beam-table direction", worst_lateral_m=lateral)
+    if "radial_velocity" in arrays:
+        same_v = np.array_equal(pts["radial_velocity"].astype(np.float32), arrays["radial_velocity"][k, b])
+        add("points_radial_velocity", same_v, "point radial velocities equal the per-beam array" if same_v
+            else "point radial_velocity differs from the per-beam array")
+
+
+def _check_verification(ver, add):
+    if ver.get("chirps_checked", 0) == 0:
+        add("exact_reference", True, "no chirps were verified against an exact reference", severity="warn")
+        return
+    r, frac = ver["worst_range_error_m"], ver["id_mismatch_fraction"]
+    ok = r <= tol.VERIFY_MAX_RANGE_ERROR_M and frac <= tol.VERIFY_MAX_ID_MISMATCH_FRACTION
+    add("exact_reference", ok, f"beams vs exact BVH ray cast: worst range error {r:.3g} m, {ver['id_mismatch_beams']} "
+        f"of {ver['beams_compared']} beams hit another object" + ("" if ok else
+        f" (limits {tol.VERIFY_MAX_RANGE_ERROR_M} m, {tol.VERIFY_MAX_ID_MISMATCH_FRACTION:.0%})"),
+        worst_range_error_m=r, id_mismatch_fraction=frac)

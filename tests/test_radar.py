@@ -1,0 +1,191 @@
+"""Radar: timing model, beam grid, rig refusals, and exported frames against analytic range and radial velocity."""
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from contracts.errors import RowbeamError
+from contracts.rig import parse_rig
+
+
+def _radar(**fields):
+    sensor = {"id": "radar_front", "type": "radar", "object": "mount", "rate_hz": 20, "first_frame_ns": 0,
+              "chirps": 128, "chirp_period_ns": 50_000, "azimuth_fov_deg": [-40.0, 40.0],
+              "elevation_fov_deg": [-6.0, 6.0], "azimuth_beams": 8, "elevation_beams": 2,
+              "min_range_m": 0.5, "max_range_m": 150.0, "max_radial_velocity_mps": 60.0}
+    sensor.update({k: v for k, v in fields.items() if v is not None})
+    for k in [k for k, v in fields.items() if v is None]:
+        sensor.pop(k)
+    return parse_rig({"schema": "rowbeam/rig@1", "sensors": [sensor]}, "rig.json").sensors[0]
+
+
+def _half_up(q: Fraction) -> int:
+    return math.floor(q + Fraction(1, 2))
+
+
+def test_chirp_times_are_interval_centres_rounded_half_up():
+    """20 Hz frame 3 starts at 150 ms; chirp j is the centre of [start + off + j*P, +P): P = 50,001 ns is odd, so
+    every centre is a half ns and rounds up (a frame-stamp or chirp-start convention gives other numbers)."""
+    s = _radar(chirp_period_ns=50_001, chirp_offset_ns=7)
+    t = s.timing(3)
+    times = t.chirp_times_ns()
+    assert t.chirp_time_exact(0) == Fraction(150_000_000 + 7) + Fraction(50_001, 2)
+    assert (times[0], times[1], times[127]) == (150_025_008, 150_075_009, 150_000_007 + _half_up(Fraction(255 * 50_001, 2)))
+    assert t.reference_time_ns() == 150_000_007 + _half_up(Fraction(128 * 50_001, 2))
+    assert t.chirp_intervals_ns()[1].tolist() == [150_050_008, 150_100_009]
+    assert s.event_duration_ns() == 7 + 128 * 50_001
+
+
+def test_chirp_times_at_frame_boundaries():
+    """A chirp train that fills the frame exactly (50 x 1 ms at 20 Hz) is accepted: the last chirp of frame k ends
+    where frame k+1's first chirp starts; 30 Hz frames start at rounded thirds of a second."""
+    s = _radar(chirps=50, chirp_period_ns=1_000_000)
+    a, b = s.timing(0), s.timing(1)
+    assert a.chirp_intervals_ns()[-1, 1] == b.chirp_intervals_ns()[0, 0] == 50_000_000
+    assert b.chirp_times_ns()[0] - a.chirp_times_ns()[-1] == 1_000_000
+    s30 = _radar(rate_hz=30, chirps=4, chirp_period_ns=8_333_333)
+    assert [s30.event_start_ns(k) for k in (1, 2, 3)] == [33_333_333, 66_666_667, 100_000_000]
+    assert s30.timing(2).chirp_times_ns()[0] == 66_666_667 + _half_up(Fraction(8_333_333, 2))
+
+
+def test_beam_grid_cell_centres_and_order():
+    s = _radar()
+    assert s.beams == 16
+    # azimuth fastest: beam 0..7 at elevation -3 deg, 8..15 at +3 deg; cells of 10 deg centred
+    assert s.azimuths_deg[:8] == pytest.approx([-35, -25, -15, -5, 5, 15, 25, 35])
+    assert s.elevations_deg[0] == pytest.approx(-3.0) and s.elevations_deg[8] == pytest.approx(3.0)
+    d = s.directions()[13]                       # azimuth 15 deg (toward +y: left), elevation +3 deg
+    assert d == pytest.approx([math.cos(math.radians(3)) * math.cos(math.radians(15)),
+                               math.cos(math.radians(3)) * math.sin(math.radians(15)), math.sin(math.radians(3))])
+    table = _radar(beams_deg=[[0.0, 0.0], [30.0, -10.0]], azimuth_fov_deg=None, elevation_fov_deg=None,
+                   azimuth_beams=None, elevation_beams=None)
+    assert table.beams == 2 and table.grid is None and table.beam_table()[1] == {
+        "beam": 1, "azimuth_deg": 30.0, "elevation_deg": -10.0}
+
+
+def test_preset_fills_and_fields_win():
+    s = _radar(preset="bench_128x64", chirps=None, chirp_period_ns=None, azimuth_fov_deg=None,
+               elevation_fov_deg=None, azimuth_beams=None, elevation_beams=None)
+    assert (s.chirps, s.beams) == (128, 64)
+    s = _radar(preset="bench_128x64", chirps=16, azimuth_fov_deg=None, elevation_fov_deg=None,
+               azimuth_beams=None, elevation_beams=None)
+    assert (s.chirps, s.chirp_period_ns, s.beams) == (16, 50_000, 64)
+
+
+@pytest.mark.parametrize("fields, fragment", [
+    ({"chirps": 1001, "chirp_period_ns": 50_000},
+     "sensors[0].chirp_period_ns: chirp_offset_ns + chirps x chirp_period_ns = 50050000 ns is longer than the frame "
+     "period 50000000 ns"),
+    ({"chirps": 100, "chirp_offset_ns": 45_000_001}, "sensors[0].chirp_period_ns: chirp_offset_ns + chirps"),
+    ({"elevation_fov_deg": [-10.0, 95.0]}, "sensors[0].elevation_fov_deg[1]: 95.0 is greater than the maximum of 90"),
+    ({"beams_deg": [[0.0, -91.0]]}, "sensors[0].beams_deg[0][1]: -91.0 is less than the minimum of -90"),
+    ({"chirps": 0}, "sensors[0].chirps: 0 is less than the minimum of 1"),
+    ({"max_radial_velocity_mps": 0}, "sensors[0].max_radial_velocity_mps: 0 is less than or equal to the minimum of 0"),
+    ({"max_radial_velocity_mps": -5.0}, "sensors[0].max_radial_velocity_mps: -5.0 is less than or equal to"),
+    ({"min_range_m": 200.0}, "sensors[0].min_range_m: 200.0 must be below max_range_m 150.0"),
+    ({"azimuth_fov_deg": [10.0, -10.0]}, "sensors[0].azimuth_fov_deg: [10.0, -10.0] must be increasing"),
+    ({"azimuth_beams": 0}, "sensors[0].azimuth_beams: 0 is less than the minimum of 1"),
+    ({"chirp_period_ns": 2.5}, "sensors[0].chirp_period_ns: 2.5 is not of type 'integer'"),
+    ({"doppler": 1}, "sensors[0]: unknown field(s) 'doppler'"),
+])
+def test_bad_radar_rig_values(fields, fragment):
+    with pytest.raises(RowbeamError) as exc:
+        _radar(**fields)
+    assert fragment in str(exc.value) and str(exc.value).startswith("rig.json")
+    assert "\n" not in str(exc.value)
+
+
+# ---- exported frames against the analytic scenes (scenes/radar_scenes.py) ----
+
+from contracts.check import check_bundle  # noqa: E402
+from scenes import radar_scenes as rs  # noqa: E402
+
+from .helpers import load_event  # noqa: E402
+
+FRAME = 1
+RANGE_TOL = 1e-4            # m
+VELOCITY_TOL = 2e-3         # m/s: central difference of float32 matrix_world over +-2 ms
+
+
+def _rig_truth(sensor: dict, frame: int):
+    """Chirp times (K,) and beam directions (B, 3) from the rig document alone, by the README's definitions."""
+    start = sensor["first_frame_ns"] + _half_up(Fraction(frame * 10**9) / Fraction(sensor["rate_hz"]))
+    P, off = sensor["chirp_period_ns"], sensor.get("chirp_offset_ns", 0)
+    t = np.array([start + off + _half_up(Fraction((2 * j + 1) * P, 2)) for j in range(sensor["chirps"])], np.int64)
+    (a0, a1), (e0, e1) = sensor["azimuth_fov_deg"], sensor["elevation_fov_deg"]
+    na, ne = sensor["azimuth_beams"], sensor["elevation_beams"]
+    az = np.radians([a0 + (i + 0.5) * (a1 - a0) / na for _ in range(ne) for i in range(na)])
+    el = np.radians([e0 + (i + 0.5) * (e1 - e0) / ne for i in range(ne) for _ in range(na)])
+    return t, np.stack([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], -1)
+
+
+def _compare(e):
+    m, a = load_event(e.event)
+    t, dirs = _rig_truth(json.loads(e.rig.read_text())["sensors"][0], FRAME)
+    assert np.array_equal(m["event"]["frame_start_ns"] + a["time_offset_ns"], t)
+    truth = np.array([[e.truth.expected(t[j], dirs[b]) for b in range(len(dirs))] for j in range(len(t))])
+    valid = a["valid"] == 1
+    hit = np.isfinite(truth[..., 0])
+    report = check_bundle(e.bundle)
+    assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+    return m, a, t, dirs, truth, valid, hit
+
+
+def test_wall_approaching_radial_velocity_is_minus_v_cos_theta(exports):
+    e = exports("radar_wall", rs.wall_approaching)
+    m, a, t, dirs, truth, valid, hit = _compare(e)
+    assert valid.all() and a["range"].shape == (16, 32)
+    range_err = np.abs(a["range"] - truth[..., 0]).max()
+    v_err = np.abs(a["radial_velocity"] - truth[..., 1]).max()
+    print(f"wall: worst range error {range_err:.3g} m, worst radial velocity error {v_err:.3g} m/s")
+    assert range_err < RANGE_TOL and v_err < VELOCITY_TOL
+    # the closed form the issue states: v_r = -v cos(theta), theta between beam and the wall's motion (-x)
+    assert np.abs(a["radial_velocity"] - (-12.0 * dirs[None, :, 0])).max() < VELOCITY_TOL
+    # each chirp sees the wall at its own time: the range shrinks by v * chirp period per chirp (0.006 m)
+    assert np.diff(a["range"][:, 0]).mean() == pytest.approx(-12.0 * 5e-4 / dirs[0, 0], rel=1e-3)
+    assert m["calibration"]["radial_velocity"]["sign"].startswith("positive = receding")
+
+
+def test_spinning_disc_range_constant_velocity_varies(exports):
+    e = exports("radar_disc", rs.spinning_disc)
+    m, a, t, dirs, truth, valid, hit = _compare(e)
+    inner = valid & hit
+    assert inner.sum() >= 16 * 8
+    range_err = np.abs(a["range"] - truth[..., 0])[inner].max()
+    v_err = np.abs(a["radial_velocity"] - truth[..., 1])[inner].max()
+    print(f"disc: worst range error {range_err:.3g} m, worst radial velocity error {v_err:.3g} m/s")
+    assert range_err < RANGE_TOL and v_err < VELOCITY_TOL
+    both = inner.all(axis=0)
+    assert np.ptp(a["range"][:, both], axis=0).max() < 1e-4              # the disc turns in its own plane
+    assert np.ptp(a["radial_velocity"][inner]) > 1.0                      # upper half recedes, lower approaches
+    # the sign: beams above the disc centre (z > 1) see material moving toward -y... v_r = -2 omega (z-1)/r
+    up = inner & (dirs[None, :, 2] > 0)
+    assert (a["radial_velocity"][up] < 0).all()
+
+
+def test_ego_driving_past_static_poles(exports):
+    e = exports("radar_poles", rs.ego_past_poles)
+    m, a, t, dirs, truth, valid, hit = _compare(e)
+    sure = valid & hit
+    assert sure.sum() > 20
+    range_err = np.abs(a["range"] - truth[..., 0])[sure].max()
+    v_err = np.abs(a["radial_velocity"] - truth[..., 1])[sure].max()
+    print(f"poles: worst range error {range_err:.3g} m, worst radial velocity error {v_err:.3g} m/s")
+    assert range_err < RANGE_TOL and v_err < VELOCITY_TOL
+    assert np.abs(a["radial_velocity"] - (-10.0 * dirs[None, :, 0]))[valid].max() < VELOCITY_TOL
+    assert np.abs(a["chirp_velocity_world"] - [10.0, 0, 0]).max() < VELOCITY_TOL
+    origins = a["chirp_T_world_radar"][:, :3, 3]
+    assert np.abs(origins[:, 0] - (-6.0 + 10.0 * t * 1e-9)).max() < 1e-5
+
+
+def test_schema_bounds_match_radar_constants():
+    from contracts.radar import MAX_BEAMS, MAX_CHIRPS
+    from contracts.schema import validator
+
+    props = validator("rowbeam/rig@1").schema["$defs"]["radar"]["properties"]
+    assert props["chirps"]["maximum"] == MAX_CHIRPS
+    assert props["azimuth_beams"]["maximum"] == props["beams_deg"]["maxItems"] == MAX_BEAMS
