@@ -224,8 +224,10 @@ FLAG_TEXT = {
     "dest_visible": "the moved point wins the destination's visibility test: the nearest destination pixel shows "
                     "the same object and its camera_z (inverse-depth bilinear over the 2x2 neighbourhood when all "
                     "four show that object) is within method.depth_test.abs_m + rel * z of the point's z",
-    "correspondence_defined": "the material point persists: the object exists at both times and is rigid or affine "
-                              "(no deforming modifier, no animated shape keys, not hidden or spawned between them)",
+    "correspondence_defined": "the material point persists: the object is visible to the render at both times and "
+                              "its evaluated mesh keeps its topology (rigid or affine objects, and deforming "
+                              "ones: armatures, shape keys, deform modifiers); method.objects gives the reason "
+                              "per object where it does not",
 }
 
 

@@ -2,7 +2,9 @@
 
 A source pixel's surface point P (world, at the source row's time) is fixed in its object's
 frame: X_o = M_o(t_src)^-1 P, with M_o the object's matrix_world (affine, so scaled objects are
-exact). At the destination it is M_o(t) X_o seen by the destination camera at time t, where t is
+exact). On a deforming object (`material_points`) it is fixed as (triangle, barycentric) of the
+evaluated mesh at the source row's time instead, and re-evaluated on the mesh at other rows.
+At the destination it is M_o(t) X_o seen by the destination camera at time t, where t is
 the time of the destination row the point lands on: row v_d solves
     v_d = v of project(T_camera_world(t(v_d)) M_o(t(v_d)) X_o)
 by fixed-point iteration over the destination's per-row poses (interpolated linearly between
@@ -19,6 +21,8 @@ from contracts.frames import apply_per_row, apply_rows_grid
 from contracts.ontology import BACKGROUND_ID
 from contracts.pixel_sampling import camera_z_at
 
+from .material_points import DeformingMesh, locate
+
 MAX_ITERATIONS = 20
 CONVERGED_ROWS = 1e-4       # a row error of 1e-4 moves the flow by (image speed x row period) x 1e-4: ~1e-5 px
 
@@ -33,7 +37,9 @@ class EventGeometry:
     row_T_world_camera: np.ndarray  # (H, 4, 4)
     object_matrices: np.ndarray   # (S, H, 4, 4) matrix_world of each tracked object at each row's time
     object_slot: np.ndarray       # render index -> tracked-object slot (-1: static, untracked)
-    undefined: np.ndarray         # render index -> 1 where correspondence cannot be defined (deforming, ...)
+    undefined: np.ndarray         # render index -> 1 where correspondence cannot be defined (topology changes, ...)
+    deform_slot: np.ndarray | None = None   # render index -> index into `meshes` (-1: not deforming)
+    meshes: tuple[DeformingMesh, ...] = ()   # each deforming object sampled at this event's rows
 
     @property
     def shape(self):
@@ -72,6 +78,13 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     moving = slot >= 0
     # material coordinates of points on tracked (moving) objects
     X_o = P.copy()
+    dslot = src.deform_slot[render] if src.deform_slot is not None else np.full(render.size, -1)
+    deforming = [(d, np.flatnonzero(dslot == d)) for d in np.unique(dslot[dslot >= 0])]
+    material, worst_locate = {}, 0.0
+    for d, sel in deforming:                    # rest-state identity: (triangle, barycentric) at the source row
+        tri, bary, dist = locate(src.meshes[d], rows[sel], P[sel])
+        material[d] = (tri, bary)
+        worst_locate = max(worst_locate, float(dist.max(initial=0.0)))
     if moving.any():
         S = src.object_matrices.shape[0]
         M_inv = np.linalg.inv(src.object_matrices.reshape(S * H, 4, 4))
@@ -91,6 +104,8 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
             m = moving_idx
             # a slot's last row (r0 = H - 1) has a == 0, so interpolation never reaches the next slot
             Pd[m] = apply_per_row(M_rows, X_o[m], slot[m] * H + r0[m], a[m])
+        for d, sel in deforming:
+            Pd[sel] = dst.meshes[d].at(r0[sel], *material[d], a[sel])
         Xc = apply_per_row(T_cw_dst, Pd, r0, a)
         with np.errstate(divide="ignore", invalid="ignore"):
             ud = dst.K[0, 0] * Xc[:, 0] / Xc[:, 2] + dst.K[0, 2]
@@ -146,6 +161,9 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
         return out.reshape(H, W)
     stats = {"iterations": iterations, "max_row_residual": float(resid[in_bounds].max(initial=0.0)),
              "defined_pixels": int(defined.sum()), "visible_pixels": int(visible.sum())}
+    if deforming:
+        stats["deforming_pixels"] = int(sum(sel.size for _, sel in deforming))
+        stats["max_material_point_distance_m"] = worst_locate
     return FlowResult(flow.reshape(H, W, 2), plane(np.ones_like(defined)), plane(in_bounds), plane(visible),
                       plane(defined), sf.reshape(H, W, 3), sfc.reshape(H, W, 3), stats)
 

@@ -21,11 +21,13 @@ from contracts.modalities import FLAG_NAMES, FLAG_TEXT
 from contracts.timing import RollingShutterTiming
 
 from .flow_math import EventGeometry, geometric_flow
-from .scene_clock import objects_world_matrices, set_time
+from .mesh_motion import MESH_PATH_METHOD, sample_rows, same_topology, uses_mesh_path
+from .scene_clock import set_time
 
 NEEDED = ("camera_z", "instance_id", "row_T_world_camera")
 DEFINITION = ("material-point flow: the source pixel's surface point, fixed in its object's frame (matrix_world, "
-              "affine), moved to the destination time and projected by the destination camera at the time of the "
+              "affine) or, on a deforming object, as (triangle, barycentric) of its evaluated mesh, moved to the "
+              "destination time and projected by the destination camera at the time of the "
               "destination row it lands on (fixed point over the destination's per-row poses, linear between "
               "adjacent rows); backward flow is the same from the destination grid to the source event")
 CONVENTIONS = {
@@ -48,26 +50,30 @@ def load_event(event_dir: Path) -> tuple[dict, dict]:
     return event.manifest, event.arrays(NEEDED)
 
 
-def _object_luts(ctx, moving_names, t_src, t_dst):
-    """render index -> tracked slot (-1 static) and -> undefined (deforming, or hidden at one endpoint)."""
+def _object_luts(ctx, rigid, deforming, t_src, t_dst):
+    """(render index -> rigid slot (-1 none), -> deforming slot (-1 none), -> undefined) and the reason per
+    object name for the objects whose correspondence is undefined because they are hidden at one endpoint."""
     size = max((e.render_index for e in ctx.table), default=0) + 1
     slot = np.full(size, -1, np.int64)
+    dslot = np.full(size, -1, np.int64)
     undefined = np.zeros(size, np.uint8)
     scene = ctx.scene
     hidden = {}
     for t in (t_src, t_dst):
         set_time(scene, ctx.clock, t)
         for e in ctx.table:
-            hidden.setdefault(e.obj_name, set()).add(bool(scene.objects[e.obj_name].hide_render))
+            hidden.setdefault(e.obj_name, []).append(bool(scene.objects[e.obj_name].hide_render))
+    reasons = {}
     for e in ctx.table:
-        obj = scene.objects[e.obj_name]
-        keys = getattr(obj.data, "shape_keys", None)
-        deforms = obj.is_deform_modified(scene, "RENDER") or bool(keys and keys.animation_data)
-        if deforms or len(hidden[e.obj_name]) > 1:
+        if len(set(hidden[e.obj_name])) > 1:
             undefined[e.render_index] = 1
-        if e.obj_name in moving_names:
-            slot[e.render_index] = moving_names.index(e.obj_name)
-    return slot, undefined
+            reasons[e.obj_name] = ("appears/disappears: hide_render is {} at the source and {} at the destination "
+                                   "reference time".format(*hidden[e.obj_name]))
+        if e.obj_name in rigid:
+            slot[e.render_index] = rigid.index(e.obj_name)
+        if e.obj_name in deforming:
+            dslot[e.render_index] = deforming.index(e.obj_name)
+    return slot, dslot, undefined, reasons
 
 
 def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, dict]:
@@ -76,13 +82,28 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
     (m0, a0), (m1, a1) = load_event(src_dir), load_event(dst_dir)
     timing0, timing1 = (RollingShutterTiming.from_manifest(m["event"]) for m in (m0, m1))
     moving = [e.obj_name for e in ctx.table if e.motion == "moving"]
-    slot, undefined = _object_luts(ctx, moving, timing0.reference_time_ns(), timing1.reference_time_ns())
+    deforming = [n for n in moving if uses_mesh_path(ctx.scene, ctx.scene.objects[n])]
+    rigid = [n for n in moving if n not in deforming]
+    slot, dslot, undefined, reasons = _object_luts(ctx, rigid, deforming, timing0.reference_time_ns(),
+                                                   timing1.reference_time_ns())
+    sampled = []
+    for timing in (timing0, timing1):
+        sampled.append(sample_rows(ctx.scene, ctx.clock, [ctx.scene.objects[n] for n in rigid],
+                                   [ctx.scene.objects[n] for n in deforming],
+                                   [timing.row_time_exact(v) for v in range(timing.rows)]))
+    for j, name in enumerate(deforming):
+        a, b = sampled[0][1][j], sampled[1][1][j]
+        why = a if isinstance(a, str) else b if isinstance(b, str) else same_topology(a, b)
+        if why:
+            reasons.setdefault(name, why)
+            render_index = next(e.render_index for e in ctx.table if e.obj_name == name)
+            undefined[render_index] = 1
+            dslot[render_index] = -1
     geoms = []
-    for m, a, timing in ((m0, a0, timing0), (m1, a1, timing1)):
-        mats = objects_world_matrices(ctx.scene, ctx.clock, [ctx.scene.objects[n] for n in moving],
-                                      [timing.row_time_exact(v) for v in range(timing.rows)])
+    for (m, a, timing), (mats, meshes) in zip(((m0, a0, timing0), (m1, a1, timing1)), sampled):
+        meshes = tuple(x if not isinstance(x, str) else None for x in meshes)
         geoms.append(EventGeometry(np.array(m["calibration"]["K"]), a["camera_z"], a["instance_id"],
-                                   a["row_T_world_camera"], mats, slot, undefined))
+                                   a["row_T_world_camera"], mats, slot, undefined, dslot, meshes))
     poses_s = time.perf_counter() - t0
     tol = (qa_profile.FLOW_DEPTH_TEST_ABS_M, qa_profile.FLOW_DEPTH_TEST_REL)
     t1 = time.perf_counter()
@@ -101,11 +122,26 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
         "depth_test": {"abs_m": tol[0], "rel": tol[1]},
         "object_poses": "matrix_world of every moving object at every row's exact time of both events "
                         "(scene.frame_set with subframe)",
+        "deforming_objects": MESH_PATH_METHOD,
+        "objects": _object_methods(ctx, rigid, deforming, reasons),
         "forward": {**fwd.stats, "max_row_time_residual_ns": fwd.stats["max_row_residual"] * row_ns},
         "backward": {**bwd.stats, "max_row_time_residual_ns": bwd.stats["max_row_residual"] * row_ns},
         "seconds": {"poses": round(poses_s, 3), "flow": round(time.perf_counter() - t1, 3)},
     }
     return arrays, method, (m0, m1)
+
+
+def _object_methods(ctx, rigid, deforming, reasons) -> list:
+    """Per object of the table: how its material points move, and why its correspondence is undefined."""
+    out = []
+    for e in ctx.table:
+        how = "mesh" if e.obj_name in deforming else "rigid" if e.obj_name in rigid else "static"
+        row = {"name": e.obj_name, "render_index": e.render_index, "material_points": how,
+               "correspondence": "undefined" if e.obj_name in reasons else "defined"}
+        if e.obj_name in reasons:
+            row["reason"] = reasons[e.obj_name]
+        out.append(row)
+    return out
 
 
 def endpoint(root: Path, event_dir: Path, manifest: dict) -> dict:

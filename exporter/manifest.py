@@ -26,7 +26,8 @@ CONVENTIONS = {
            "semantic_id holds ontology class ids (0 = background, 4294967295 = void)",
     "invalid": "validity plane `valid`; float labels hold NaN where valid == 0",
     "motion": "objects[].motion = static when matrix_world is identical at every frame and half frame of the "
-              "scene's range and no modifier deforms the object; else moving",
+              "scene's range, no modifier deforms the object and the evaluated mesh of an object with modifiers is the same "
+              "at all of them; else moving",
 }
 
 

@@ -60,17 +60,39 @@ def renderable_objects(scene, view_layer) -> list:
             if o.type in RENDERABLE_TYPES and not o.hide_render and o.visible_get(view_layer=view_layer)]
 
 
+def _mesh_signature(obj, depsgraph) -> tuple:
+    """(vertex count, triangle count, sum of local coordinates) of the evaluated object's mesh."""
+    ev = obj.evaluated_get(depsgraph)
+    mesh = ev.to_mesh()
+    try:
+        mesh.calc_loop_triangles()
+        return len(mesh.vertices), len(mesh.loop_triangles), sum(sum(v.co) for v in mesh.vertices)
+    finally:
+        ev.to_mesh_clear()
+
+
 def moving_objects(scene, objects) -> set[str]:
     """Names of objects that move or deform: matrix_world differs between any two frames of the
-    scene's range (every frame and half frame), or a modifier deforms them."""
+    scene's range (every frame and half frame), a modifier deforms them, or the evaluated mesh of an
+    object with modifiers or animated shape keys changes (e.g. a Build or geometry-nodes modifier)."""
+    import bpy
+
     frame, sub = scene.frame_current, scene.frame_subframe
     first = {o.name: [list(r) for r in o.matrix_world] for o in objects}
     moving = {o.name for o in objects if o.is_deform_modified(scene, "RENDER")}
+    meshed = [o for o in objects if o.name not in moving and o.modifiers]
+    first_mesh = {}
     for f in range(scene.frame_start, scene.frame_end + 1):
         for half in (0.0, 0.5):
             scene.frame_set(f, subframe=half)
             moving |= {o.name for o in objects if o.name not in moving and
                        [list(r) for r in o.matrix_world] != first[o.name]}
+            if any(o.name not in moving for o in meshed):
+                depsgraph = bpy.context.evaluated_depsgraph_get()
+                for o in meshed:
+                    if o.name not in moving and first_mesh.setdefault(o.name, _mesh_signature(o, depsgraph)) \
+                            != _mesh_signature(o, depsgraph):
+                        moving.add(o.name)
     scene.frame_set(frame, subframe=sub)
     return moving
 
