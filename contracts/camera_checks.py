@@ -5,7 +5,9 @@ import numpy as np
 
 from . import qa_profile as tol
 from .camera_model import BlenderCameraParams, intrinsics_from_blender, normalized, pixel_grid
+from .errors import RowbeamError
 from .frames import is_rigid, rigid_mask
+from .lens import LensSpec, make_lens, unproject
 from .label_checks import check_ids, check_validity
 from .sample_identity import rgb_seed
 from .timing import RollingShutterTiming
@@ -28,8 +30,19 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
     valid = arrays["valid"]
     check_validity(arrays, ("camera_z", "range", "normal_geometric", "normal_shading"), add)
     u, v = pixel_grid(W, H)
-    xn, yn = normalized(K, u, v)
-    factor = np.sqrt(1.0 + xn * xn + yn * yn)          # range / camera_z on each pixel-centre ray
+    lens = _manifest_lens(cal, K, add)
+    if lens is None:
+        xn, yn = normalized(K, u, v)
+        factor = np.sqrt(1.0 + xn * xn + yn * yn)          # range / camera_z on each pixel-centre ray
+    else:                                                  # the ray through the lens: (x, y, 1), NaN outside the domain
+        rays, in_domain, _ = unproject(lens, u, v)
+        xn, yn = rays[..., 0], rays[..., 1]
+        factor = np.linalg.norm(rays, axis=-1)
+        outside = int(np.count_nonzero((valid == 1) & ~in_domain))
+        add("lens_valid_domain", outside == 0,
+            f"{outside} valid pixels lie outside the lens's valid domain" if outside else
+            f"no valid pixel outside the {lens.model} valid domain ({int((~in_domain).sum())} pixels outside)",
+            pixels_outside_domain=int((~in_domain).sum()))
     _check_z_range(factor, valid, arrays, add)
     _check_normals(xn, yn, factor, valid, arrays, add)
     check_ids(manifest, arrays, add)
@@ -38,6 +51,45 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
         finite = bool(np.isfinite(arrays["rgb"]).all())
         add("rgb_finite", finite, "rgb has non-finite values" if not finite else "rgb finite")
         _check_rgb_seed(manifest, add)
+
+
+def _manifest_lens(cal, K, add):
+    """The Lens the manifest declares (None: plain pinhole); a lens that does not build is a failed check."""
+    dist = cal.get("distortion", {})
+    if cal.get("projection", "pinhole") == "pinhole" and dist.get("model", "none") == "none":
+        return None
+    W, H = cal["image_size_px"]
+    model = "pinhole" if dist.get("model") == "none" else dist.get("model")
+    try:
+        lens = make_lens(LensSpec(model, tuple(dist.get("coefficients", ()))), K, W, H, where="calibration.distortion")
+    except (RowbeamError, TypeError, ValueError) as exc:
+        add("lens_model", False, f"the declared lens is unusable: {exc}")
+        return None
+    declared = dist.get("valid_domain", {})
+    want = lens.to_manifest()["valid_domain"]
+    ok = cal.get("projection") == model and all(declared.get(k) == v for k, v in want.items() if k != "definition")
+    add("lens_model", ok, f"{model} lens: K, D and valid domain consistent" if ok else
+        f"projection {cal.get('projection')!r} / valid domain {declared} disagree with the {model} lens "
+        f"(expected {want})")
+    return lens
+
+
+def check_lens_against_rig(manifest: dict, spec: LensSpec, add) -> None:
+    """calibration model, D and (when the rig gives it) K equal the bundle rig's lens."""
+    cal = manifest["calibration"]
+    dist = cal.get("distortion", {})
+    want_model = "none" if spec.model == "pinhole" else spec.model
+    problems = []
+    if cal.get("projection") != spec.model or dist.get("model") != want_model:
+        problems.append(f"model {cal.get('projection')!r} / {dist.get('model')!r} vs the rig's {spec.model!r}")
+    if list(dist.get("coefficients", [])) != list(spec.D):
+        problems.append(f"D {dist.get('coefficients')} vs the rig's {list(spec.D)}")
+    if spec.K is not None and np.abs(np.array(cal["K"], np.float64) - np.array(spec.K)).max() != 0:
+        problems.append("K differs from the rig's lens.K")
+    if spec.K is None and cal.get("blender_camera") is None:
+        problems.append("K is not derived from a Blender camera and the rig gives none")
+    add("lens_rig", not problems, "; ".join(problems) if problems else
+        f"{spec.model} K/D as the bundle's rig says", model=spec.model)
 
 
 def _check_rgb_seed(manifest, add):
@@ -51,7 +103,7 @@ def _check_rgb_seed(manifest, add):
 
 def _check_intrinsics(cal, K, add):
     bc = cal.get("blender_camera")
-    if bc is None:
+    if bc is None or cal.get("K_source") == "rig":
         return
     try:
         params = BlenderCameraParams.from_json(bc)

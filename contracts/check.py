@@ -409,6 +409,10 @@ def _check_schedule(report: EventReport, rig) -> None:
         report.add("schedule", False, f"the bundle's rig has {sensor.id!r} as {sensor.type} on {sensor.object!r}, "
                    f"the manifest as {m['sensor']['type']} on {m['sensor']['object']!r}")
         return
+    if sensor.type == "rolling_shutter_camera":
+        from .camera_checks import check_lens_against_rig
+
+        check_lens_against_rig(m, sensor.lens, report.add)
     index = m["event"]["index"]
     lidar = sensor.type == "spinning_lidar"
     key = "sweep_start_ns" if lidar else "frame_start_ns"

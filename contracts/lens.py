@@ -70,7 +70,7 @@ class Lens:
             {"theta_max_rad": self.max_theta_rad} if self.model == "opencv_fisheye" else {}
         if self.model != "pinhole":
             domain["distorted_radius_max"] = _json_float(self.max_distorted_radius)
-        return {"model": self.model, "coefficients": [float(d) for d in self.D],
+        return {"model": "none" if self.model == "pinhole" else self.model, "coefficients": [float(d) for d in self.D],
                 "coefficient_names": list(COEFFICIENT_NAMES[self.model][:len(self.D)]),
                 "valid_domain": {**domain, "definition": VALID_DOMAIN_TEXT[self.model],
                                  **({"fov_deg": self.fov_deg} if self.fov_deg is not None else {})}}

@@ -14,6 +14,8 @@ from contracts.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
 from . import cycles_setup as cs
 from .camera_labels import derive_labels
 from .cycles_timing import label_shutter, rgb_shutter
+from .lens_camera import LENS_CAMERA_METHOD, OSL_NEWTON_STEPS, pixel_rays, sensor_lens, use_lens_camera
+from .osl_camera import custom_camera_device
 from .scene_clock import camera_poses, set_time
 from .scene_patch import ScenePatch
 from .verify import compare_row, verify_rows
@@ -37,6 +39,7 @@ class CameraEventOutput:
     seconds: dict = field(default_factory=dict)
     render_device: str = "CPU"
     object_labels: dict | None = None      # manifest block (rig option object_labels), else None
+    lens: object = None                    # contracts.lens.Lens when rendered through the lens camera, else None
     assets: dict = field(default_factory=dict)   # {sha256: PLY bytes} written under OUT/assets/meshes
 
     @property
@@ -93,6 +96,13 @@ def use_render_camera(patch: ScenePatch, scene, cam_obj, direction: str):
     return flipped
 
 
+def render_camera(patch: ScenePatch, scene, cam_obj, sensor: CameraSensor, lens=None):
+    """The render camera of `sensor`: the Blender camera (use_render_camera) or, with a lens, the lens camera."""
+    if lens is None:
+        return use_render_camera(patch, scene, cam_obj, sensor.readout_direction)
+    return use_lens_camera(patch, scene, cam_obj, lens, sensor.id, sensor.readout_direction)
+
+
 def unflip(passes: dict, direction: str) -> dict:
     if direction == "top_to_bottom":
         return passes
@@ -105,8 +115,15 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
     W, H = ctx.image_size(sensor)
     params = camera_params(scene, cam, W, H)
     K = intrinsics_from_blender(params)
+    lens = sensor_lens(sensor, K, W, H)
     timing = sensor.timing(index, H)
     seconds = {}
+    rays, unproject_residual = None, 0.0
+    if lens is not None:
+        t0 = time.perf_counter()
+        K = lens.K
+        rays, unproject_residual = pixel_rays(lens)
+        seconds["unproject"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     ctx.progress.stage("row poses", H, "rows")
@@ -123,27 +140,30 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
         with ScenePatch() as p:
             ctx.base_settings(p, W, H)
             cs.rgb_settings(p, scene, sensor.rgb_samples, seed)
-            rcam = use_render_camera(p, scene, cam, sensor.readout_direction)
+            rcam = render_camera(p, scene, cam, sensor, lens)
             cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, objects + [rcam])
             passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
         arrays["rgb"] = np.ascontiguousarray(passes["combined"][..., :3], dtype=np.float32)
         seconds["rgb_render"] = time.perf_counter() - t0
 
     shutter = label_shutter(timing)
+    device = ctx.device
     with ScenePatch() as p:
         t0 = time.perf_counter()
         ctx.progress.stage("label render", 1, "samples")
-        rcam = setup_label_render(p, ctx, sensor, W, H)
+        if lens is not None:
+            device = custom_camera_device(p, scene, device)
+        rcam = setup_label_render(p, ctx, sensor, W, H, lens)
         cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objects + [rcam])
         passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
         seconds["label_render"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         ctx.progress.stage("derive labels")
-        labels, stats = derive_labels(passes, row_poses, K, ctx.lut)
+        labels, stats = derive_labels(passes, row_poses, K, ctx.lut, rays=rays)
         seconds["derive"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         ctx.progress.stage(f"verify ({sensor.verify_rows} exact rows)")
-        verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H)
+        verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H, rays)
         seconds["verify"] = time.perf_counter() - t0
     arrays.update(labels)
     object_block, assets = None, {}
@@ -163,31 +183,38 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
                    "rolling_shutter_duration": 0.0, "motion_steps": sensor.motion_steps,
                    "shutter_centre_ns": float(shutter.centre_ns), "shutter_duration_ns": float(shutter.duration_ns),
                    "half_row_correction_ns": timing.readout_ns / (2 * H),
-                   "render_camera": "sensor camera" if sensor.readout_direction == "top_to_bottom"
+                   "render_camera": LENS_CAMERA_METHOD if lens is not None else "sensor camera"
+                   if sensor.readout_direction == "top_to_bottom"
                    else "child camera rolled 180 deg about the optical axis, image flipped back"},
         "derivation": stats,
         "verification": verification,
     }
+    if lens is not None:
+        method["lens"] = {"model": lens.model, "osl_newton_steps": OSL_NEWTON_STEPS,
+                          "unprojection": "contracts.lens.unproject: Newton's method in float64 per pixel centre",
+                          "max_unprojection_residual_px": unproject_residual,
+                          "invalid_domain_pixels": int((~np.isfinite(rays).all(axis=-1)).sum())}
     if sensor.rgb_samples > 0:
         method["rgb_render"] = {"samples": sensor.rgb_samples, "shutter_duration_ns": float(rgb_shutter(timing).duration_ns),
                                 "rolling_shutter_duration": rgb_shutter(timing).rolling_duration,
                                 "pixel_filter": scene.cycles.pixel_filter_type, "denoising": False,
                                 "seed": seed, "seed_rule": RGB_SEED_RULE}
-    return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=ctx.device,
-                             object_labels=object_block, assets=assets)
+    return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=device,
+                             object_labels=object_block, assets=assets, lens=lens)
 
 
-def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int, height: int):
+def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int, height: int, lens=None):
     """Label-render state (exact data passes, true-normal AOV, render indices); returns the render camera."""
     ctx.base_settings(patch, width, height)
     cs.label_settings(patch, ctx.scene, ctx.view_layer)
     cs.add_true_normal_aov(patch, ctx.render_objects())
     cs.set_render_indices(patch, ctx.scene, ctx.table)
-    return use_render_camera(patch, ctx.scene, ctx.scene.objects[sensor.object], sensor.readout_direction)
+    return render_camera(patch, ctx.scene, ctx.scene.objects[sensor.object], sensor, lens)
 
 
-def exact_row_labels(ctx, sensor: CameraSensor, timing, v: int, K, row_pose) -> dict:
-    """Labels of image row v from a render of that row alone, scene set to the row's exact time.
+def exact_row_labels(ctx, sensor: CameraSensor, timing, v: int, K, row_pose, rays=None) -> dict:
+    """Labels of image row v from a render of that row alone, scene set to the row's exact time
+    (rays: the image's exact lens rays, pixel_rays, when rendered through the lens camera).
 
     Needs the label-render state (`setup_label_render`) with motion blur off.
     """
@@ -199,16 +226,17 @@ def exact_row_labels(ctx, sensor: CameraSensor, timing, v: int, K, row_pose) -> 
         passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
     if passes["depth"].shape[0] != 1:
         raise RuntimeError(f"row render of row {v} returned {passes['depth'].shape[0]} rows, expected one")
-    labels, _ = derive_labels(passes, row_pose[None], K, ctx.lut, first_row=v)
+    labels, _ = derive_labels(passes, row_pose[None], K, ctx.lut, first_row=v,
+                              rays=None if rays is None else rays[v:v + 1])
     return {k: a[0] for k, a in labels.items()}
 
 
-def _verify(ctx, patch: ScenePatch, sensor, timing, labels, row_poses, K, H) -> dict:
+def _verify(ctx, patch: ScenePatch, sensor, timing, labels, row_poses, K, H, rays=None) -> dict:
     """Re-render sampled rows alone at their exact times (motion blur off) and compare."""
     patch.set(ctx.scene.render, "use_motion_blur", False)
     per_row = []
     for v in verify_rows(H, sensor.verify_rows):
-        ref = exact_row_labels(ctx, sensor, timing, v, K, row_poses[v])
+        ref = exact_row_labels(ctx, sensor, timing, v, K, row_poses[v], rays)
         result = compare_row({k: labels[k][v] for k in ("instance_id", "valid", "range")}, ref)
         per_row.append({"row": v, **result})
     return {

@@ -46,9 +46,12 @@ def resolve_hits(depth, index_pass, position, lut_size: int):
 
 
 def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut: np.ndarray,
-                  first_row: int = 0) -> tuple[dict, dict]:
+                  first_row: int = 0, rays: np.ndarray | None = None) -> tuple[dict, dict]:
     """Label arrays for rows first_row.. of an image (passes may hold a band of rows).
 
+    rays: None for the pinhole Blender camera; else the exact (h, w, 3) rays (x, y, 1) of the band's pixels
+    through the lens (exporter.lens_camera.pixel_rays; NaN outside the valid domain): each hit is moved onto
+    its exact ray (`exact_ray_depths`) and pixels outside the domain are invalid.
     Returns (arrays, stats): arrays keyed by modality name; stats count unresolved hits and
     the largest departure of the hit from the exact pixel-centre ray (filter jitter).
     """
@@ -60,12 +63,17 @@ def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, l
     u, v = pixel_grid(w, h)
     v = v + first_row
     X = to_camera_frame(row_T_world_camera, position)
-    rng = np.linalg.norm(X, axis=-1)
-    factor = range_factor(K, u, v)
+    n_geo = rotate_to_camera(row_T_world_camera, passes["true_normal"])
+    lens_stats = {}
+    if rays is None:
+        rng = np.linalg.norm(X, axis=-1)
+        factor = range_factor(K, u, v)
+    else:
+        valid &= np.isfinite(rays).all(axis=-1)
+        rng, factor, lens_stats = exact_ray_depths(X, n_geo, rays, valid)
     camera_z = rng / factor
     # How far the Cycles sample strayed from the pixel-centre ray: |X.z - camera_z| on valid pixels.
     jitter = np.abs(X[..., 2] - camera_z)[valid]
-    n_geo = rotate_to_camera(row_T_world_camera, passes["true_normal"])
     n_sh = rotate_to_camera(row_T_world_camera, passes["normal"])
     bad_normal = valid & ~(np.isfinite(n_geo).all(axis=-1) & np.isfinite(n_sh).all(axis=-1))
     valid &= ~bad_normal
@@ -81,5 +89,21 @@ def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, l
         "semantic_id": lut[instance],
     }
     stats = {"unresolved_hit_pixels": int(unresolved.sum()), "normal_missing_pixels": int(bad_normal.sum()),
-             "max_centre_ray_departure_m": float(jitter.max(initial=0.0))}
+             "max_centre_ray_departure_m": float(jitter.max(initial=0.0)), **lens_stats}
     return arrays, stats
+
+
+def exact_ray_depths(X: np.ndarray, normal: np.ndarray, rays: np.ndarray, valid: np.ndarray):
+    """(range (h, w), |ray| (h, w), stats) of camera-frame hits X (h, w, 3) moved onto their exact rays (x, y, 1):
+    the ray meets the plane through X with the true normal (lidar_labels.on_exact_beam; grazing hits kept)."""
+    from .lidar_labels import on_exact_beam
+
+    norm = np.linalg.norm(rays, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = rays / norm[..., None]
+    P = on_exact_beam(X, normal, np.zeros(3), d)
+    rng = np.linalg.norm(P, axis=-1)
+    shift = np.linalg.norm(P - X, axis=-1)
+    return rng, norm, {"hit_refinement": "each hit moved along its surface plane (true normal) onto the exact "
+                                         "float64 ray of its pixel through the lens",
+                       "max_refinement_shift_m": float(shift[valid].max(initial=0.0))}

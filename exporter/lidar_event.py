@@ -23,6 +23,7 @@ from . import cycles_setup as cs
 from .lidar_labels import beam_samples, labels_from_beams, point_tables
 from .lidar_layout import MAX_ROWS, sweep_layout
 from .lidar_osl import lidar_shader_source, make_lidar_camera
+from .osl_camera import custom_camera_device
 from .scene_clock import rigid_poses, set_time
 from .scene_patch import ScenePatch
 from .verify import verify_rows
@@ -117,10 +118,7 @@ def render_beam_layout(ctx, sensor, timing, layout, shader) -> tuple[dict, str]:
     renders = layout.renders()
     device = ctx.device
     with ScenePatch() as p:
-        if device.startswith("GPU:") and not device.startswith("GPU:OPTIX"):
-            # Cycles runs custom (OSL) cameras on the GPU only with OptiX; other GPU backends fall back to the CPU
-            p.set(scene.cycles, "device", "CPU")
-            device = f"CPU (custom OSL camera; {device} has no OSL support)"
+        device = custom_camera_device(p, scene, device)
         ctx.base_settings(p, layout.width, renders[0].rows)
         cs.label_settings(p, scene, ctx.view_layer)
         objects = ctx.render_objects()

@@ -9,14 +9,12 @@ so the shader outputs (x, y, -z). Raster y runs from 0 at the bottom (measured).
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import tempfile
 
 from contracts.lidar import LidarSensor
 
 from .lidar_layout import LayoutRender, SweepLayout
+from .osl_camera import compile_osl, make_custom_camera  # noqa: F401  (compile_osl: re-exported)
 
 SHADER_TEMPLATE = """\
 // rowbeam LiDAR camera: generated for sensor {sensor_id}; one row per firing slot, one column per channel
@@ -79,50 +77,6 @@ def beam_camera_source(sensor_id: str, layout: SweepLayout, render: LayoutRender
         elevation=_floats(elevations_rad), phase=_floats(azimuths_rad), step=repr(float(azimuth_step_rad)))
 
 
-def compile_osl(source: str) -> tuple[str, str]:
-    """(bytecode, md5) of OSL source, compiled by Cycles' own compiler."""
-    import _cycles  # available once bpy is imported
-
-    with tempfile.TemporaryDirectory(prefix="rowbeam_osl_") as d:
-        src, out = os.path.join(d, "lidar.osl"), os.path.join(d, "lidar.oso")
-        with open(src, "w") as f:
-            f.write(source)
-        if not _cycles.osl_compile(src, out):
-            raise RuntimeError("Cycles could not compile the LiDAR camera shader")
-        with open(out) as f:
-            bytecode = f.read()
-    return bytecode, hashlib.md5(bytecode.encode(), usedforsecurity=False).hexdigest()
-
-
 def make_lidar_camera(patch, scene, mount, source: str):
     """A custom (OSL) camera parented to `mount` with identity local axes; made the scene camera."""
-    import bpy
-    from mathutils import Matrix
-
-    from .blender_compat import ensure_oslquery_importable
-
-    ensure_oslquery_importable()
-    bytecode, digest = compile_osl(source)
-    text = bpy.data.texts.new("rowbeam_lidar.osl")
-    text.write(source)
-    data = bpy.data.cameras.new("rowbeam_lidar")
-    data.type = "CUSTOM"
-    data.custom_mode = "INTERNAL"
-    data.custom_shader = text
-    data.custom_bytecode = bytecode
-    data.custom_bytecode_hash = digest
-    data.clip_start, data.clip_end = 1e-6, 1e7     # range limits are applied to the labels, not the rays
-    obj = bpy.data.objects.new("rowbeam_lidar", data)
-    scene.collection.objects.link(obj)
-    obj.parent = mount
-    sx, sy, sz = mount.matrix_world.to_scale()
-    obj.matrix_parent_inverse = Matrix.Diagonal((1.0 / sx, 1.0 / sy, 1.0 / sz, 1.0))   # rigid render camera
-    obj.matrix_basis = Matrix.Identity(4)
-
-    def remove():
-        bpy.data.objects.remove(obj)
-        bpy.data.cameras.remove(data)
-        bpy.data.texts.remove(text)
-    patch.on_restore(remove)
-    patch.set(scene, "camera", obj)
-    return obj
+    return make_custom_camera(patch, scene, mount, source, "rowbeam_lidar")

@@ -60,8 +60,10 @@ def camera_core(out, sensor, index: int) -> dict:
             "image_size_px": [int(out.camera_params.resolution_x), int(out.camera_params.resolution_y)],
             "K": [[float(x) for x in row] for row in out.K],
             "pixel_convention": PIXEL_CONVENTION,
-            "projection": "pinhole",
-            "distortion": {"model": "none", "coefficients": []},
+            **({"K_source": "rig"} if getattr(out, "lens", None) is not None and sensor.lens.K is not None else {}),
+            "projection": out.lens.model if getattr(out, "lens", None) is not None else "pinhole",
+            "distortion": out.lens.to_manifest() if getattr(out, "lens", None) is not None else
+            {"model": "none", "coefficients": []},
             "blender_camera": out.camera_params.to_json(),
             "T_camera_world": T_camera_world.to_json(),
             "row_poses": {"modality": "row_T_world_camera", "method": out.method["row_poses"]},

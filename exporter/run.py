@@ -17,6 +17,7 @@ import bpy
 
 from contracts import CONTRACTS_VERSION
 from contracts.check import check_path
+from contracts.camera_model import intrinsics_from_blender
 from contracts.errors import RowbeamError
 from contracts.files import atomic_write_json, canonical_json, sha256_file
 from contracts.ontology import load_ontology
@@ -220,6 +221,7 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     for s in sensors:
         if isinstance(s, CameraSensor):
             _check_image_size(s, ctx.image_size(s), blend_path)
+            _check_lens(scene, s, ctx.image_size(s))
     _probe_writable(Path(request.out), out_base)
     ctx.device = cs.select_device(scene, ctx.device_patch, request.device)
     return ExportPlan(request, rig, rig_sha, blend_sha, jobs, lineage, writer, ctx)
@@ -283,6 +285,15 @@ def _probe_writable(out: Path, base: Path) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".rowbeam-probe-", dir=base))
     except OSError as exc:
         raise RowbeamError(f"--out {out}: cannot write in {base} ({exc.strerror})") from None
+
+
+def _check_lens(scene, sensor, size) -> None:
+    """A lens the image cannot use (or this Blender cannot render) is refused before anything is written."""
+    from .camera_event import camera_params
+    from .lens_camera import sensor_lens
+
+    if sensor.lens.needs_custom_camera:
+        sensor_lens(sensor, intrinsics_from_blender(camera_params(scene, scene.objects[sensor.object], *size)), *size)
 
 
 def _check_image_size(sensor, size, blend_path: str) -> None:

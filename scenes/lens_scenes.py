@@ -1,0 +1,70 @@
+"""Calibration scenes for lens models (bpy): a marker board seen through a distorted rolling-shutter camera.
+
+The seed camera (scenes/calibration.py) at 1/scale resolution looks at a plane at camera z = `distance`
+carrying a 3x3 grid of square markers (each its own object id); the rig gives the camera a `lens`.
+Closed-form truth: plane, marker squares (camera frame), and, for `yaw_rate_rad_s`, the camera yawing
+about world z (per-row poses). Markers centred at camera (x, y) = (+-2.5, +-1.4) m reach the image's
+outer third, where distortion is largest.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import calibration, common
+
+MARKER_HALF_M = 0.15
+MARKER_XY = [(x, y) for y in (-1.4, 0.0, 1.4) for x in (-2.5, 0.0, 2.5)]
+MARKER_ID0 = 0x7100
+BOARD_ID = 0x7001
+
+LENS_PRESETS = {
+    # Brown-Conrady barrel with tangential terms (seed K / 4: f = 200 px at 320x180)
+    "opencv": {"model": "opencv", "D": [-0.25, 0.06, 1.0e-3, -5.0e-4, 0.0]},
+    # rational model, pincushion
+    "opencv_rational": {"model": "opencv", "D": [0.08, -0.01, 0.0, 0.0, 0.0, 0.05, 0.0, 0.0]},
+    # Kannala-Brandt fisheye with its own K (f = 110 px): the image corners lie beyond 90 deg (invalid, declared)
+    "opencv_fisheye": {"model": "opencv_fisheye", "D": [-0.02, 0.01, -0.004, 0.0005],
+                       "K": [[110.0, 0.0, 159.5], [0.0, 110.0, 89.5], [0.0, 0.0, 1.0]]},
+    # pinhole through the lens camera with a given K equal to the Blender camera's (seed K / 4, cross-check)
+    "pinhole_k": {"model": "pinhole", "D": [], "K": [[200.0, 0.0, 160.0], [0.0, 200.0, 90.0], [0.0, 0.0, 1.0]]},
+}
+
+
+def marker_board(lens: str = "opencv", scale: int = 4, distance: float = 4.0, yaw_rate_rad_s: float = 0.0,
+                 direction: str = "top_to_bottom"):
+    """Markers on a plane at camera z = distance; rig lens = LENS_PRESETS[lens]."""
+    _, cam, T, K, size = calibration._base(scale)
+    board = common.add_quad("board", 40, 40, calibration._plane_facing(T, (0, 0, distance), (0, 0, -1.0)))
+    common.tag(board, BOARD_ID, "wall")
+    markers = []
+    for i, (x, y) in enumerate(MARKER_XY):
+        centre = (x, y, distance - 0.01)        # 1 cm in front of the board
+        m = common.add_quad(f"marker_{i}", MARKER_HALF_M, MARKER_HALF_M,
+                            calibration._plane_facing(T, centre, (0, 0, -1.0)))
+        common.tag(m, MARKER_ID0 + i, "marker")
+        markers.append(centre)
+    pose = (lambda t: T)
+    if yaw_rate_rad_s:
+        e0 = cam.rotation_euler.copy()
+        loc = cam.location.copy()
+        cam.keyframe_insert("location", frame=1)
+        common.key_rotations(cam, [(1, e0), (2, (e0.x, e0.y, e0.z + yaw_rate_rad_s / calibration.FPS))])
+        cam.location = loc
+
+        def pose(t_ns):
+            a = yaw_rate_rad_s * t_ns * 1e-9
+            Rz = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
+            P = T.copy()
+            P[:3, :3] = Rz @ T[:3, :3]
+            return P
+    truth = calibration.Truth(
+        K, size, pose,
+        [("board", calibration._static_plane(T, (0, 0, distance), (0, 0, -1.0))),
+         ("markers", calibration._static_plane(T, (0, 0, distance - 0.01), (0, 0, -1.0)))],
+        notes={"markers_camera": markers, "marker_half_m": MARKER_HALF_M, "marker_id0": MARKER_ID0,
+               "board_id": BOARD_ID, "lens": LENS_PRESETS[lens], "T_world_camera": T})
+    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, lens=LENS_PRESETS[lens],
+                            readout_direction=direction)
+    return truth, rig
