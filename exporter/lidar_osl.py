@@ -14,7 +14,7 @@ import math
 from contracts.lidar import LidarSensor
 
 from .lidar_layout import LayoutRender, SweepLayout
-from .osl_camera import compile_osl, make_custom_camera  # noqa: F401  (compile_osl: re-exported)
+from .osl_camera import make_custom_camera
 
 SHADER_TEMPLATE = """\
 // rowbeam LiDAR camera: generated for sensor {sensor_id}; one row per firing slot, one column per channel

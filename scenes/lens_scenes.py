@@ -45,7 +45,8 @@ def marker_board(lens: str = "opencv", scale: int = 4, distance: float = 4.0, ya
                             calibration._plane_facing(T, centre, (0, 0, -1.0)))
         common.tag(m, MARKER_ID0 + i, "marker")
         markers.append(centre)
-    pose = (lambda t: T)
+    def pose(t_ns):
+        return T
     if yaw_rate_rad_s:
         e0 = cam.rotation_euler.copy()
         loc = cam.location.copy()
@@ -53,7 +54,7 @@ def marker_board(lens: str = "opencv", scale: int = 4, distance: float = 4.0, ya
         common.key_rotations(cam, [(1, e0), (2, (e0.x, e0.y, e0.z + yaw_rate_rad_s / calibration.FPS))])
         cam.location = loc
 
-        def pose(t_ns):
+        def pose(t_ns):  # noqa: F811  (the yawing camera)
             a = yaw_rate_rad_s * t_ns * 1e-9
             Rz = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
             P = T.copy()
