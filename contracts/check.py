@@ -40,6 +40,7 @@ from .errors import RowbeamError, UnusableInput
 from .files import STAGING_DIR, atomic_write_json, canonical_sha256, load_json, resolve_inside, sha256_file
 from .sample_identity import sample_id
 from .schema import schema_errors
+from .state_log import POSE_ARRAYS, check_event_against_log, check_log, load_state_log
 
 MANIFEST = "manifest.json"
 BUNDLE = "bundle.json"
@@ -279,6 +280,7 @@ def check_bundle(path) -> dict:
                                                                       else ""), severity="warn")
         _check_unique_ids(events, root, bundle)
     _check_cross_modal(events)
+    _check_state_logs(events, root, bundle)
     failed = [e for e in events if e.failed]
     checks = [r for e in [bundle, *events] for r in e.results]
     return {
@@ -446,6 +448,31 @@ def _load(report: EventReport, names) -> dict | None:
         return None
     entries = report.manifest["modalities"]
     return {n: read_payload(report.path.parent, entries[n], verify=False) for n in names}
+
+
+def _check_state_logs(events, root: Path, bundle: EventReport) -> None:
+    """Each state log the events point at (once: samples on their rate grid, rigid, velocities consistent), then
+    every event's row/beam/chirp poses (and radar velocities) against it."""
+    logs = {}
+    for e in events:
+        m = e.manifest
+        if m is None or m.get("schema") != "rowbeam/sample@1" or "state" not in m:
+            continue
+        uri = m["state"]["log"]
+        if uri not in logs:
+            try:
+                log, tracks = load_state_log(root, m["state"])
+                logs[uri] = tracks
+                check_log(log, tracks, lambda name, ok, msg, **kw: bundle.add(name, ok, f"{uri}: {msg}", **kw))
+            except RowbeamError as exc:
+                logs[uri] = None
+                bundle.add("state_log", False, f"{uri}: {exc}")
+        names = [n for n in POSE_ARRAYS.get(m["sensor"]["type"], []) if n in m["modalities"]]
+        arrays = _load(e, names)
+        if logs[uri] is None or arrays is None:
+            e.add("state_log_poses", False, f"not compared: the state log {uri} or the event's pose arrays are unusable")
+            continue
+        check_event_against_log(m, arrays, logs[uri], e.add)
 
 
 def _check_cross_modal(events) -> None:

@@ -33,3 +33,8 @@ FLOW_DEPTH_TEST_REL = 0.01          # slanted faces, not occluders (those show a
 FLOW_CYCLE_TOL_PX = 0.1             # forward then backward (bilinear) returns within 0.1 px where both visible
 FLOW_REPROJECTION_TOL_PX = 1e-3     # flow = projection of (source point + scene flow) at the landing row
 FLOW_SCENE_FLOW_TOL_M = 1e-4        # scene flow consistency (float32 storage of metres-scale vectors)
+
+# State log (contracts/state_log.py): 200 Hz samples, lerp + slerp between them
+STATE_LOG_POSE_TOL_M = 1e-4             # chord error of curved motion between samples (a*dt^2/8) + float32 poses
+STATE_LOG_ROTATION_TOL_RAD = 1e-4
+STATE_LOG_VELOCITY_TOL_MPS = 1e-2       # central differences of float32 matrix_world over +-2 ms, lerp between samples

@@ -54,6 +54,7 @@ class Rig:
     source: str = "<rig>"
     ontology: str | None = None
     lineage: dict | None = None
+    state_log: dict | None = None      # {ego_object, ego_rate_hz, objects_rate_hz} (defaults filled), or None
 
     def sensor(self, sensor_id: str):
         for s in self.sensors:
@@ -82,7 +83,11 @@ def parse_rig(document, source: str = "<rig>") -> Rig:
             raise RowbeamError(f"{source}: sensors[{i}].id: duplicate sensor id {raw['id']!r}")
         seen.add(raw["id"])
         sensors.append(_parse_sensor(raw, f"{source}: sensors[{i}]"))
-    return Rig(tuple(sensors), document, source, document.get("ontology"), document.get("lineage"))
+    state_log = None
+    if "state_log" in document:
+        props = validator("rowbeam/rig@1").schema["properties"]["state_log"]["properties"]
+        state_log = {**{k: v["default"] for k, v in props.items() if "default" in v}, **document["state_log"]}
+    return Rig(tuple(sensors), document, source, document.get("ontology"), document.get("lineage"), state_log)
 
 
 def _parse_sensor(raw: dict, where: str):

@@ -113,7 +113,8 @@ def radar_core(out, sensor, index: int) -> dict:
     }
 
 
-def assemble_manifest(core: dict, *, sample_id, sensor, modalities, objects, ontology, build, lineage, run) -> dict:
+def assemble_manifest(core: dict, *, sample_id, sensor, modalities, objects, ontology, build, lineage, run,
+                      state: dict | None = None) -> dict:
     return {
         "schema": "rowbeam/sample@1",
         "sample_id": sample_id,
@@ -126,6 +127,7 @@ def assemble_manifest(core: dict, *, sample_id, sensor, modalities, objects, ont
         "build": build,
         "lineage": lineage,
         "run": run,
+        **({"state": state} if state else {}),
     }
 
 

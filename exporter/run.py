@@ -43,6 +43,7 @@ from .radar_event import export_radar_event
 from .run_temp import run_temp
 from .scene_clock import scene_clock
 from .scene_patch import ScenePatch
+from .state_log import check_state_log_config, write_state_log
 
 RIG_PROPERTY = "rowbeam_rig"          # rig JSON stored on the scene by the add-on
 SCENARIO_PROPERTY = "rowbeam_scenario"
@@ -126,6 +127,7 @@ class ExportPlan:
     lineage: dict
     writer: BundleWriter
     context: ExportContext
+    state: dict | None = None          # the state log pointer every event manifest carries (rig state_log)
 
 
 def _load_rig(request: ExportRequest, scene) -> Rig:
@@ -192,6 +194,7 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     sensors = [rig.sensor(sid) for sid in sensor_ids]
     for s in sensors:
         _check_sensor_object(scene, s)
+    check_state_log_config(scene, rig)
     for flag, value in (("--first-event", request.first_event), ("--count", request.count)):
         if value is not None and not 0 <= value <= MAX_EVENT_INDEX + (flag == "--count"):
             raise RowbeamError(f"{flag} {value}: must be 0 .. {MAX_EVENT_INDEX + (flag == '--count')}")
@@ -347,6 +350,7 @@ def iter_export(plan: ExportPlan, summary: dict):
         try:
             writer.open()
             summary["reclaimed"] = list(writer.reclaimed)
+            _write_state_log(plan)
             for done, job in enumerate(plan.jobs):
                 t0 = time.perf_counter()
                 ctx.progress.start_job(f"[{done + 1}/{total}] {job.label}")
@@ -373,6 +377,17 @@ def iter_export(plan: ExportPlan, summary: dict):
             writer.close()
             ctx.scene.frame_set(frame[0], subframe=frame[1])
             ctx.device_patch.restore()
+
+
+def _write_state_log(plan: ExportPlan) -> None:
+    """The state log over the planned events' span (rig state_log), written once; events point at it."""
+    events = [j for j in plan.jobs if not j.is_flow]
+    if not plan.rig.state_log or not events:
+        return
+    start = min(j.sensor.event_start_ns(j.index) for j in events)
+    end = max(j.sensor.event_start_ns(j.index) + j.sensor.event_duration_ns() for j in events)
+    sensors = list({j.sensor.id: j.sensor for j in events}.values())
+    plan.state = write_state_log(plan.writer.root, plan.context, plan.rig, sensors, (start, end))
 
 
 def run_export(plan: ExportPlan, progress=None, should_cancel=None) -> dict:
@@ -437,7 +452,8 @@ def _export_event(plan: ExportPlan, job: Job):
     manifest = assemble_manifest(
         core(out, sensor, index), sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
         sensor=sensor, modalities=modalities, objects=ctx.table, ontology=ctx.ontology,
-        build=_build_info(plan, out.render_device), lineage=_lineage_info(plan), run=_run_info(out.seconds, t0))
+        build=_build_info(plan, out.render_device), lineage=_lineage_info(plan), run=_run_info(out.seconds, t0),
+        state=plan.state)
     return _check_and_publish(plan, staged, job.location, manifest)
 
 

@@ -48,13 +48,14 @@ def _mount(name, location, yaw_rad=0.0):
     return m
 
 
-def radar_rig(sensor_id: str, mount_name: str, **fields) -> dict:
+def radar_rig(sensor_id: str, mount_name: str, ego: str | None = None, **fields) -> dict:
+    """One radar (16 chirps x 32 beams at 20 Hz) and a 200 Hz state log with `ego` (default: the mount) as ego body."""
     sensor = {"id": sensor_id, "type": "radar", "object": mount_name, "rate_hz": 20, "first_frame_ns": 0,
               "chirps": 16, "chirp_period_ns": 500_000, "azimuth_fov_deg": [-40.0, 40.0],
               "elevation_fov_deg": [-6.0, 6.0], "azimuth_beams": 16, "elevation_beams": 2,
               "min_range_m": 0.5, "max_range_m": 200.0, "max_radial_velocity_mps": 80.0}
     sensor.update(fields)
-    return {"schema": "rowbeam/rig@1", "sensors": [sensor]}
+    return {"schema": "rowbeam/rig@1", "sensors": [sensor], "state_log": {"ego_object": ego or mount_name}}
 
 
 def _static(T):
@@ -113,16 +114,21 @@ def spinning_disc(omega: float = 2 * math.pi, centre=(8.0, 2.0, 1.0), radius: fl
 
 
 def ego_past_poles(speed: float = 10.0, y_poles: float = 4.0, **rig_fields):
-    """Radar driving along +x at `speed` (start (-6, 0, 1), facing +x) past static 1 m wide x 6 m tall pole faces in the
+    """Radar (child of the ego body, 1 m ahead of it) driving along +x at `speed` (start (-6, 0, 1), facing +x) past static 1 m wide x 6 m tall pole faces in the
     plane y = y_poles (normal -y) at x = -2, 2, 6, 10, 14: v_r = -speed * d_x (= -v cos theta)."""
     common.new_scene(4, 4, fps=FPS)
     xs = (-2.0, 2.0, 6.0, 10.0, 14.0)
     for i, x in enumerate(xs):
         pole = common.add_quad(f"pole_{i}", 3.0, 0.5, common.frame_with_normal((x, y_poles, 2.0), (0, -1, 0)))  # local x = world -z
         common.tag(pole, 0x7210 + i, "pole")
-    start = np.array([-6.0, 0.0, 1.0])
-    mount = _mount("radar_mount", tuple(start))
-    common.key_locations(mount, [(1, tuple(start)), (2, tuple(start + [speed / FPS, 0, 0]))])
+    start = np.array([-6.0, 0.0, 1.0])              # the radar; the ego body (its parent) is 1 m behind it
+    import bpy
+
+    ego = common.add_empty("ego_body", tuple(start - [1.0, 0, 0]))
+    common.key_locations(ego, [(1, tuple(start - [1.0, 0, 0])), (2, tuple(start - [1.0, 0, 0] + [speed / FPS, 0, 0]))])
+    mount = common.add_empty("radar_mount", (1.0, 0.0, 0.0))
+    mount.parent = ego
+    bpy.context.view_layer.update()
 
     def pose(t):
         P = np.eye(4)
@@ -134,7 +140,7 @@ def ego_past_poles(speed: float = 10.0, y_poles: float = 4.0, **rig_fields):
         return any(abs(P[0] - x) < 0.5 * 0.99 for x in xs) and abs(P[2] - 2.0) < 3.0 * 0.99
     surface = lambda t: (n, -y_poles, lambda P: np.zeros(3), on_pole)  # noqa: E731
     return RadarTruth(pose, lambda t: np.array([speed, 0.0, 0.0]), [surface], notes={"speed": speed}), \
-        radar_rig("radar_front", mount.name, **{"azimuth_fov_deg": [0.0, 80.0], **rig_fields})
+        radar_rig("radar_front", mount.name, ego="ego_body", **{"azimuth_fov_deg": [0.0, 80.0], **rig_fields})
 
 
 def common_pose(obj) -> np.ndarray:

@@ -189,3 +189,99 @@ def test_schema_bounds_match_radar_constants():
     props = validator("rowbeam/rig@1").schema["$defs"]["radar"]["properties"]
     assert props["chirps"]["maximum"] == MAX_CHIRPS
     assert props["azimuth_beams"]["maximum"] == props["beams_deg"]["maxItems"] == MAX_BEAMS
+
+
+# ---- state log ----
+
+def test_state_log_of_the_ego_and_the_spinning_disc(exports):
+    """The log holds the ego body (parent of the radar) at 200 Hz on the analytic trajectory, the radar mount, and
+    the spinning disc with its angular velocity; the checker compares every chirp pose and radial velocity to it."""
+    from contracts.state_log import load_state_log
+
+    e = exports("radar_poles", rs.ego_past_poles)
+    m, a = load_event(e.event)
+    log, tracks = load_state_log(e.bundle, m["state"])
+    roles = {b["name"]: (b["role"], b["rate_hz"]) for b in log["bodies"]}
+    assert roles == {"ego_body": ("ego", 200), "radar_mount": ("sensor", 200)}
+    ego = tracks["ego_body"]
+    assert np.array_equal(np.diff(ego.t), np.full(len(ego.t) - 1, 5_000_000))
+    assert ego.t[0] <= m["event"]["frame_start_ns"] and ego.t[-1] >= m["event"]["frame_start_ns"] + 16 * 500_000
+    assert np.abs(ego.T[:, :3, 3] - (np.array([-7.0, 0, 1]) + np.outer(ego.t * 1e-9, [10.0, 0, 0]))).max() < 1e-5
+    assert np.abs(ego.v - [10.0, 0, 0]).max() < 1e-3 and np.abs(ego.w).max() < 1e-6
+    checks = {c["check"]: c for ev in check_bundle(e.bundle)["events"] for c in ev["checks"]}
+    assert checks["state_log_poses"]["status"] == "pass"
+    assert checks["radial_velocity_vs_state_log"]["status"] == "pass"
+    print("poles vs log:", checks["state_log_poses"]["values"], checks["radial_velocity_vs_state_log"]["values"])
+
+    e = exports("radar_disc", rs.spinning_disc)
+    m, a = load_event(e.event)
+    log, tracks = load_state_log(e.bundle, m["state"])
+    disc = tracks["disc"]
+    assert np.abs(disc.w - [2 * math.pi, 0, 0]).max() < 1e-3 and np.abs(disc.v).max() < 1e-3
+    checks = {c["check"]: c for ev in check_bundle(e.bundle)["events"] for c in ev["checks"]}
+    assert checks["radial_velocity_vs_state_log"]["status"] == "pass"
+    print("disc vs log:", checks["state_log_poses"]["values"], checks["radial_velocity_vs_state_log"]["values"])
+
+
+@pytest.fixture
+def poles_copy(exports, tmp_path):
+    import shutil
+
+    e = exports("radar_poles", rs.ego_past_poles)
+    shutil.copytree(e.bundle, tmp_path / "b")
+    return tmp_path / "b", next((tmp_path / "b" / "events").glob("*/*"))
+
+
+def test_checker_catches_a_radial_velocity_with_the_wrong_sign(poles_copy):
+    """Flipped consistently in the per-beam array and the points (so only the motion can tell)."""
+    from contracts.arrays import write_exr, write_npy
+
+    from .helpers import assert_fails, rehash
+
+    root, ev = poles_copy
+    _, a = load_event(ev)
+    write_exr(ev / "radial_velocity.exr", -a["radial_velocity"], ["radial_velocity"], "float32")
+    pts = a["points"].copy()
+    pts["radial_velocity"] *= -1
+    write_npy(ev / "points.npy", pts)
+    rehash(ev, "radial_velocity")
+    rehash(ev, "points")
+    assert_fails(root, "radial_velocity_vs_state_log", "radial velocity vs the logged object and mount motion")
+
+
+def test_checker_catches_chirp_poses_stamped_at_the_frame_start(poles_copy):
+    from contracts.arrays import write_npy
+
+    from .helpers import assert_fails, rehash
+
+    root, ev = poles_copy
+    _, a = load_event(ev)
+    write_npy(ev / "chirp_T_world_radar.npy", np.repeat(a["chirp_T_world_radar"][:1], len(a["chirp_T_world_radar"]), 0))
+    rehash(ev, "chirp_T_world_radar")
+    assert_fails(root, "state_log_poses", "chirp poses vs the state log")
+
+
+def test_checker_catches_a_log_velocity_that_disagrees_with_its_poses(poles_copy):
+    import hashlib
+
+    from contracts.files import canonical_json
+
+    root, ev = poles_copy
+    m = json.loads((ev / "manifest.json").read_text())
+    log = json.loads((root / m["state"]["log"]).read_text())
+    entry = next(b for b in log["bodies"] if b["name"] == "ego_body")["arrays"]["velocity"]
+    v = np.load(root / entry["uri"])
+    tmp = root / "state" / "new.npy"
+    np.save(tmp, v * 1.1)                             # 10 % too fast: 1 m/s off
+    data = tmp.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    tmp.rename(root / "state" / f"{sha}.npy")         # content addressed (the mount shares the old file)
+    entry.update(uri=f"state/{sha}.npy", sha256=sha, bytes=len(data))
+    text = canonical_json(log)
+    (root / m["state"]["log"]).write_bytes(text)
+    m["state"]["sha256"] = hashlib.sha256(text).hexdigest()
+    (ev / "manifest.json").write_text(json.dumps(m))
+    report = check_bundle(root)
+    bad = [c for c in report["bundle"]["checks"] if c["check"] == "state_log"]
+    assert report["status"] == "fail" and bad[0]["status"] == "fail", bad
+    assert "velocity disagrees with the pose samples by 1" in bad[0]["message"]
