@@ -30,6 +30,9 @@ demo: $(DEMO)/dusk_shuttle.blend
 		--out $(DEMO)/bundle --sensors camera_front --first-event 30 --count 3 --flow
 	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
 		--out $(DEMO)/bundle --sensors lidar_top --first-event 10 --count 1
+	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
+		--out $(DEMO)/bundle --sensors radar_front --first-event 20 --count 1
+	$(BIN)/python -m contracts associate $(DEMO)/bundle --max-skew-us 100
 	$(BIN)/python -m contracts check $(DEMO)/bundle --report $(DEMO)/qa_report.json
 	@echo "demo bundle:  $(abspath $(DEMO)/bundle)"
 	@echo "QA report:    $(abspath $(DEMO)/qa_report.json)"

@@ -3,6 +3,7 @@
   python -m contracts check BUNDLE [--report FILE]      exit 0 pass, 1 hard QA failure, 2 unusable input
   python -m contracts adapt {flo,kitti-flow,pfm} FLOW_DIR OUT [--variant V] [--direction forward|backward]
   python -m contracts adapt {kitti-lidar,bop,kitti-object} BUNDLE OUT_DIR | coco BUNDLE OUT.json | ply SOURCE OUT
+  python -m contracts associate BUNDLE --max-skew-us N  camera row bands <-> LiDAR beams / radar chirps
 """
 from __future__ import annotations
 
@@ -72,9 +73,26 @@ def main(argv=None, prog: str = "python -m contracts") -> int:
     ko.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
     ko.add_argument("out_dir", help="a new (or empty) output folder; staged beside it and renamed when complete")
     ko.add_argument("--sensor", help="camera sensor id (default: the only camera with object labels)")
+    asc = sub.add_parser("associate", help="pair camera row bands with LiDAR beams / radar chirps within a skew",
+                         description="For each camera event and each LiDAR or radar event overlapping it, pair every "
+                         "camera row with the nearest firing group / chirp and keep the pair only when the skew is at "
+                         "most --max-skew-us; writes BUNDLE/associations/max_skew_<ns>ns.json (rowbeam/associations@1) "
+                         "with each band's rows, times, skew and state-log pose support. The checker verifies it.")
+    asc.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
+    asc.add_argument("--max-skew-us", type=float, required=True, help="largest |t_row - t_beam| of a pair, microseconds")
     args = parser.parse_args(argv)
     if args.command == "adapt":
         return _adapt(args)
+    if args.command == "associate":
+        from .associations import associate_bundle
+
+        try:
+            path, doc = associate_bundle(args.bundle, args.max_skew_us)
+        except RowbeamError as exc:
+            return _error("rowbeam associate", exc)
+        bands = sum(len(p["bands"]) for p in doc["pairs"])
+        return _emit([f"rowbeam associate: wrote {path} ({len(doc['pairs'])} event pairs, {bands} row bands, "
+                      f"max skew {doc['max_skew_ns']} ns)"], 0)
     try:
         if args.report:
             check_report_path(args.report)      # before the (long) check: nothing is written if it cannot be

@@ -40,6 +40,7 @@ from .errors import RowbeamError, UnusableInput
 from .files import STAGING_DIR, atomic_write_json, canonical_sha256, load_json, resolve_inside, sha256_file
 from .sample_identity import sample_id
 from .schema import schema_errors
+from .associations import check_associations
 from .state_log import POSE_ARRAYS, check_event_against_log, check_log, load_state_log
 
 MANIFEST = "manifest.json"
@@ -281,6 +282,8 @@ def check_bundle(path) -> dict:
         _check_unique_ids(events, root, bundle)
     _check_cross_modal(events)
     _check_state_logs(events, root, bundle)
+    if whole:
+        check_associations(root, bundle.add)
     failed = [e for e in events if e.failed]
     checks = [r for e in [bundle, *events] for r in e.results]
     return {

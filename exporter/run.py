@@ -386,8 +386,7 @@ def _write_state_log(plan: ExportPlan) -> None:
         return
     start = min(j.sensor.event_start_ns(j.index) for j in events)
     end = max(j.sensor.event_start_ns(j.index) + j.sensor.event_duration_ns() for j in events)
-    sensors = list({j.sensor.id: j.sensor for j in events}.values())
-    plan.state = write_state_log(plan.writer.root, plan.context, plan.rig, sensors, (start, end))
+    plan.state = write_state_log(plan.writer.root, plan.context, plan.rig, plan.rig.sensors, (start, end))
 
 
 def run_export(plan: ExportPlan, progress=None, should_cancel=None) -> dict:

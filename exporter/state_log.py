@@ -29,11 +29,13 @@ def check_state_log_config(scene, rig) -> None:
 
 
 def plan_bodies(ctx, rig, sensors) -> list[tuple[str, str, float, str | None]]:
-    """[(object name, role, rate_hz, 64-bit id or None)]: ego, sensor objects, moving objects (each once)."""
+    """[(object name, role, rate_hz, 64-bit id or None)]: ego, the objects of `sensors` (every rig sensor, so
+    associations find both partners' poses), moving objects (each once)."""
     cfg = rig.state_log
     bodies, seen = [], set()
     for name, role, rate, oid in ([(cfg["ego_object"], "ego", cfg["ego_rate_hz"], None)]
-                                  + [(s.object, "sensor", cfg["ego_rate_hz"], None) for s in sensors]
+                                  + [(s.object, "sensor", cfg["ego_rate_hz"], None) for s in sensors
+                                     if ctx.scene.objects.get(s.object) is not None]
                                   + [(e.obj_name, "object", cfg["objects_rate_hz"], str(e.id)) for e in ctx.table
                                      if e.motion != "static"]):
         if name not in seen:

@@ -12,6 +12,7 @@ SUBCOMMANDS = {
     "check": "check a bundle or one event folder against its contracts (no Blender needed)",
     "adapt": "one-way export with a loss sidecar: flow (.flo, kitti-flow, pfm), LiDAR (kitti-lidar, ply), "
              "objects (coco, bop, kitti-object)",
+    "associate": "pair camera row bands with LiDAR beams / radar chirps within --max-skew-us (no Blender needed)",
     "scenes": "build a calibration scene or the running example as .blend + rig (needs bpy)",
     "schemas": "write the published JSON Schemas of every rowbeam document into a folder",
 }
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if command not in SUBCOMMANDS:
         print(f"rowbeam: error: unknown subcommand {command!r} (one of: {', '.join(SUBCOMMANDS)})", file=sys.stderr)
         return 2
-    if command in ("check", "adapt"):
+    if command in ("check", "adapt", "associate"):
         from contracts.__main__ import main as contracts_main
 
         return contracts_main([command, *rest], prog="rowbeam")

@@ -23,7 +23,7 @@ def main(argv=None, prog: str = "python -m scenes.build") -> int:
     args = p.parse_args(argv)
     if args.name == "running_example":
         running_example.build(1280 // args.scale, 720 // args.scale)
-        rig = running_example.rig(**({"object_labels": True} if args.object_labels else {}))
+        rig = running_example.rig(radar=True, state_log=True, **({"object_labels": True} if args.object_labels else {}))
     else:
         _, rig = calibration.SCENES[args.name](scale=args.scale)
     if args.rgb_samples is not None:

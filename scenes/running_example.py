@@ -5,7 +5,7 @@ World: x along the street (the shuttle's direction), y left, z up, metres. The e
 (1280x720, seed K) rides at 1.6 m and moves forward at 10 m/s. The van is parked on the right
 at x = 30; the pedestrian starts hidden beyond it and walks left across the street at 2 m/s.
 Buildings, parked cars, poles, trees and signs bring the scene to about 200 objects. The rig
-(an empty "shuttle" moving forward at 10 m/s) carries the camera and a spinning LiDAR mount. A cyclist
+(an empty "shuttle" moving forward at 10 m/s) carries the camera, a spinning LiDAR mount and a front radar mount. A cyclist
 accelerates with Bezier keys, so motion-step interpolation is exercised, not only linear motion.
 """
 from __future__ import annotations
@@ -112,16 +112,30 @@ def build(width: int = 1280, height: int = 720, frames: int = 60):
     cam = common.add_camera("ego_camera", common.look_along((0, 0, 1.6), forward=(1, 0, 0), down=(0, 0, -1)),
                             f, cx, cy, width, height)
     lidar = common.add_empty("lidar_mount", (0.0, 0.0, 2.1))
-    for child in (cam, lidar):
+    radar = common.add_empty("radar_mount", (2.2, 0.0, 0.6))      # front bumper, facing +x
+    for child in (cam, lidar, radar):
         child.parent = shuttle                  # shuttle is at the origin at frame 1: parent inverse = identity
     return scene, van, pedestrian
 
 
-def rig(lidar: bool = True, lidar_fields: dict | None = None, **camera_fields) -> dict:
+RADAR = {"id": "radar_front", "type": "radar", "object": "radar_mount", "rate_hz": 20, "first_frame_ns": 0,
+         "chirps": 64, "chirp_period_ns": 50_000, "azimuth_fov_deg": [-45.0, 45.0], "elevation_fov_deg": [-4.0, 4.0],
+         "azimuth_beams": 16, "elevation_beams": 2, "min_range_m": 0.5, "max_range_m": 150.0,
+         "max_radial_velocity_mps": 60.0, "verify_chirps": 2}
+
+
+def rig(lidar: bool = True, lidar_fields: dict | None = None, radar: bool = False, state_log: bool = False,
+        **camera_fields) -> dict:
     """camera_front (the seed's rolling-shutter camera; object labels when object_labels=True: they cost ~13x the
-    label export at 1280x720 today) and, by default, lidar_top (10 Hz, 64 x 2048)."""
+    label export at 1280x720 today), by default lidar_top (10 Hz, 64 x 2048); with radar=True radar_front (20 Hz,
+    64 chirps x 32 beams: small, so `make demo` stays quick), with state_log=True the 200 Hz state log with the
+    shuttle as ego body (`rowbeam scenes running_example` turns both on)."""
     doc = common.camera_rig("camera_front", "ego_camera", **camera_fields)
     if lidar:
         fields = {"azimuth_steps": 2048, "preset": "uniform_64", **(lidar_fields or {})}
         doc["sensors"] += common.lidar_rig("lidar_top", "lidar_mount", **fields)["sensors"]
+    if radar:
+        doc["sensors"].append(dict(RADAR))
+    if state_log:
+        doc["state_log"] = {"ego_object": "shuttle", "ego_rate_hz": 200, "objects_rate_hz": 200}
     return doc

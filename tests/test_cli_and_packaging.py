@@ -51,7 +51,7 @@ def _rowbeam(*args, python=sys.executable, **kw):
 def test_rowbeam_help_documents_every_subcommand_and_option():
     top = _rowbeam("--help")
     assert top.returncode == 0
-    for sub in ("export", "check", "adapt", "scenes", "schemas"):
+    for sub in ("export", "check", "adapt", "scenes", "schemas", "associate"):
         assert f"  {sub} " in top.stdout, sub
     expected = {"export": ["blend", "--rig", "--out", "--sensors", "--first-event", "--count", "--device", "--flow",
                            "--flow-pairs", "--quiet", "--verbose"],
@@ -60,7 +60,8 @@ def test_rowbeam_help_documents_every_subcommand_and_option():
                 "adapt bop": ["bundle", "out_dir", "--split"], "adapt coco": ["bundle", "out", "--sensor"],
                 "adapt kitti-object": ["bundle", "out_dir", "--sensor"], "adapt ply": ["source", "out"],
                 "adapt kitti-lidar": ["bundle", "out_dir", "--sensor", "--frame", "--intensity"],
-                "scenes": ["name", "out", "--scale", "--rgb-samples", "--object-labels"], "schemas": ["out"]}
+                "scenes": ["name", "out", "--scale", "--rgb-samples", "--object-labels"], "schemas": ["out"],
+                "associate": ["bundle", "--max-skew-us"]}
     for sub, options in expected.items():
         r = _rowbeam(*sub.split(), "--help")
         assert r.returncode == 0, r.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,3 +286,114 @@ def test_checker_catches_a_log_velocity_that_disagrees_with_its_poses(poles_copy
     bad = [c for c in report["bundle"]["checks"] if c["check"] == "state_log"]
     assert report["status"] == "fail" and bad[0]["status"] == "fail", bad
     assert "velocity disagrees with the pose samples by 1" in bad[0]["message"]
+
+
+# ---- the running example: radar + state log + associations ----
+
+def _running_example():
+    from scenes import running_example
+
+    running_example.build(80, 45)
+    return None, running_example.rig(radar=True, state_log=True, rgb_samples=0, verify_rows=1,
+                                     lidar_fields={"azimuth_steps": 256, "verify_firings": 2})
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    from .conftest import build_and_export
+
+    return build_and_export(tmp_path_factory.mktemp("re_radar"), "re", _running_example,
+                            events={"camera_front": (30, 1), "lidar_top": (10, 1), "radar_front": (20, 1)})
+
+
+def _rows_and_partners(rig: dict, sensor_id: str, index: int):
+    """Camera row times (README formula) and the partner's sorted times from the rig alone."""
+    cam = rig["sensors"][0]
+    H = 45
+    start = cam["first_event_ns"] + _half_up(Fraction(30 * 10**9, cam["rate_hz"]))
+    rows = np.array([start + _half_up(Fraction(cam["readout_ns"] * (2 * v + 1), 2 * H) + Fraction(cam["exposure_ns"], 2))
+                     for v in range(H)], np.int64)
+    s = next(x for x in rig["sensors"] if x["id"] == sensor_id)
+    if s["type"] == "radar":
+        t, _ = _rig_truth(s, index)
+    else:
+        period = Fraction(10**9) / (Fraction(s["rotation_hz"]) * s["azimuth_steps"])
+        f0 = s["first_sweep_ns"] + _half_up(Fraction(index * 10**9) / Fraction(s["rotation_hz"]))
+        t = np.array([f0 + _half_up(k * period) for k in range(s["azimuth_steps"])], np.int64)
+    return rows, t
+
+
+def test_running_example_radar_state_log_and_associations(running, tmp_path):
+    from contracts.__main__ import main as contracts_main
+
+    e = running
+    assert len(e.summary["published"]) == 3 and not e.summary["quarantined"]
+    assert contracts_main(["associate", str(e.bundle), "--max-skew-us", "100"]) == 0
+    doc = json.loads((e.bundle / "associations" / "max_skew_100000ns.json").read_text())
+    report = check_bundle(e.bundle)
+    bad = [c for ev in report["events"] for c in ev["checks"] if c["status"] == "fail"]
+    bad += [c for c in report["bundle"]["checks"] if c["status"] == "fail"]
+    assert report["status"] == "pass", bad
+    names = {c["check"]: c for ev in report["events"] for c in ev["checks"] if c["check"].startswith("state_log")}
+    assert names["state_log_poses"]["status"] == "pass"
+    assert [c for c in report["bundle"]["checks"] if c["check"].startswith("associations:")][0]["status"] == "pass"
+    # every pair, recomputed by brute force from the rig: nearest partner time per row, kept iff |skew| <= 100 us
+    rig = json.loads(e.rig.read_text())
+    by_other = {p["other"]["sensor"]: p for p in doc["pairs"]}
+    assert set(by_other) == {"lidar_top", "radar_front"}
+    for sid, index in (("lidar_top", 10), ("radar_front", 20)):
+        rows, partner = _rows_and_partners(rig, sid, index)
+        skew = rows[:, None] - partner[None, :]
+        best = np.abs(skew).min(axis=1)
+        expected_rows = set(np.flatnonzero(best <= 100_000).tolist())
+        pair = by_other[sid]
+        got_rows = {v for b in pair["bands"] for v in range(b["rows"][0], b["rows"][1] + 1)}
+        assert got_rows == expected_rows and 0 < len(got_rows) < 45
+        for b in pair["bands"]:
+            for v in range(b["rows"][0], b["rows"][1] + 1):
+                assert abs(int(rows[v]) - b["other_time_ns"]) == best[v] <= b["max_abs_skew_ns"] <= 100_000
+            assert "camera" in b["pose_support_ns"]
+    print("associations:", {k: (len(p["bands"]), p["rows_paired"]) for k, p in by_other.items()})
+    # the radar frame of the running example: range and radial velocity of the static street vs the ego motion
+    radar = next((e.bundle / "events" / "radar_front").glob("*"))
+    m, a = load_event(radar)
+    objs = {o["render_index"]: o for o in m["objects"]}
+    pts = a["points"]
+    static = np.array([objs[int(i)]["motion"] == "static" for i in pts["instance_id"]])
+    P = np.stack([pts["x_world"], pts["y_world"], pts["z_world"]], -1)
+    o = a["chirp_T_world_radar"][pts["chirp"], :3, 3]
+    d = (P - o) / np.linalg.norm(P - o, axis=-1, keepdims=True)
+    assert static.sum() > 100
+    err = np.abs(pts["radial_velocity"][static] - (-10.0 * d[static, 0])).max()     # shuttle at 10 m/s along +x
+    print(f"running example radar: {static.sum()} static returns, worst |v_r + 10 d_x| {err:.3g} m/s")
+    assert err < VELOCITY_TOL
+
+
+def test_checker_catches_an_association_beyond_the_tolerance(running, tmp_path):
+    import shutil
+
+    from contracts.associations import associate_bundle
+
+    root = tmp_path / "b"
+    shutil.copytree(running.bundle, root)
+    path, doc = associate_bundle(root, 100)
+    band = doc["pairs"][0]["bands"][0]
+    band["other_time_ns"] += 150_000            # a partner 150 us further away: beyond the declared 100 us
+    band["max_abs_skew_ns"] += 150_000
+    Path(path).write_text(json.dumps(doc))
+    report = check_bundle(root)
+    bad = [c for c in report["bundle"]["checks"] if c["check"].startswith("associations:")]
+    assert report["status"] == "fail" and bad[0]["status"] == "fail" and "beyond max_skew_ns 100000" in bad[0]["message"]
+    doc["pairs"][0]["bands"].pop(0)             # a dropped pair within tolerance: incomplete
+    Path(path).write_text(json.dumps(doc))
+    bad = [c for c in check_bundle(root)["bundle"]["checks"] if c["check"].startswith("associations:")]
+    assert bad[0]["status"] == "fail" and "differ from those recomputed" in bad[0]["message"]
+
+
+@pytest.mark.parametrize("value", ["-5", "nan", "2e6"])
+def test_associate_refuses_a_bad_tolerance_in_one_line(running, value, capsys):
+    from contracts.__main__ import main as contracts_main
+
+    assert contracts_main(["associate", str(running.bundle), "--max-skew-us", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"rowbeam associate: error: --max-skew-us {float(value)}: must be 0 .. 1000000 (microseconds)"]
