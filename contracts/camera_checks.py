@@ -7,7 +7,7 @@ from . import qa_profile as tol
 from .camera_model import BlenderCameraParams, intrinsics_from_blender, normalized, pixel_grid
 from .errors import RowbeamError
 from .frames import is_rigid, rigid_mask
-from .lens import LensSpec, make_lens, unproject
+from .lens import LensSpec, lens_from_calibration, unproject
 from .label_checks import check_ids, check_validity
 from .sample_identity import rgb_seed
 from .timing import RollingShutterTiming
@@ -55,16 +55,15 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
 
 def _manifest_lens(cal, K, add):
     """The Lens the manifest declares (None: plain pinhole); a lens that does not build is a failed check."""
-    dist = cal.get("distortion", {})
-    if cal.get("projection", "pinhole") == "pinhole" and dist.get("model", "none") == "none":
-        return None
-    W, H = cal["image_size_px"]
-    model = "pinhole" if dist.get("model") == "none" else dist.get("model")
     try:
-        lens = make_lens(LensSpec(model, tuple(dist.get("coefficients", ()))), K, W, H, where="calibration.distortion")
+        lens = lens_from_calibration(cal)
     except (RowbeamError, TypeError, ValueError) as exc:
         add("lens_model", False, f"the declared lens is unusable: {exc}")
         return None
+    if lens is None:
+        return None
+    dist = cal["distortion"]
+    model = lens.model
     declared = dist.get("valid_domain", {})
     want = lens.to_manifest()["valid_domain"]
     ok = cal.get("projection") == model and all(declared.get(k) == v for k, v in want.items() if k != "definition")

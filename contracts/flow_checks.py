@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import qa_profile as tol
-from .camera_model import normalized, pixel_grid
+from .camera_model import pixel_grid
+from .errors import RowbeamError
+from .lens import lens_from_calibration, pixel_rays, project_uv
 from .frames import apply_per_row, apply_rows_grid
 from .pixel_sampling import bilinear_corners, camera_z_at
 from .modalities import FLAG_NAMES
@@ -15,6 +17,12 @@ ENDPOINT_NEEDS = ("camera_z", "valid", "instance_id", "normal_geometric", "row_T
 def check_flow(manifest: dict, arrays: dict, src: dict, dst: dict, add) -> None:
     """`src`/`dst`: decoded ENDPOINT_NEEDS arrays of the source and destination events."""
     K = np.array(manifest["calibration"]["K"])
+    try:
+        lens = lens_from_calibration(manifest["calibration"])
+    except (RowbeamError, TypeError, ValueError) as exc:
+        add("flow_lens", False, f"the declared lens is unusable: {exc}")
+        return
+    K = K if lens is None else lens           # what projects: pinhole K or the lens (contracts.lens)
     for direction, source_event in (("forward", src), ("backward", dst)):
         _check_flags(direction, arrays, source_event, add)
     if not {"flow_forward", "scene_flow_world", "flow_forward_dest_visible"} <= arrays.keys():
@@ -61,9 +69,8 @@ def _reproject(K, arrays, src, dst, add):
     defined = arrays["flow_forward_correspondence_defined"].astype(bool)
     H, W = defined.shape
     u, v = pixel_grid(W, H)
-    xn, yn = normalized(K, u, v)
     z_grid = src["camera_z"].astype(np.float64)
-    P_grid = apply_rows_grid(src["row_T_world_camera"], np.stack([xn * z_grid, yn * z_grid, z_grid], -1))
+    P_grid = apply_rows_grid(src["row_T_world_camera"], pixel_rays(K, u, v) * z_grid[..., None])
     idx = np.flatnonzero(defined.ravel())
     u, v = u.ravel()[idx], v.ravel()[idx]
     P = P_grid.reshape(-1, 3)[idx]
@@ -72,8 +79,7 @@ def _reproject(K, arrays, src, dst, add):
     landing = np.clip(v + flow[:, 1], 0.0, H - 1.0)
     r0 = np.minimum(np.floor(landing).astype(np.int64), H - 1)
     X = apply_per_row(np.linalg.inv(dst["row_T_world_camera"]), P + d, r0, landing - r0)
-    uu = K[0, 0] * X[:, 0] / X[:, 2] + K[0, 2]
-    vv = K[1, 1] * X[:, 1] / X[:, 2] + K[1, 2]
+    uu, vv = project_uv(K, X)
     err = np.hypot(uu - (u + flow[:, 0]), vv - (v + flow[:, 1]))
     worst = float(err.max(initial=0.0))
     add("flow_matches_scene_flow", worst <= tol.FLOW_REPROJECTION_TOL_PX,
@@ -119,7 +125,8 @@ def _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add):
 
 def _check_cycle(arrays, src, dst, add):
     """Forward then backward (bilinear over four destination pixels on the source pixel's object and
-    one planar face) returns to the start where both directions are visible."""
+    one planar face) returns to the start where both directions are visible and the landing point lies
+    between pixel centres."""
     fwd, bwd = arrays["flow_forward"].astype(np.float64), arrays["flow_backward"].astype(np.float64)
     vis_f, vis_b = arrays["flow_forward_dest_visible"].astype(bool), arrays["flow_backward_dest_visible"].astype(bool)
     H, W = vis_f.shape
@@ -131,6 +138,9 @@ def _check_cycle(arrays, src, dst, add):
     face = _face_keys(dst)
     first = face[corners[0][0], corners[0][1]]
     usable = dst["instance_id"][corners[0][0], corners[0][1]] == obj
+    # bilinear interpolates only between pixel centres; beyond the outer centres it would hold the edge value,
+    # wrong by the flow's gradient (large near the corners of a distorted image)
+    usable &= (q[:, 0] >= 0) & (q[:, 0] <= W - 1) & (q[:, 1] >= 0) & (q[:, 1] <= H - 1)
     back = np.zeros_like(q)
     for r, c, w in corners:
         usable &= vis_b[r, c] & (face[r, c] == first)

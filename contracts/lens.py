@@ -251,6 +251,40 @@ def range_factor(lens: Lens, u, v) -> np.ndarray:
 
 # ----- making a lens: valid domain and refusals ------------------------------------------------------------
 
+def lens_from_calibration(cal: dict) -> Lens | None:
+    """The Lens a manifest's calibration declares (projection, distortion, K, image_size_px); None for the plain
+    pinhole (projection pinhole, distortion none). RowbeamError if the declared lens does not build."""
+    dist = cal.get("distortion", {})
+    if cal.get("projection", "pinhole") == "pinhole" and dist.get("model", "none") == "none":
+        return None
+    model = "pinhole" if dist.get("model") == "none" else dist.get("model")
+    W, H = cal["image_size_px"]
+    return make_lens(LensSpec(model, tuple(dist.get("coefficients", ()))), cal["K"], W, H,
+                     where="calibration.distortion")
+
+
+def pixel_rays(lens_or_K, u, v) -> np.ndarray:
+    """Rays (..., 3) = (x, y, 1) through pixel coords (u, v): through `lens_or_K` (a Lens, NaN outside its
+    valid domain) or a pinhole 3x3 K."""
+    if isinstance(lens_or_K, Lens):
+        return unproject(lens_or_K, u, v)[0]
+    K = np.asarray(lens_or_K, np.float64)
+    xn, yn = (np.asarray(u, np.float64) - K[0, 2]) / K[0, 0], (np.asarray(v, np.float64) - K[1, 2]) / K[1, 1]
+    return np.stack([xn, yn, np.ones_like(xn)], axis=-1)
+
+
+def project_uv(lens_or_K, points_camera) -> tuple[np.ndarray, np.ndarray]:
+    """(u, v) pixel coords of camera-frame points (..., 3) through a Lens or a pinhole K; NaN behind the camera
+    or outside the valid domain."""
+    if isinstance(lens_or_K, Lens):
+        uv, _ = project(lens_or_K, points_camera)
+        return uv[..., 0], uv[..., 1]
+    K = np.asarray(lens_or_K, np.float64)
+    X = np.asarray(points_camera, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return K[0, 0] * X[..., 0] / X[..., 2] + K[0, 2], K[1, 1] * X[..., 1] / X[..., 2] + K[1, 2]
+
+
 def _first_turn(model, D, r_max) -> float:
     """Smallest r in (0, r_max] where the radial map stops increasing (inf if none): dense scan + bisection."""
     r = np.concatenate([np.linspace(0.0, 1.0, 20001)[1:], np.geomspace(1.0, max(r_max, 1.0), 20001)[1:]])

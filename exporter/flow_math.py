@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contracts.camera_model import normalized, pixel_grid
+from contracts.camera_model import pixel_grid
+from contracts.lens import pixel_rays, project_uv
 from contracts.frames import apply_per_row, apply_rows_grid
 from contracts.ontology import BACKGROUND_ID
 from contracts.pixel_sampling import camera_z_at
@@ -40,6 +41,12 @@ class EventGeometry:
     undefined: np.ndarray         # render index -> 1 where correspondence cannot be defined (topology changes, ...)
     deform_slot: np.ndarray | None = None   # render index -> index into `meshes` (-1: not deforming)
     meshes: tuple[DeformingMesh, ...] = ()   # each deforming object sampled at this event's rows
+    lens: object = None           # contracts.lens.Lens of a distorted / lens-camera event (None: pinhole K)
+
+    @property
+    def camera(self):
+        """What projects and unprojects this event's pixels: its Lens, or K (contracts.lens.pixel_rays / project_uv)."""
+        return self.K if self.lens is None else self.lens
 
     @property
     def shape(self):
@@ -62,9 +69,8 @@ def source_points(src: EventGeometry):
     """(pixel indices (N,), u, v, world points (N, 3)) of every valid source pixel."""
     H, W = src.shape
     u, v = pixel_grid(W, H)
-    xn, yn = normalized(src.K, u, v)
     z = src.camera_z.astype(np.float64)
-    world = apply_rows_grid(src.row_T_world_camera, np.stack([xn * z, yn * z, z], -1)).reshape(-1, 3)
+    world = apply_rows_grid(src.row_T_world_camera, pixel_rays(src.camera, u, v) * z[..., None]).reshape(-1, 3)
     idx = np.flatnonzero(np.isfinite(z).ravel())
     return idx, u.ravel()[idx], v.ravel()[idx], world[idx]
 
@@ -107,9 +113,7 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
         for d, sel in deforming:
             Pd[sel] = dst.meshes[d].at(r0[sel], *material[d], a[sel])
         Xc = apply_per_row(T_cw_dst, Pd, r0, a)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ud = dst.K[0, 0] * Xc[:, 0] / Xc[:, 2] + dst.K[0, 2]
-            vn = dst.K[1, 1] * Xc[:, 1] / Xc[:, 2] + dst.K[1, 2]
+        ud, vn = project_uv(dst.camera, Xc)
         return Pd, Xc, ud, vn
 
     def landing_row(vd):
@@ -137,7 +141,7 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     resid = np.abs(np.nan_to_num(np.clip(vn, 0.0, H - 1.0) - np.clip(vd, 0.0, H - 1.0)))
 
     undefined = dst.undefined[render].astype(bool) | src.undefined[render].astype(bool)
-    in_front = Xc[:, 2] > 0
+    in_front = (Xc[:, 2] > 0) & np.isfinite(ud) & np.isfinite(vn)     # a lens projects only inside its domain
     defined = ~undefined & (render != BACKGROUND_ID) & in_front
     in_bounds = defined & (ud >= -0.5) & (ud < W - 0.5) & (vn >= -0.5) & (vn < H - 0.5)
     visible = in_bounds & _depth_test(dst, ud, vn, Xc[:, 2], render, depth_abs_m, depth_rel)

@@ -17,6 +17,7 @@ from contracts import qa_profile
 from contracts.bundle_reader import open_event
 from contracts.camera_model import PIXEL_CONVENTION_TEXT
 from contracts.files import sha256_file
+from contracts.lens import lens_from_calibration
 from contracts.modalities import FLAG_NAMES, FLAG_TEXT
 from contracts.timing import RollingShutterTiming
 
@@ -103,7 +104,8 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
     for (m, a, timing), (mats, meshes) in zip(((m0, a0, timing0), (m1, a1, timing1)), sampled):
         meshes = tuple(x if not isinstance(x, str) else None for x in meshes)
         geoms.append(EventGeometry(np.array(m["calibration"]["K"]), a["camera_z"], a["instance_id"],
-                                   a["row_T_world_camera"], mats, slot, undefined, dslot, meshes))
+                                   a["row_T_world_camera"], mats, slot, undefined, dslot, meshes,
+                                   lens_from_calibration(m["calibration"])))
     poses_s = time.perf_counter() - t0
     tol = (qa_profile.FLOW_DEPTH_TEST_ABS_M, qa_profile.FLOW_DEPTH_TEST_REL)
     t1 = time.perf_counter()

@@ -471,7 +471,9 @@ def _export_flow(plan: ExportPlan, job: Job):
     manifest = flow_manifest(
         flow_id=f"{plan.lineage['scenario']}.{sensor.id}.flow.{job.index}-{job.index1}", sensor=sensor,
         endpoints={"source": endpoint(writer.root, src, m0), "destination": endpoint(writer.root, dst, m1)},
-        calibration={"image_size_px": [W, H], "K": m0["calibration"]["K"]}, modalities=modalities,
+        calibration={"image_size_px": [W, H], "K": m0["calibration"]["K"],
+                     **{k: m0["calibration"][k] for k in ("projection", "distortion") if k in m0["calibration"]}},
+        modalities=modalities,
         method=method, build=_build_info(plan, "CPU (numpy)"), lineage=_lineage_info(plan),
         run=_run_info(method.pop("seconds"), t0))
     return _check_and_publish(plan, staged, job.location, manifest)
