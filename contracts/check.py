@@ -35,7 +35,7 @@ from .flow_checks import ENDPOINT_NEEDS, check_flow
 from .lidar_checks import check_lidar_event
 from .modalities import MODALITIES, manifest_dims, required
 from .object_checks import check_object_labels
-from .radar_checks import check_radar_event
+from .radar_checks import check_radar_event, check_radar_lidar
 from .errors import RowbeamError, UnusableInput
 from .files import STAGING_DIR, atomic_write_json, canonical_sha256, load_json, resolve_inside, sha256_file
 from .sample_identity import sample_id
@@ -425,6 +425,14 @@ def _check_schedule(report: EventReport, rig) -> None:
     report.add("schedule", start == m["event"][key],
                f"event {index} of {sensor.id} starts at {start} ns per the bundle's rig; the manifest says "
                f"{key} = {m['event'][key]}" if start != m["event"][key] else f"event {index} at {start} ns as the rig says")
+    if sensor.type == "radar":
+        want = {"chirps": sensor.chirps, "chirp_period_ns": sensor.chirp_period_ns,
+                "chirp_offset_ns": sensor.chirp_offset_ns}
+        got = {k: m["event"].get(k) for k in want}
+        table = [[b["azimuth_deg"], b["elevation_deg"]] for b in m["calibration"]["beams"]["table"]]
+        same = got == want and table == [list(x) for x in zip(sensor.azimuths_deg, sensor.elevations_deg, strict=True)]
+        report.add("radar_rig", same, "chirp train and beam table as the bundle's rig declares" if same else
+                   f"the manifest's chirp train {got} or beam table differs from the bundle's rig ({want})")
 
 
 def _check_unique_ids(events, root: Path, bundle: EventReport) -> None:
@@ -479,7 +487,8 @@ def _check_state_logs(events, root: Path, bundle: EventReport) -> None:
 
 
 def _check_cross_modal(events) -> None:
-    """LiDAR sweeps against every camera event that overlaps them in time (same bundle, same clock)."""
+    """LiDAR sweeps against every camera event that overlaps them in time (same bundle, same clock); radar frames
+    against every overlapping LiDAR sweep."""
     usable = [e for e in events if e.manifest is not None and e.manifest["schema"] == "rowbeam/sample@1"]
     cameras = [e for e in usable if e.manifest["sensor"]["type"] == "rolling_shutter_camera"]
     for lid in (e for e in usable if e.manifest["sensor"]["type"] == "spinning_lidar"):
@@ -495,6 +504,17 @@ def _check_cross_modal(events) -> None:
             if lidar_arrays is None or camera_arrays is None:
                 continue
             check_lidar_camera(lid.manifest, lidar_arrays, cam.manifest, camera_arrays, lid.add)
+    lidars = [e for e in usable if e.manifest["sensor"]["type"] == "spinning_lidar"]
+    for rad in (e for e in usable if e.manifest["sensor"]["type"] == "radar"):
+        r0, r1 = _time_span(rad.manifest)
+        for lid in lidars:
+            l0, l1 = _time_span(lid.manifest)
+            if l1 < r0 or l0 > r1:
+                continue
+            ra = _load(rad, ["points", "normal_geometric", "chirp_T_world_radar"])
+            la = _load(lid, ["points", "normal_geometric", "firing_T_world_lidar"])
+            if ra is not None and la is not None:
+                check_radar_lidar(rad.manifest, ra, lid.manifest, la, rad.add)
 
 
 def _worst_values(events) -> dict:

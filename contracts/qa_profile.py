@@ -38,3 +38,4 @@ FLOW_SCENE_FLOW_TOL_M = 1e-4        # scene flow consistency (float32 storage of
 STATE_LOG_POSE_TOL_M = 1e-4             # chord error of curved motion between samples (a*dt^2/8) + float32 poses
 STATE_LOG_ROTATION_TOL_RAD = 1e-4
 STATE_LOG_VELOCITY_TOL_MPS = 1e-2       # central differences of float32 matrix_world over +-2 ms, lerp between samples
+RADAR_LIDAR_PLANE_TOL_M = 1e-3          # radar return vs the LiDAR's tangent plane on one static face (both refined)

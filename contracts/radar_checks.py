@@ -102,3 +102,48 @@ def _check_verification(ver, add):
         f"of {ver['beams_compared']} beams hit another object" + ("" if ok else
         f" (limits {tol.VERIFY_MAX_RANGE_ERROR_M} m, {tol.VERIFY_MAX_ID_MISMATCH_FRACTION:.0%})"),
         worst_range_error_m=r, id_mismatch_fraction=frac)
+
+
+def _world_points_normals(pts, normals, poses):
+    """(N, 3) world points and (N, 3) world unit normals of a point table; poses (N, 4, 4) at each point's time."""
+    P = np.stack([pts["x_world"], pts["y_world"], pts["z_world"]], -1)
+    n = np.einsum("nij,nj->ni", poses[:, :3, :3], normals.astype(np.float64))
+    return P, n / np.linalg.norm(n, axis=-1, keepdims=True)
+
+
+def check_radar_lidar(radar_m: dict, ra: dict, lidar_m: dict, la: dict, add) -> None:
+    """Radar returns on static surfaces lie on the LiDAR's surface where both see the same static object's face
+    (equal world normals) within 1 m, at times at most tol.LIDAR_CAMERA_MAX_SKEW_NS apart: the distance of each radar
+    return from the tangent plane of its nearest such LiDAR return."""
+    name = f"radar_vs_lidar:{lidar_m['sensor']['id']}/{lidar_m['event']['index']}"
+    rid = {o["render_index"]: o for o in radar_m["objects"]}
+    lid = {o["render_index"]: o for o in lidar_m["objects"]}
+    rp, lp = ra["points"], la["points"]
+    r_obj = np.array([rid.get(int(i), {}).get("id", -1) if rid.get(int(i), {}).get("motion") == "static" else -1
+                      for i in rp["instance_id"]], dtype=object)
+    l_obj = np.array([lid.get(int(i), {}).get("id", -1) for i in lp["instance_id"]], dtype=object)
+    Pr, nr = _world_points_normals(rp, ra["normal_geometric"][rp["chirp"], rp["beam"]], ra["chirp_T_world_radar"][rp["chirp"]])
+    groups = sorted(set(lidar_m["event"]["channel_time_offsets_ns"]))
+    g = np.array([groups.index(o) for o in lidar_m["event"]["channel_time_offsets_ns"]])[lp["channel"]]
+    Pl, nl = _world_points_normals(lp, la["normal_geometric"][lp["firing"], lp["channel"]],
+                                   la["firing_T_world_lidar"][lp["firing"], g])
+    worst, pairs = 0.0, 0
+    for i in np.flatnonzero(r_obj != -1):
+        cand = (l_obj == r_obj[i]) & (np.abs(lp["t_ns"] - rp["t_ns"][i]) <= tol.LIDAR_CAMERA_MAX_SKEW_NS)
+        cand &= nl @ nr[i] >= 1 - 1e-6
+        if not cand.any():
+            continue
+        d = np.linalg.norm(Pl[cand] - Pr[i], axis=-1)
+        j = int(np.argmin(d))
+        if d[j] > 1.0:
+            continue
+        pairs += 1
+        worst = max(worst, abs(float(nl[cand][j] @ (Pr[i] - Pl[cand][j]))))
+    if not pairs:
+        add(name, True, "no static radar return has a time-matched LiDAR return on the same face within 1 m",
+            severity="warn")
+        return
+    ok = worst <= tol.RADAR_LIDAR_PLANE_TOL_M
+    add(name, ok, f"{pairs} static radar returns vs time-matched LiDAR returns on the same face: worst distance from "
+        f"the LiDAR surface {worst:.3g} m" + ("" if ok else f" (limit {tol.RADAR_LIDAR_PLANE_TOL_M} m)"),
+        pairs=pairs, worst_plane_distance_m=worst)

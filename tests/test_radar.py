@@ -337,6 +337,9 @@ def test_running_example_radar_state_log_and_associations(running, tmp_path):
     names = {c["check"]: c for ev in report["events"] for c in ev["checks"] if c["check"].startswith("state_log")}
     assert names["state_log_poses"]["status"] == "pass"
     assert [c for c in report["bundle"]["checks"] if c["check"].startswith("associations:")][0]["status"] == "pass"
+    cross = [c for ev in report["events"] for c in ev["checks"] if c["check"].startswith("radar_vs_lidar:")]
+    assert cross[0]["status"] == "pass" and cross[0]["values"]["pairs"] > 20
+    print("radar vs lidar:", cross[0]["values"])
     # every pair, recomputed by brute force from the rig: nearest partner time per row, kept iff |skew| <= 100 us
     rig = json.loads(e.rig.read_text())
     by_other = {p["other"]["sensor"]: p for p in doc["pairs"]}
@@ -397,3 +400,34 @@ def test_associate_refuses_a_bad_tolerance_in_one_line(running, value, capsys):
     assert contracts_main(["associate", str(running.bundle), "--max-skew-us", value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"rowbeam associate: error: --max-skew-us {float(value)}: must be 0 .. 1000000 (microseconds)"]
+
+
+def test_checker_catches_radar_returns_off_the_lidar_surface(running, tmp_path):
+    """Every static radar return moved 5 cm along its own beam (range, point table and world points consistent, so
+    every per-event check passes): only the LiDAR's surface disagrees."""
+    import shutil
+
+    from contracts.arrays import write_exr, write_npy
+
+    from .helpers import assert_fails, rehash
+
+    root = tmp_path / "b"
+    shutil.copytree(running.bundle, root)
+    (root / "associations").exists() and shutil.rmtree(root / "associations")
+    ev = next((root / "events" / "radar_front").glob("*"))
+    m, a = load_event(ev)
+    pts = a["points"].copy()
+    local = np.stack([pts["x"], pts["y"], pts["z"]], -1)
+    unit = local / np.linalg.norm(local, axis=-1, keepdims=True)
+    R = a["chirp_T_world_radar"][pts["chirp"], :3, :3]
+    for i, k in enumerate("xyz"):
+        pts[k] += 0.05 * unit[:, i]
+        pts[f"{k}_world"] += 0.05 * np.einsum("nij,nj->ni", R, unit)[:, i]
+    pts["range"] += 0.05
+    rng = a["range"].copy()
+    rng[pts["chirp"], pts["beam"]] = (rng[pts["chirp"], pts["beam"]].astype(np.float64) + 0.05).astype(np.float32)
+    write_npy(ev / "points.npy", pts)
+    write_exr(ev / "range.exr", rng, ["range"], "float32")
+    rehash(ev, "points")
+    rehash(ev, "range")
+    assert_fails(root, "radar_vs_lidar:lidar_top/10", "worst distance from the LiDAR surface 0.0")
