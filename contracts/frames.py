@@ -34,6 +34,20 @@ def rigid_part(matrix) -> np.ndarray:
     return out
 
 
+def rigid_parts(matrices) -> np.ndarray:
+    """`rigid_part` of each of (N, 4, 4) matrices in one batched SVD: (N, 4, 4) float64."""
+    m = np.asarray(matrices, dtype=np.float64)
+    u, _, vt = np.linalg.svd(m[:, :3, :3])
+    r = u @ vt
+    if m.shape[0] and (np.linalg.det(r) < 0).any():
+        raise ValueError("transform has a mirroring (negative determinant) rotation part")
+    out = np.zeros_like(m)
+    out[:, :3, :3] = r
+    out[:, :3, 3] = m[:, :3, 3]
+    out[:, 3, 3] = 1.0
+    return out
+
+
 def world_from_opencv_camera(T_world_blender_camera) -> np.ndarray:
     """T_world_camera (OpenCV optical) from a Blender camera's matrix_world (scale removed)."""
     return rigid_part(T_world_blender_camera) @ T_BLENDER_CAMERA_OPENCV

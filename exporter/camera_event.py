@@ -16,7 +16,7 @@ from .camera_labels import derive_labels
 from .cycles_timing import label_shutter, rgb_shutter
 from .lens_camera import LENS_CAMERA_METHOD, OSL_NEWTON_STEPS, pixel_rays, sensor_lens, use_lens_camera
 from .osl_camera import custom_camera_device
-from .scene_clock import camera_poses, set_time
+from .scene_clock import camera_poses, pose_method, set_time
 from .scene_patch import ScenePatch
 from .verify import compare_row, verify_rows
 
@@ -24,8 +24,7 @@ LABEL_METHOD = ("cycles_rolling_shutter_labels: one Cycles render with motion bl
                 "(rolling_shutter_duration=0, half-row correction applied) so every row is traced at its reference "
                 "time; 1 sample, Gaussian filter 0.01 px; camera_z, range and normals derived from the Position, "
                 "Normal and true-normal AOV passes with the exact per-row camera pose")
-ROW_POSE_METHOD = ("scene.frame_set(frame, subframe) at every row's exact reference time; "
-                   "Blender camera matrix_world, scale removed")
+ROW_POSE_METHOD = "every row's exact reference time; Blender camera matrix_world, scale removed; "
 
 
 @dataclass
@@ -177,7 +176,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
         seconds.update(obj_seconds)
     method = {
         "label_render": LABEL_METHOD,
-        "row_poses": ROW_POSE_METHOD,
+        "row_poses": ROW_POSE_METHOD + pose_method(scene, [cam]),
         "cycles": {"samples": 1, "pixel_filter": "GAUSSIAN", "filter_width_px": 0.01,
                    "rolling_shutter_type": "TOP" if shutter.uses_motion_blur else "none (global shutter)",
                    "rolling_shutter_duration": 0.0, "motion_steps": sensor.motion_steps,

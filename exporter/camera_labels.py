@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from contracts.camera_model import pixel_grid, range_factor
+from contracts.camera_model import range_factor
 from contracts.ontology import BACKGROUND_ID, VOID_ID
 
 BACKGROUND_DEPTH = 1e9  # Cycles' Depth pass reads 1e10 where nothing was hit
@@ -28,14 +28,18 @@ def to_camera_frame(row_T_world_camera: np.ndarray, world_points: np.ndarray) ->
     """World points (H, W, 3) -> camera frame of each row (H, W, 3), float64."""
     R = row_T_world_camera[:, :3, :3]
     C = row_T_world_camera[:, :3, 3]
-    return np.einsum("hji,hwj->hwi", R, world_points.astype(np.float64) - C[:, None, :])
+    d = world_points.astype(np.float64)
+    d -= C[:, None, :]
+    return np.matmul(d, R)            # row h: X_c = R_wc^T (P - C), as a batched (W,3) @ (3,3) per row
 
 
 def rotate_to_camera(row_T_world_camera: np.ndarray, world_vectors: np.ndarray) -> np.ndarray:
-    v = np.einsum("hji,hwj->hwi", row_T_world_camera[:, :3, :3], world_vectors.astype(np.float64))
-    n = np.linalg.norm(v, axis=-1, keepdims=True)
+    """World vectors (H, W, 3) rotated into each row's camera frame and normalised, float64 (NaN where zero)."""
+    v = np.matmul(world_vectors.astype(np.float64), row_T_world_camera[:, :3, :3])
+    n = np.sqrt(np.einsum("hwi,hwi->hw", v, v))[..., None]
     with np.errstate(invalid="ignore", divide="ignore"):
-        return v / n
+        v /= n
+    return v
 
 
 def resolve_hits(depth, index_pass, position, lut_size: int):
@@ -60,13 +64,13 @@ def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, l
     position = passes["position"]
     index, hit_surface, unresolved = resolve_hits(depth, passes["index"], position, lut.size)
     valid = hit_surface & ~unresolved
-    u, v = pixel_grid(w, h)
-    v = v + first_row
+    u = np.arange(w, dtype=np.float64)[None, :]           # pixel centres, broadcast over (h, w)
+    v = np.arange(first_row, first_row + h, dtype=np.float64)[:, None]
     X = to_camera_frame(row_T_world_camera, position)
     n_geo = rotate_to_camera(row_T_world_camera, passes["true_normal"])
     lens_stats = {}
     if rays is None:
-        rng = np.linalg.norm(X, axis=-1)
+        rng = np.sqrt(np.einsum("hwi,hwi->hw", X, X))
         factor = range_factor(K, u, v)
     else:
         valid &= np.isfinite(rays).all(axis=-1)

@@ -5,9 +5,10 @@ by Cycles with motion blur and a TOP rolling shutter of duration 0, the shutter 
 row r is traced at its slot's exact time (`cycles_timing.timed_rows_shutter`); once, or, when the
 sweep needs more than Blender's 65,536 rows, once per contiguous firing range
 (`lidar_layout.SweepLayout.renders`), each render's passes read at its beams' pixels. World hits are
-expressed in the LiDAR frame with the exact mount pose at each beam's time (frame_set per
-firing and time group). Reference: sampled firings re-cast with Blender's BVH (scene.ray_cast)
-after frame_set to the beam's exact time.
+expressed in the LiDAR frame with the exact mount pose at each beam's time (F-curves and parent
+chains evaluated directly; frame_set per firing and time group where the motion needs it).
+Reference: sampled firings re-cast with Blender's BVH (scene.ray_cast) after frame_set to the
+beam's exact time.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .lidar_labels import beam_samples, labels_from_beams, point_tables
 from .lidar_layout import MAX_ROWS, sweep_layout
 from .lidar_osl import lidar_shader_source, make_lidar_camera
 from .osl_camera import custom_camera_device
-from .scene_clock import rigid_poses, set_time
+from .scene_clock import pose_method, rigid_poses, set_time
 from .scene_patch import ScenePatch
 from .verify import verify_rows
 
@@ -33,8 +34,8 @@ LIDAR_METHOD = ("cycles_osl_lidar_camera: one Cycles render (several over contig
                 "rows are firing slots and columns channels, motion blur with a TOP rolling shutter (duration 0) "
                 "shifted so each row is traced at its firing's exact time; ranges, points and normals derived from "
                 "the Position pass and a true-normal AOV with the exact mount pose at every beam's time")
-POSE_METHOD = ("scene.frame_set(frame, subframe) at every firing's time plus each distinct channel time offset; "
-               "mount matrix_world, scale removed; LiDAR frame = mount local axes (x forward, y left, z up)")
+POSE_METHOD = ("every firing's time plus each distinct channel time offset; mount matrix_world, scale removed; "
+               "LiDAR frame = mount local axes (x forward, y left, z up); ")
 
 
 @dataclass
@@ -89,7 +90,7 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
                   firing_T_world_lidar=poses, points=points, points_motion_compensated=compensated)
     method = {
         "label_render": LIDAR_METHOD,
-        "firing_poses": POSE_METHOD,
+        "firing_poses": POSE_METHOD + pose_method(scene, [mount]),
         "cycles": {"samples": 1, "pixel_filter": "GAUSSIAN", "filter_width_px": 0.01,
                    "image_rows": layout.rows, "image_columns": layout.width, "rows_per_firing": layout.slots,
                    "rolling_shutter_type": "TOP", "rolling_shutter_duration": 0.0, "motion_steps": sensor.motion_steps,

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from contracts.frames import rigid_part, world_from_opencv_camera
+from contracts.frames import T_BLENDER_CAMERA_OPENCV, rigid_parts
 from contracts.timing import SceneClock
+
+from . import pose_eval
+
+FORCE_FRAME_SET = False     # tests and the bench set it to compare the direct path with frame_set
 
 
 def scene_clock(scene) -> SceneClock:
@@ -18,14 +22,38 @@ def set_time(scene, clock: SceneClock, t_ns) -> None:
 
 
 def objects_world_matrices(scene, clock: SceneClock, objects, times_ns) -> np.ndarray:
-    """matrix_world of each object at each time (len(objects), N, 4, 4), float64, scale kept;
-    one frame_set per time for all objects."""
+    """matrix_world of each object at each time (len(objects), N, 4, 4), float64, scale kept.
+
+    Plain motion (F-curves and object parents only, `pose_eval.plain_reason`) is evaluated directly,
+    bit-identical to frame_set and leaving the scene's time as it was; anything else (constraints,
+    drivers, NLA, physics, time remapping) takes one frame_set per time for all objects."""
+    if len(times_ns) and direct_evaluation_reason(scene, objects) is None:
+        fs = [clock.frame_subframe(t) for t in times_ns]
+        return pose_eval.world_matrices_direct(objects, [f for f, _ in fs], [s for _, s in fs])
     out = np.empty((len(objects), len(times_ns), 4, 4))
     for i, t in enumerate(times_ns):
         set_time(scene, clock, t)
         for j, obj in enumerate(objects):
             out[j, i] = np.array(obj.matrix_world, dtype=np.float64)
     return out
+
+
+def direct_evaluation_reason(scene, objects) -> str | None:
+    """None when `objects_world_matrices` evaluates these objects directly, else why it uses frame_set."""
+    if FORCE_FRAME_SET:
+        return "frame_set forced"
+    if scene.render.frame_map_old != scene.render.frame_map_new:
+        return "time remapping (frame_map_old/new)"
+    return pose_eval.plain_reason(objects)
+
+
+def pose_method(scene, objects) -> str:
+    """How `objects_world_matrices` evaluates these objects' poses (the manifest's method text)."""
+    reason = direct_evaluation_reason(scene, objects)
+    if reason is None:
+        return ("direct evaluation at each time's Blender frame + subframe: transform F-curves and object parent "
+                "chains composed with Blender's float32 operations (identical to scene.frame_set)")
+    return f"scene.frame_set(frame, subframe) at each time ({reason})"
 
 
 def world_matrices(scene, clock: SceneClock, obj, times_ns) -> np.ndarray:
@@ -35,9 +63,9 @@ def world_matrices(scene, clock: SceneClock, obj, times_ns) -> np.ndarray:
 
 def camera_poses(scene, clock: SceneClock, camera_obj, times_ns) -> np.ndarray:
     """T_world_camera (OpenCV optical, rigid) of a Blender camera at each time, (N, 4, 4)."""
-    return np.stack([world_from_opencv_camera(m) for m in world_matrices(scene, clock, camera_obj, times_ns)])
+    return rigid_parts(world_matrices(scene, clock, camera_obj, times_ns)) @ T_BLENDER_CAMERA_OPENCV
 
 
 def rigid_poses(scene, clock: SceneClock, obj, times_ns) -> np.ndarray:
     """Rigid part (scale removed) of `obj`'s matrix_world at each time, (N, 4, 4)."""
-    return np.stack([rigid_part(m) for m in world_matrices(scene, clock, obj, times_ns)])
+    return rigid_parts(world_matrices(scene, clock, obj, times_ns))
