@@ -55,19 +55,22 @@ class ROWBEAM_OT_sensor_add(bpy.types.Operator):
     bl_label = "Add Sensor"
     bl_options = {"REGISTER", "UNDO"}
     sensor_type: EnumProperty(items=[("rolling_shutter_camera", "Rolling-shutter camera", ""),
-                                     ("spinning_lidar", "Spinning LiDAR", "")])
+                                     ("spinning_lidar", "Spinning LiDAR", ""), ("radar", "Radar", "")])
 
     def execute(self, context):
         settings = _settings(context)
         taken = {s.sensor_id for s in settings.sensors}
-        base = "camera" if self.sensor_type == "rolling_shutter_camera" else "lidar"
+        base = {"rolling_shutter_camera": "camera", "radar": "radar"}.get(self.sensor_type, "lidar")
         n = 0
         while f"{base}_{n}" in taken:
             n += 1
         s = settings.sensors.add()
         s.sensor_type, s.sensor_id = self.sensor_type, f"{base}_{n}"
+        if self.sensor_type == "radar":
+            s.rate_hz, s.min_range_m, s.max_range_m = 20.0, 0.5, 150.0
+            s.radar_preset = "front_long_range"          # fills the chirp train and beam grid; editable after
         obj = context.active_object
-        if obj is not None and (self.sensor_type == "spinning_lidar" or obj.type == "CAMERA"):
+        if obj is not None and (self.sensor_type != "rolling_shutter_camera" or obj.type == "CAMERA"):
             s.target = obj
         settings.active_sensor = len(settings.sensors) - 1
         sync_rig(context=context)

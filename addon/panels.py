@@ -12,7 +12,7 @@ from .rig_props import rig_document
 
 class ROWBEAM_UL_sensors(bpy.types.UIList):
     def draw_item(self, context, layout, data, item, icon, active_data, active_propname, index):
-        icon = "OUTLINER_OB_CAMERA" if item.sensor_type == "rolling_shutter_camera" else "LIGHT_SPOT"
+        icon = {"rolling_shutter_camera": "OUTLINER_OB_CAMERA", "radar": "FORCE_WIND"}.get(item.sensor_type, "LIGHT_SPOT")
         row = layout.row(align=True)
         row.label(text=item.sensor_id, icon=icon)
         row.label(text=item.target.name if item.target else "(no object)")
@@ -51,6 +51,11 @@ class ROWBEAM_PT_sensors(SceneButtons, bpy.types.Panel):
         row.operator("rowbeam.rig_export", icon="EXPORT")
         if 0 <= settings.active_sensor < len(settings.sensors):
             self.draw_sensor(layout, settings.sensors[settings.active_sensor])
+        col = layout.column()
+        col.prop(settings, "state_log_ego")
+        if settings.state_log_ego is not None:
+            col.prop(settings, "state_log_ego_rate_hz")
+            col.prop(settings, "state_log_objects_rate_hz")
         try:
             parse_rig(rig_document(context.scene), "rig")
             layout.label(text="Rig is valid (stored in the .blend)", icon="CHECKMARK")
@@ -73,6 +78,16 @@ class ROWBEAM_PT_sensors(SceneButtons, bpy.types.Panel):
                 col.prop(s, "width")
                 col.prop(s, "height")
             for name in ("rgb_samples", "verify_rows", "motion_steps"):
+                col.prop(s, name)
+        elif s.sensor_type == "radar":
+            for name in ("radar_preset", "rate_hz", "first_event_ns", "chirps", "chirp_period_ns", "chirp_offset_ns",
+                         "beam_table"):
+                col.prop(s, name)
+            if not s.beam_table.strip():
+                for name in ("azimuth_fov_min", "azimuth_fov_max", "azimuth_beams", "elevation_fov_min",
+                             "elevation_fov_max", "elevation_beams"):
+                    col.prop(s, name)
+            for name in ("min_range_m", "max_range_m", "max_radial_velocity_mps", "verify_chirps", "motion_steps"):
                 col.prop(s, name)
         else:
             for name in ("rotation_hz", "azimuth_steps", "preset"):

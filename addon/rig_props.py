@@ -13,12 +13,17 @@ from bpy.app.handlers import persistent
 from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty, StringProperty)
 
 from contracts.errors import RowbeamError
+from contracts.radar import PRESETS as RADAR_PRESET_VALUES
 from contracts.rig import parse_rig_text
 from contracts.timing import MAX_IMAGE_SIDE_PX, MAX_RATE_HZ, MIN_IMAGE_SIDE_PX, MIN_RATE_HZ
 
 RIG_PROPERTY = "rowbeam_rig"
 SENSOR_TYPES = [("rolling_shutter_camera", "Rolling-shutter camera", "Camera with per-row acquisition times"),
-                ("spinning_lidar", "Spinning LiDAR", "Rotating LiDAR with per-firing times")]
+                ("spinning_lidar", "Spinning LiDAR", "Rotating LiDAR with per-firing times"),
+                ("radar", "Radar", "Chirps x beams with range and radial velocity, each chirp at its own time")]
+RADAR_PRESETS = [("NONE", "Custom", "Chirp train and beam grid typed below")] + [
+    (name, name.replace("_", " ").capitalize(), f"{v['chirps']} chirps x {v['azimuth_beams'] * v['elevation_beams']} "
+     f"beams, azimuth {v['azimuth_fov_deg']} deg") for name, v in RADAR_PRESET_VALUES.items()]
 LIDAR_PRESETS = [("NONE", "Custom table", "Channel elevations typed below"),
                  ("uniform_32", "Uniform 32", "32 channels from -25 to +15 deg"),
                  ("uniform_64", "Uniform 64", "64 channels from -25 to +15 deg"),
@@ -30,6 +35,18 @@ def sync_rig(self=None, context=None):
     """Rewrite the scene's rig document from the sensor properties."""
     scene = self.id_data if isinstance(getattr(self, "id_data", None), bpy.types.Scene) else (context or bpy.context).scene
     scene[RIG_PROPERTY] = json.dumps(rig_document(scene), sort_keys=True)
+
+
+def apply_radar_preset(self, context=None):
+    """Copy a radar preset's chirp train and beam grid into the editable fields (then sync the rig)."""
+    values = RADAR_PRESET_VALUES.get(self.radar_preset)
+    if values:
+        self.chirps, self.chirp_period_ns = values["chirps"], values["chirp_period_ns"]
+        self.azimuth_fov_min, self.azimuth_fov_max = values["azimuth_fov_deg"]
+        self.elevation_fov_min, self.elevation_fov_max = values["elevation_fov_deg"]
+        self.azimuth_beams, self.elevation_beams = values["azimuth_beams"], values["elevation_beams"]
+        self.beam_table = ""
+    sync_rig(self, context)
 
 
 def _ns_text_ok(text: str) -> bool:
@@ -79,6 +96,21 @@ class RowbeamSensor(bpy.types.PropertyGroup):
     time_offsets: StringProperty(name="Time offsets (ns)", default="", update=sync_rig,
                                  description="Per channel, comma separated; empty = 0")
     verify_firings: IntProperty(name="Verified firings", default=8, min=0, update=sync_rig)
+    # radar (rate_hz, first_event_ns = first_frame_ns, min/max range and motion_steps are shared)
+    radar_preset: EnumProperty(items=RADAR_PRESETS, name="Preset", default="NONE", update=apply_radar_preset)
+    chirps: IntProperty(name="Chirps per frame", default=128, min=1, max=65536, update=sync_rig)
+    chirp_period_ns: IntProperty(name="Chirp period (ns)", default=50_000, min=1, update=sync_rig)
+    chirp_offset_ns: IntProperty(name="First chirp offset (ns)", default=0, min=0, update=sync_rig)
+    azimuth_fov_min: FloatProperty(name="Azimuth from (deg)", default=-45.0, min=-180, max=180, update=sync_rig)
+    azimuth_fov_max: FloatProperty(name="Azimuth to (deg)", default=45.0, min=-180, max=180, update=sync_rig)
+    elevation_fov_min: FloatProperty(name="Elevation from (deg)", default=-5.0, min=-90, max=90, update=sync_rig)
+    elevation_fov_max: FloatProperty(name="Elevation to (deg)", default=5.0, min=-90, max=90, update=sync_rig)
+    azimuth_beams: IntProperty(name="Azimuth beams", default=32, min=1, max=16384, update=sync_rig)
+    elevation_beams: IntProperty(name="Elevation beams", default=2, min=1, max=16384, update=sync_rig)
+    beam_table: StringProperty(name="Beam table (deg)", default="", update=sync_rig,
+                               description="Explicit beams 'azimuth elevation; ...' instead of the grid; empty = grid")
+    max_radial_velocity_mps: FloatProperty(name="Max |radial velocity| (m/s)", default=60.0, min=1e-3, update=sync_rig)
+    verify_chirps: IntProperty(name="Verified chirps", default=4, min=0, update=sync_rig)
     # both
     motion_steps: IntProperty(name="Motion steps", default=7, min=1, max=7, update=sync_rig)
 
@@ -94,6 +126,8 @@ def sensor_document(s: RowbeamSensor) -> dict:
         if s.override_size:
             doc["image_size_px"] = [s.width, s.height]
         return doc
+    if s.sensor_type == "radar":
+        return radar_document(s, doc)
     doc.update(rotation_hz=s.rotation_hz, azimuth_steps=s.azimuth_steps, min_range_m=s.min_range_m,
                max_range_m=s.max_range_m, spin_direction=s.spin_direction, start_azimuth_deg=s.start_azimuth_deg,
                verify_firings=s.verify_firings,
@@ -112,11 +146,32 @@ def sensor_document(s: RowbeamSensor) -> dict:
     return doc
 
 
+def radar_document(s: RowbeamSensor, doc: dict) -> dict:
+    """A radar's rig entry: explicit chirp train and beam grid (or table) as edited."""
+    doc.update(rate_hz=s.rate_hz, chirps=s.chirps, chirp_period_ns=s.chirp_period_ns, chirp_offset_ns=s.chirp_offset_ns,
+               min_range_m=s.min_range_m, max_range_m=s.max_range_m, verify_chirps=s.verify_chirps,
+               max_radial_velocity_mps=s.max_radial_velocity_mps,
+               first_frame_ns=int(s.first_event_ns) if _ns_text_ok(s.first_event_ns) else s.first_event_ns)
+    if s.beam_table.strip():
+        try:
+            doc["beams_deg"] = [_floats(b.replace(" ", ",")) for b in s.beam_table.split(";") if b.strip()]
+        except ValueError:
+            doc["beams_deg"] = s.beam_table             # let the schema report the bad text
+    else:
+        doc.update(azimuth_fov_deg=[s.azimuth_fov_min, s.azimuth_fov_max],
+                   elevation_fov_deg=[s.elevation_fov_min, s.elevation_fov_max],
+                   azimuth_beams=s.azimuth_beams, elevation_beams=s.elevation_beams)
+    return doc
+
+
 def rig_document(scene) -> dict:
     settings = scene.rowbeam
     doc = {"schema": "rowbeam/rig@1", "sensors": [sensor_document(s) for s in settings.sensors]}
     if settings.ontology_path:
         doc["ontology"] = ontology_reference(settings.ontology_path)
+    if settings.state_log_ego is not None:
+        doc["state_log"] = {"ego_object": settings.state_log_ego.name, "ego_rate_hz": settings.state_log_ego_rate_hz,
+                            "objects_rate_hz": settings.state_log_objects_rate_hz}
     return doc
 
 
@@ -147,6 +202,8 @@ def load_rig_document(scene, doc: dict) -> None:
             s.rgb_samples, s.verify_rows = raw.get("rgb_samples", 64), raw.get("verify_rows", 3)
             if raw.get("image_size_px"):
                 s.override_size, (s.width, s.height) = True, raw["image_size_px"]
+        elif raw["type"] == "radar":
+            _load_radar(s, raw)
         else:
             s.rotation_hz, s.azimuth_steps = raw["rotation_hz"], raw["azimuth_steps"]
             s.first_sweep_ns = str(raw["first_sweep_ns"])
@@ -162,7 +219,27 @@ def load_rig_document(scene, doc: dict) -> None:
             s.time_offsets = ", ".join(str(int(e)) for e in raw.get("time_offsets_ns", []))
     if doc.get("ontology"):
         settings.ontology_path = doc["ontology"] if doc["ontology"].startswith("/") else "//" + doc["ontology"]
+    if doc.get("state_log"):
+        settings.state_log_ego = scene.objects.get(doc["state_log"]["ego_object"])
+        settings.state_log_ego_rate_hz = doc["state_log"].get("ego_rate_hz", 200)
+        settings.state_log_objects_rate_hz = doc["state_log"].get("objects_rate_hz", 200)
     scene[RIG_PROPERTY] = json.dumps(rig_document(scene), sort_keys=True)
+
+
+def _load_radar(s: RowbeamSensor, raw: dict) -> None:
+    """Radar fields from a rig entry; a preset is resolved to its values (contracts.radar), so it stays editable."""
+    values = {**RADAR_PRESET_VALUES.get(raw.get("preset"), {}), **raw}
+    s.rate_hz, s.first_event_ns = raw["rate_hz"], str(raw["first_frame_ns"])
+    s.chirps, s.chirp_period_ns = values["chirps"], values["chirp_period_ns"]
+    s.chirp_offset_ns = values.get("chirp_offset_ns", 0)
+    s.min_range_m, s.max_range_m = raw["min_range_m"], raw["max_range_m"]
+    s.max_radial_velocity_mps, s.verify_chirps = raw["max_radial_velocity_mps"], raw.get("verify_chirps", 4)
+    if "beams_deg" in values:
+        s.beam_table = "; ".join(f"{float(a)!r} {float(e)!r}" for a, e in values["beams_deg"])
+    else:
+        s.azimuth_fov_min, s.azimuth_fov_max = values["azimuth_fov_deg"]
+        s.elevation_fov_min, s.elevation_fov_max = values["elevation_fov_deg"]
+        s.azimuth_beams, s.elevation_beams = values["azimuth_beams"], values["elevation_beams"]
 
 
 def adopt_stored_rig(scene) -> None:

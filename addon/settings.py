@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import bpy
-from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, IntProperty, StringProperty)
+from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty,
+                       StringProperty)
 
 from exporter.run import LINEAGE_PROPERTY, SCENARIO_PROPERTY
 
@@ -20,6 +21,11 @@ class RowbeamSceneSettings(bpy.types.PropertyGroup):
     active_sensor: IntProperty(name="Active sensor", default=0)
     ontology_path: StringProperty(name="Ontology", subtype="FILE_PATH", default="", update=sync_rig,
                                   description="rowbeam/ontology@1 file; empty = the bundled street ontology")
+    state_log_ego: PointerProperty(type=bpy.types.Object, name="State log ego", update=sync_rig,
+                                   description="Rig root (ego body) of the bundle's state log; empty = no state log")
+    state_log_ego_rate_hz: FloatProperty(name="Ego rate (Hz)", default=200.0, min=1e-3, max=1e6, update=sync_rig)
+    state_log_objects_rate_hz: FloatProperty(name="Objects rate (Hz)", default=200.0, min=1e-3, max=1e6,
+                                             update=sync_rig)
     scenario: StringProperty(name="Scenario", default="", update=_write_lineage)
     lineage_group: StringProperty(name="Lineage group", default="", update=_write_lineage,
                                   description="Everything sharing causal ancestry: keep it in one split")

@@ -431,3 +431,68 @@ def test_checker_catches_radar_returns_off_the_lidar_surface(running, tmp_path):
     rehash(ev, "points")
     rehash(ev, "range")
     assert_fails(root, "radar_vs_lidar:lidar_top/10", "worst distance from the LiDAR surface 0.0")
+
+
+# ---- the Sensors panel (add-on properties and operators) ----
+
+UI_SCRIPT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import bpy
+import addon
+from addon.rig_props import load_rig_document, rig_document
+from contracts.rig import parse_rig
+from scenes import common
+
+common.new_scene(4, 4)
+mount = common.add_empty("radar_mount")
+ego = common.add_empty("ego")
+addon.register()
+scene = bpy.context.scene
+bpy.context.view_layer.objects.active = mount
+bpy.ops.rowbeam.sensor_add(sensor_type="radar")
+out = {"added": rig_document(scene)}
+s = scene.rowbeam.sensors[0]
+s.radar_preset = "corner_short_range"
+s.chirps, s.azimuth_beams = 32, 8
+scene.rowbeam.state_log_ego = ego
+out["edited"] = json.loads(scene["rowbeam_rig"])
+s.beam_table = "0 0; 30 -10"
+out["table"] = rig_document(scene)["sensors"][0]
+parse_rig(out["edited"], "edited")
+load_rig_document(scene, {"schema": "rowbeam/rig@1", "sensors": [{"id": "r", "type": "radar", "object": "radar_mount",
+    "rate_hz": 20, "first_frame_ns": 0, "preset": "bench_128x64", "chirps": 16, "min_range_m": 1, "max_range_m": 90,
+    "max_radial_velocity_mps": 40}], "state_log": {"ego_object": "ego"}})
+out["loaded"] = rig_document(scene)
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_sensors_panel_adds_and_edits_a_radar_with_presets(tmp_path):
+    from contracts.radar import PRESETS
+
+    from .conftest import REPO, run_python
+
+    script = tmp_path / "ui.py"
+    script.write_text(UI_SCRIPT)
+    r = run_python(script, REPO)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT"))[6:])
+    added = res["added"]["sensors"][0]
+    front = PRESETS["front_long_range"]
+    assert (added["type"], added["id"], added["object"], added["rate_hz"]) == ("radar", "radar_0", "radar_mount", 20.0)
+    assert (added["chirps"], added["azimuth_beams"], added["azimuth_fov_deg"]) == (
+        front["chirps"], front["azimuth_beams"], front["azimuth_fov_deg"])
+    parse_rig(res["added"], "added")
+    edited = res["edited"]["sensors"][0]
+    corner = PRESETS["corner_short_range"]
+    assert (edited["chirps"], edited["azimuth_beams"], edited["chirp_period_ns"], edited["elevation_fov_deg"]) == (
+        32, 8, corner["chirp_period_ns"], corner["elevation_fov_deg"])
+    assert res["edited"]["state_log"] == {"ego_object": "ego", "ego_rate_hz": 200.0, "objects_rate_hz": 200.0}
+    assert res["table"]["beams_deg"] == [[0.0, 0.0], [30.0, -10.0]] and "azimuth_beams" not in res["table"]
+    loaded = res["loaded"]["sensors"][0]
+    bench = PRESETS["bench_128x64"]
+    assert (loaded["chirps"], loaded["chirp_period_ns"], loaded["azimuth_beams"], loaded["elevation_beams"]) == (
+        16, bench["chirp_period_ns"], bench["azimuth_beams"], bench["elevation_beams"])
+    assert res["loaded"]["state_log"]["ego_object"] == "ego"
+    assert parse_rig(res["loaded"], "loaded").sensors[0].beams == 64
