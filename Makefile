@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 DEMO := out/demo
 
-.PHONY: demo test bench clean venv extension test-blender test-matrix
+.PHONY: demo test bench bench-gpu clean venv extension test-blender test-matrix
 
 venv: $(STAMP)
 
@@ -48,6 +48,11 @@ test-matrix:
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
+
+# The bench's labels on a CUDA/OptiX GPU vs the CPU (ids bitwise, floats within declared tolerances, GPU/CPU
+# time ratios); exits 2 with one line when no GPU is found (never falls back to the CPU)
+bench-gpu: $(STAMP)
+	$(BIN)/python bench/bench_gpu.py
 
 # dist/rowbeam-<version>.zip for every platform Blender ships, validated by Blender's own CLI
 extension: $(STAMP)
