@@ -77,8 +77,15 @@ class ROWBEAM_PT_sensors(SceneButtons, bpy.types.Panel):
             if s.override_size:
                 col.prop(s, "width")
                 col.prop(s, "height")
-            for name in ("rgb_samples", "verify_rows", "motion_steps"):
+            for name in ("rgb_samples", "verify_rows", "motion_steps", "lens_model"):
                 col.prop(s, name)
+            if s.lens_model != "pinhole":
+                col.prop(s, "lens_D")
+            col.prop(s, "lens_given_K")
+            if s.lens_given_K:
+                col.prop(s, "lens_K")
+            if s.lens_model == "opencv_fisheye":
+                col.prop(s, "lens_fov_deg")
         elif s.sensor_type == "radar":
             for name in ("radar_preset", "rate_hz", "first_event_ns", "chirps", "chirp_period_ns", "chirp_offset_ns",
                          "beam_table"):

@@ -24,6 +24,9 @@ SENSOR_TYPES = [("rolling_shutter_camera", "Rolling-shutter camera", "Camera wit
 RADAR_PRESETS = [("NONE", "Custom", "Chirp train and beam grid typed below")] + [
     (name, name.replace("_", " ").capitalize(), f"{v['chirps']} chirps x {v['azimuth_beams'] * v['elevation_beams']} "
      f"beams, azimuth {v['azimuth_fov_deg']} deg") for name, v in RADAR_PRESET_VALUES.items()]
+LENS_MODELS = [("pinhole", "Pinhole", "No distortion (the Blender camera, or the K typed below)"),
+               ("opencv", "OpenCV (Brown-Conrady)", "k1, k2, p1, p2[, k3[, k4, k5, k6]] as cv2.projectPoints"),
+               ("opencv_fisheye", "OpenCV fisheye", "Kannala-Brandt k1, k2, k3, k4 as cv2.fisheye")]
 LIDAR_PRESETS = [("NONE", "Custom table", "Channel elevations typed below"),
                  ("uniform_32", "Uniform 32", "32 channels from -25 to +15 deg"),
                  ("uniform_64", "Uniform 64", "64 channels from -25 to +15 deg"),
@@ -79,6 +82,17 @@ class RowbeamSensor(bpy.types.PropertyGroup):
     height: IntProperty(name="Height", default=720, min=MIN_IMAGE_SIDE_PX, max=MAX_IMAGE_SIDE_PX, update=sync_rig)
     rgb_samples: IntProperty(name="RGB samples", default=64, min=0, update=sync_rig)
     verify_rows: IntProperty(name="Verified rows", default=3, min=0, update=sync_rig)
+    lens_model: EnumProperty(items=LENS_MODELS, name="Lens", update=sync_rig,
+                             description="Lens model in OpenCV conventions; distorted models render through an "
+                             "OSL camera (Blender >= 4.5)")
+    lens_D: StringProperty(name="Distortion D", default="", update=sync_rig,
+                           description="Coefficients in OpenCV order, comma separated")
+    lens_given_K: BoolProperty(name="Own K", default=False, update=sync_rig,
+                               description="Use the K typed below instead of the Blender camera's")
+    lens_K: StringProperty(name="fx, fy, cx, cy (px)", default="", update=sync_rig,
+                           description="Pinhole intrinsics in the OpenCV pixel convention (pixel centres at integers)")
+    lens_fov_deg: FloatProperty(name="Fisheye FOV (deg)", default=0.0, min=0.0, update=sync_rig,
+                                description="Fisheye only: the field of view the lens must reach (0 = not declared)")
     # spinning LiDAR
     rotation_hz: FloatProperty(name="Rotation (Hz)", default=10.0, min=MIN_RATE_HZ, max=MAX_RATE_HZ, update=sync_rig)
     azimuth_steps: IntProperty(name="Firings per sweep", default=2048, min=1, update=sync_rig)
@@ -125,6 +139,9 @@ def sensor_document(s: RowbeamSensor) -> dict:
                    first_event_ns=int(s.first_event_ns) if _ns_text_ok(s.first_event_ns) else s.first_event_ns)
         if s.override_size:
             doc["image_size_px"] = [s.width, s.height]
+        lens = lens_document(s)
+        if lens:
+            doc["lens"] = lens
         return doc
     if s.sensor_type == "radar":
         return radar_document(s, doc)
@@ -162,6 +179,26 @@ def radar_document(s: RowbeamSensor, doc: dict) -> dict:
                    elevation_fov_deg=[s.elevation_fov_min, s.elevation_fov_max],
                    azimuth_beams=s.azimuth_beams, elevation_beams=s.elevation_beams)
     return doc
+
+
+def lens_document(s: RowbeamSensor) -> dict | None:
+    """The camera's rig `lens` (None: the plain Blender pinhole); text that does not parse is passed through."""
+    if s.lens_model == "pinhole" and not s.lens_given_K:
+        return None
+    lens = {"model": s.lens_model}
+    try:
+        lens["D"] = _floats(s.lens_D)
+    except ValueError:
+        lens["D"] = s.lens_D                            # let the schema report the bad text
+    if s.lens_given_K:
+        try:
+            fx, fy, cx, cy = _floats(s.lens_K)
+            lens["K"] = [[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]]
+        except ValueError:
+            lens["K"] = s.lens_K
+    if s.lens_model == "opencv_fisheye" and s.lens_fov_deg > 0:
+        lens["fov_deg"] = s.lens_fov_deg
+    return lens
 
 
 def rig_document(scene) -> dict:
@@ -202,6 +239,14 @@ def load_rig_document(scene, doc: dict) -> None:
             s.rgb_samples, s.verify_rows = raw.get("rgb_samples", 64), raw.get("verify_rows", 3)
             if raw.get("image_size_px"):
                 s.override_size, (s.width, s.height) = True, raw["image_size_px"]
+            lens = raw.get("lens") or {"model": "pinhole"}
+            s.lens_model = lens["model"]
+            s.lens_D = ", ".join(repr(float(d)) for d in lens.get("D", []))
+            s.lens_given_K = "K" in lens
+            if "K" in lens:
+                K = lens["K"]
+                s.lens_K = ", ".join(repr(float(x)) for x in (K[0][0], K[1][1], K[0][2], K[1][2]))
+            s.lens_fov_deg = lens.get("fov_deg", 0.0)
         elif raw["type"] == "radar":
             _load_radar(s, raw)
         else:

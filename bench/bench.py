@@ -201,6 +201,54 @@ def object_label_benchmark(work: Path, width: int = 1280, height: int = 720, fra
     return out
 
 
+LENS_BENCH = {"opencv": {"model": "opencv", "D": [-0.28, 0.07, 1e-3, -5e-4, 0.0]},
+              "opencv_fisheye": {"model": "opencv_fisheye", "D": [-0.02, 0.01, -0.004, 0.0005]}}
+
+
+def lens_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH)) -> dict:
+    """(Lz) the same camera event exported through each lens model (OSL lens camera, labels on the exact ray)
+    vs the pinhole Blender camera, interleaved; every export is checked at publish (passed = not quarantined)."""
+    import json
+
+    blend, rig = running_example_files(work)
+    doc = json.loads(rig.read_text())
+    rigs = {"pinhole": rig}
+    for model in models:
+        d = json.loads(json.dumps(doc))
+        d["sensors"] = [dict(s, lens=LENS_BENCH[model]) for s in d["sensors"] if s["id"] == "camera_front"]
+        rigs[model] = work / f"rig_{model}.json"
+        rigs[model].write_text(json.dumps(d))
+    times = {k: [] for k in rigs}
+    results = {}
+    for i in range(repeat):
+        for name, r in rigs.items():
+            p = plan_export(ExportRequest(out=work / f"lens_{name}_{i}", blend=blend, rig=r, sensors=["camera_front"],
+                                          first_event=EVENT, count=1, device="cpu"))
+            seconds, summary = timed(lambda p=p: run_export(p))
+            times[name].append(seconds)
+            event = next(iter(summary["published"]), None)
+            manifest = json.loads((Path(event) / "manifest.json").read_text()) if event else None
+            results[name] = {"passed": bool(summary["published"]) and not summary["quarantined"],
+                             "breakdown": manifest["run"]["seconds"] if manifest else None,
+                             "lens": manifest["method"].get("lens") if manifest else None,
+                             "verification_m": manifest["method"]["verification"]["worst_range_error_m"]
+                             if manifest else None}
+    base = statistics.median(times["pinhole"])
+    return {name: {**results[name], "seconds": statistics.median(t), "ratio": statistics.median(t) / base}
+            for name, t in times.items()}
+
+
+def _print_lens(rows: dict, repeat: int) -> None:
+    print(f"Lens models, camera event {EVENT} of the running example, 1280x720, whole label export (render, derive, "
+          f"verify, write, check), median of {repeat}:")
+    for name, r in rows.items():
+        extra = "" if name == "pinhole" else (f"   ratio {r['ratio']:.2f}  [target <= 1.3]  unprojection residual "
+                                              f"{r['lens']['max_unprojection_residual_px']:.2g} px, "
+                                              f"{r['lens']['invalid_domain_pixels']} pixels outside the domain")
+        print(f"(Lz) {name:15s} {r['seconds']:8.3f} s{extra}  verify {r['verification_m']:.2g} m  "
+              f"{'passed' if r['passed'] else 'QUARANTINED'}  ({r['breakdown']})")
+
+
 def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
     blend, rig = running_example_files(work)
 
@@ -426,11 +474,19 @@ def main() -> int:
     parser.add_argument("--object-counts", default="200,2000")
     parser.add_argument("--rgb-samples", default="16,64", help="rgb samples per pixel of the throughput figures")
     parser.add_argument("--child", nargs=3, metavar=("KIND", "VALUE", "DIR"), help=argparse.SUPPRESS)
+    parser.add_argument("--lens-only", action="store_true", help="only the lens-model figure (Lz)")
     args = parser.parse_args()
     if args.child:
         import json
 
         print(json.dumps(scale_child(args.child[0], args.child[1], Path(args.child[2]))))
+        return 0
+    if args.lens_only:
+        work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
+        try:
+            _print_lens(lens_benchmark(work, args.repeat), args.repeat)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         return 0
     if args.objects_only:
         work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
@@ -450,6 +506,7 @@ def main() -> int:
         scale = None if args.no_scale else scale_benchmark(
             work, [x for x in args.scale_sizes.split(",") if x], [int(x) for x in args.lidar_channels.split(",") if x],
             [int(x) for x in args.object_counts.split(",") if x], [int(x) for x in args.rgb_samples.split(",") if x])
+        lens = lens_benchmark(work, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -479,6 +536,7 @@ def main() -> int:
           f"fixed-point iterations {flow['forward']['iterations']}, max row residual "
           f"{flow['forward']['max_row_residual']:.2g})")
     _print_objects(objects, "1280x720")
+    _print_lens(lens, args.repeat)
     print(f"peak RSS                                         {peak_mb:8.0f} MB")
     _report_issue12(args, cam, lidar, flow, multi, poses, scale)
     print_figures()

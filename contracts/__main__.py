@@ -2,7 +2,7 @@
 
   python -m contracts check BUNDLE [--report FILE]      exit 0 pass, 1 hard QA failure, 2 unusable input
   python -m contracts adapt {flo,kitti-flow,pfm} FLOW_DIR OUT [--variant V] [--direction forward|backward]
-  python -m contracts adapt {kitti-lidar,bop,kitti-object} BUNDLE OUT_DIR | coco BUNDLE OUT.json | ply SOURCE OUT
+  python -m contracts adapt {kitti-lidar,bop,kitti-object,rectify} BUNDLE OUT_DIR | coco BUNDLE OUT.json | ply SOURCE OUT
   python -m contracts associate BUNDLE --max-skew-us N  camera row bands <-> LiDAR beams / radar chirps
 """
 from __future__ import annotations
@@ -73,6 +73,15 @@ def main(argv=None, prog: str = "python -m contracts") -> int:
     ko.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
     ko.add_argument("out_dir", help="a new (or empty) output folder; staged beside it and renamed when complete")
     ko.add_argument("--sensor", help="camera sensor id (default: the only camera with object labels)")
+    rect = fmts.add_parser("rectify", help="rectified (undistorted) pinhole view of distorted camera events: "
+                           "camera_z, range, ids (nearest neighbour), validity, source row",
+                           description="OUT_DIR/<sensor>/<index:06d>/{camera_z,range,instance_id,semantic_id,valid,"
+                           "source_row}.npy for every camera event with a lens model (contracts/adapters/rectify.py).")
+    rect.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
+    rect.add_argument("out_dir", help="a new (or empty) output folder; staged beside it and renamed when complete")
+    rect.add_argument("--sensor", help="camera sensor id (default: every camera with a lens)")
+    rect.add_argument("--K", help="pinhole intrinsics fx,fy,cx,cy in px (default: the event's K)")
+    rect.add_argument("--size", help="pinhole image size WxH (default: the event's)")
     asc = sub.add_parser("associate", help="pair camera row bands with LiDAR beams / radar chirps within a skew",
                          description="For each camera event and each LiDAR or radar event overlapping it, pair every "
                          "camera row with the nearest firing group / chirp and keep the pair only when the skew is at "
@@ -147,6 +156,10 @@ def _run_adapter(args) -> str:
         from .adapters.lidar_formats import export_kitti_lidar
 
         s = export_kitti_lidar(args.bundle, args.out_dir, args.sensor, args.frame, args.intensity)
+    elif fmt == "rectify":
+        from .adapters.rectify import export_rectified
+
+        s = export_rectified(args.bundle, args.out_dir, args.sensor, args.K, args.size)
     elif fmt == "ply":
         from .adapters.lidar_formats import export_ply
 

@@ -11,7 +11,7 @@ SUBCOMMANDS = {
     "export": "render sensor events of a .blend into a bundle (needs bpy or Blender)",
     "check": "check a bundle or one event folder against its contracts (no Blender needed)",
     "adapt": "one-way export with a loss sidecar: flow (.flo, kitti-flow, pfm), LiDAR (kitti-lidar, ply), "
-             "objects (coco, bop, kitti-object)",
+             "objects (coco, bop, kitti-object), lenses (rectify)",
     "associate": "pair camera row bands with LiDAR beams / radar chirps within --max-skew-us (no Blender needed)",
     "scenes": "build a calibration scene or the running example as .blend + rig (needs bpy)",
     "schemas": "write the published JSON Schemas of every rowbeam document into a folder",

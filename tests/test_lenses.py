@@ -405,3 +405,105 @@ def test_flow_through_lens_matches_an_independent_solution(exports):
     print(f"flow through the opencv lens: {checked} pixels, worst difference from the OpenCV solver {worst:.3g} px")
     report = check_bundle(e.bundle)
     assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+
+
+@pytest.mark.parametrize("lens_name", ["opencv", "opencv_fisheye"])
+def test_rectified_pinhole_view(exports, tmp_path, lens_name):
+    """`rowbeam adapt rectify`: the pinhole view of a distorted board export has the closed-form camera_z (board at
+    4 m, markers at 3.99 m) and the closed-form marker ids except within 1 px of a marker edge (nearest neighbour);
+    its sidecar records what is lost and the nearest-neighbour distance; pixels the lens does not see are invalid."""
+    import json
+
+    from contracts.__main__ import main
+
+    e = _board(exports, lens_name)
+    out = tmp_path / "rect"
+    fx = 150.0 if lens_name == "opencv_fisheye" else 120.0       # opencv: wider than the distorted image
+    assert main(["adapt", "rectify", str(e.bundle), str(out), "--K", f"{fx},{fx},159.5,89.5", "--size", "320x180"]) == 0
+    side = json.loads((out / "rowbeam_adapter_sidecar.json").read_text())
+    assert side["format"] == "rectified_pinhole" and len(side["lost"]) >= 4
+    assert 0 < side["max_rounding_error"]["nearest_neighbour_px"] <= 0.7072
+    folder = out / "camera_front" / "000001"
+    a = {n: np.load(folder / f"{n}.npy") for n in ("camera_z", "range", "instance_id", "valid", "source_row")}
+    valid = a["valid"] == 1
+    v, u = np.mgrid[0:180, 0:320].astype(np.float64)
+    x, y = (u - 159.5) / fx, (v - 89.5) / fx
+    marker = np.zeros(u.shape, int)
+    edge = np.zeros(u.shape, bool)
+    half = e.truth.notes["marker_half_m"]
+    m, _ = _load(e)
+    for i, (mx, my, mz) in enumerate(e.truth.notes["markers_camera"]):
+        dx, dy = np.abs(x * mz - mx), np.abs(y * mz - my)
+        marker[(dx <= half) & (dy <= half)] = next(o["render_index"] for o in m["objects"]
+                                                   if o["id"] == e.truth.notes["marker_id0"] + i)
+        edge |= (np.abs(dx - half) < mz / fx) & (dy < half + mz / fx) | (np.abs(dy - half) < mz / fx) & (dx < half + mz / fx)
+    board = next(o["render_index"] for o in m["objects"] if o["id"] == e.truth.notes["board_id"])
+    expected = np.where(marker > 0, marker, board)
+    wrong = valid & (a["instance_id"] != expected) & ~edge
+    assert not wrong.any(), int(wrong.sum())
+    z = np.where(marker > 0, 3.99, 4.0)
+    inner = valid & ~edge
+    assert np.abs(a["camera_z"] - z)[inner].max() < 1e-3
+    assert np.abs(a["range"] - a["camera_z"] * np.sqrt(1 + x * x + y * y))[valid].max() < 1e-5
+    assert (a["source_row"][valid] >= 0).all() and (a["source_row"][~valid] == -1).all()
+    if lens_name == "opencv":        # the wide pinhole's corners lie outside what the distorted image saw
+        assert not valid[0, 0] and 0.3 < valid.mean() < 1
+    else:
+        assert valid.all()
+    print(f"rectify {lens_name}: valid {valid.mean():.3f}, worst inner camera_z error "
+          f"{np.abs(a['camera_z'] - z)[inner].max():.3g} m, nearest neighbour "
+          f"{side['max_rounding_error']['nearest_neighbour_px']:.3f} px")
+
+
+def _load(e):
+    from .helpers import load_event
+
+    return load_event(e.event)
+
+
+UI_SCRIPT = """
+import json, sys
+sys.path.insert(0, {repo!r})
+import bpy
+import addon
+from addon import rig_props
+from contracts.rig import parse_rig
+addon.register()
+scene = bpy.context.scene
+cam = bpy.data.objects.new("cam", bpy.data.cameras.new("cam"))
+scene.collection.objects.link(cam)
+s = scene.rowbeam.sensors.add()
+s.sensor_id, s.target = "camera_front", cam
+s.lens_model, s.lens_D = "opencv", "-0.25, 0.06, 0.001, -0.0005, 0"
+s.lens_given_K, s.lens_K = True, "200, 201, 159.5, 89.5"
+rig_props.sync_rig(s, bpy.context)
+doc = json.loads(scene["rowbeam_rig"])
+lens = parse_rig(doc).sensors[0].lens
+s.lens_model, s.lens_D, s.lens_fov_deg, s.lens_given_K = "opencv_fisheye", "0.1, 0, 0, 0", 170.0, False
+rig_props.sync_rig(s, bpy.context)
+doc2 = json.loads(scene["rowbeam_rig"])
+rig_props.load_rig_document(scene, doc)
+back = json.loads(scene["rowbeam_rig"])
+print("RESULT" + json.dumps({{"doc": doc["sensors"][0]["lens"], "spec": [lens.model, list(lens.D), lens.K],
+                              "doc2": doc2["sensors"][0]["lens"], "back": back["sensors"][0]["lens"]}}))
+"""
+
+
+def test_ui_lens_fields_round_trip(tmp_path):
+    """The add-on's lens fields write the rig's lens (parsed by the rig reader) and a loaded rig fills them back."""
+    import json
+
+    from .conftest import REPO, run_python
+
+    script = tmp_path / "ui_lens.py"
+    script.write_text(UI_SCRIPT.format(repo=str(REPO)))
+    r = run_python(script, timeout=300)
+    line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT")), None)
+    assert line, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads(line[len("RESULT"):])
+    assert res["doc"] == {"model": "opencv", "D": [-0.25, 0.06, 0.001, -0.0005, 0.0],
+                          "K": [[200.0, 0.0, 159.5], [0.0, 201.0, 89.5], [0.0, 0.0, 1.0]]}
+    assert res["spec"] == ["opencv", [-0.25, 0.06, 0.001, -0.0005, 0.0], [[200.0, 0.0, 159.5], [0.0, 201.0, 89.5],
+                                                                          [0.0, 0.0, 1.0]]]
+    assert res["doc2"] == {"model": "opencv_fisheye", "D": [0.1, 0.0, 0.0, 0.0], "fov_deg": 170.0}
+    assert res["back"] == res["doc"]
