@@ -1,6 +1,8 @@
 """Put a Blender scene at a scene-clock time and read poses there (bpy)."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from contracts.frames import T_BLENDER_CAMERA_OPENCV, rigid_parts
@@ -28,14 +30,35 @@ def objects_world_matrices(scene, clock: SceneClock, objects, times_ns) -> np.nd
     bit-identical to frame_set and leaving the scene's time as it was; anything else (constraints,
     drivers, NLA, physics, time remapping) takes one frame_set per time for all objects."""
     if len(times_ns) and direct_evaluation_reason(scene, objects) is None:
-        fs = [clock.frame_subframe(t) for t in times_ns]
-        return pose_eval.world_matrices_direct(objects, [f for f, _ in fs], [s for _, s in fs])
+        frames, subframes = frames_subframes(clock, times_ns)
+        return pose_eval.world_matrices_direct(objects, frames, subframes)
     out = np.empty((len(objects), len(times_ns), 4, 4))
     for i, t in enumerate(times_ns):
         set_time(scene, clock, t)
         for j, obj in enumerate(objects):
             out[j, i] = np.array(obj.matrix_world, dtype=np.float64)
     return out
+
+
+def frames_subframes(clock: SceneClock, times_ns) -> tuple[list, list]:
+    """clock.frame_subframe of each time (int or Fraction ns), in integer arithmetic with frames_per_ns taken once:
+    the same (frame, subframe) values, without a Fraction per time."""
+    fpn = clock.frames_per_ns()
+    frames, subframes = [], []
+    for t in times_ns:
+        if isinstance(t, (int, np.integer)):
+            num, den = int(t) * fpn.numerator, fpn.denominator
+        elif isinstance(t, Fraction):
+            num, den = t.numerator * fpn.numerator, t.denominator * fpn.denominator
+        else:
+            f, sub = clock.frame_subframe(t)
+            frames.append(f)
+            subframes.append(sub)
+            continue
+        whole = num // den
+        frames.append(clock.frame_start + whole)
+        subframes.append((num - whole * den) / den)        # int / int: correctly rounded, = float(Fraction)
+    return frames, subframes
 
 
 def direct_evaluation_reason(scene, objects) -> str | None:

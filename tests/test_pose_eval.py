@@ -134,3 +134,17 @@ def test_fallback_to_frame_set_for_constraints_drivers_and_nla():
     assert plain_reason([target]) is None
     scene.render.frame_map_new = 200
     assert "remapping" in scene_clock.direct_evaluation_reason(scene, [target])
+
+
+def test_frames_subframes_equal_the_clock():
+    """The integer-arithmetic batch conversion gives exactly SceneClock.frame_subframe (NTSC rate, Fractions,
+    negative times, numpy ints)."""
+    from fractions import Fraction
+
+    from contracts.timing import SceneClock
+
+    for clock in (SceneClock(30, 1.0, 1), SceneClock(30000, 1001.0, 7), SceneClock(24, 1.001, -3)):
+        times = [0, 1, -5, 33_366_667, np.int64(123_456_789), Fraction(10**9, 3), Fraction(-7, 11),
+                 Fraction(33_366_667 * 7 + 1, 2)] + list(range(0, 10**9, 9_999_991))
+        frames, subframes = scene_clock.frames_subframes(clock, times)
+        assert list(zip(frames, subframes, strict=True)) == [clock.frame_subframe(t) for t in times]
