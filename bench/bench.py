@@ -145,6 +145,34 @@ def lidar_benchmark(work: Path, repeat: int, sample_firings: int) -> dict:
             "export_s": export_s, "export_cpu_s": export_cpu, "breakdown": breakdown}
 
 
+def radar_benchmark(work: Path, repeat: int) -> dict:
+    """(R) one radar frame, 128 chirps x 64 beams (preset bench_128x64: every beam of every chirp at the chirp's
+    time, radial velocity from motion), against one 64 x 2048 LiDAR sweep of the same scene, interleaved."""
+    import json
+
+    from exporter.radar_event import export_radar_event
+
+    blend, rig = running_example_files(work)
+    doc = json.loads(rig.read_text())
+    doc["sensors"].append({"id": "radar_front", "type": "radar", "object": "radar_mount", "rate_hz": 20,
+                           "first_frame_ns": 0, "preset": "bench_128x64", "min_range_m": 0.5, "max_range_m": 150.0,
+                           "max_radial_velocity_mps": 60.0})
+    radar_rig = work / "radar.rig.json"
+    radar_rig.write_text(json.dumps(doc))
+    p = plan_export(ExportRequest(out=work / "radar_bundle", blend=blend, rig=radar_rig,
+                                  sensors=["radar_front", "lidar_top"], first_event=SWEEP, count=1, device="cpu"))
+    by_id = {j.sensor.id: j.sensor for j in p.jobs}
+    radar, lidar = [], []
+    for _ in range(repeat):
+        radar.append(timed(lambda: export_radar_event(p.context, by_id["radar_front"], SWEEP)))
+        lidar.append(timed(lambda: export_lidar_event(p.context, by_id["lidar_top"], SWEEP))[0])
+    a, b = statistics.median(r[0] for r in radar), statistics.median(lidar)
+    out = radar[-1][1]
+    return {"radar_s": a, "lidar_s": b, "ratio": a / b, "shape": (out.sensor.chirps, out.sensor.beams),
+            "breakdown": {k: round(v, 3) for k, v in out.seconds.items()},
+            "valid": int(out.arrays["valid"].sum())}
+
+
 def flow_benchmark(work: Path, repeat: int) -> dict:
     """Flow for a 1280x720 pair (events 30 -> 31) vs the label export of one event, interleaved."""
     from exporter.run import _export_event, _export_flow
@@ -475,6 +503,7 @@ def main() -> int:
     parser.add_argument("--rgb-samples", default="16,64", help="rgb samples per pixel of the throughput figures")
     parser.add_argument("--child", nargs=3, metavar=("KIND", "VALUE", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--lens-only", action="store_true", help="only the lens-model figure (Lz)")
+    parser.add_argument("--radar-only", action="store_true", help="only the radar figure (R)")
     args = parser.parse_args()
     if args.child:
         import json
@@ -485,6 +514,13 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
         try:
             _print_lens(lens_benchmark(work, args.repeat), args.repeat)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
+    if args.radar_only:
+        work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
+        try:
+            _print_radar(radar_benchmark(work, args.repeat))
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return 0
@@ -500,6 +536,7 @@ def main() -> int:
         cam = camera_benchmark(work, args.repeat, args.sample_rows)
         lidar = lidar_benchmark(work, args.repeat, args.sample_firings)
         flow = flow_benchmark(work, args.repeat)
+        radar = radar_benchmark(work, args.repeat)
         objects = object_label_benchmark(work)
         multi = multi_event_benchmark(work, args.events)
         poses = pose_benchmark(work, args.repeat)
@@ -535,6 +572,7 @@ def main() -> int:
           f"{flow['label_s']:.3f} s: ratio {flow['ratio']:.2f}  [target <= 1.0]  ({flow['breakdown']}; "
           f"fixed-point iterations {flow['forward']['iterations']}, max row residual "
           f"{flow['forward']['max_row_residual']:.2g})")
+    _print_radar(radar)
     _print_objects(objects, "1280x720")
     _print_lens(lens, args.repeat)
     print(f"peak RSS                                         {peak_mb:8.0f} MB")
@@ -581,6 +619,14 @@ def _report_issue12(args, cam, lidar, flow, multi, poses, scale) -> None:
     for label, cpu_s in rows:
         print(f"    {label:<32} {3600 / cpu_s:8.0f} events/core-hour ({cpu_s:.2f} CPU s)")
         figure(f"throughput {label}", 3600 / cpu_s, "ev/c-h")
+
+
+def _print_radar(r: dict) -> None:
+    K, B = r["shape"]
+    print(f"Radar frame {K} chirps x {B} beams (each chirp at its own time, radial velocity from motion):")
+    print(f"(R) radar frame                                  {r['radar_s']:8.3f} s   vs one 64 x 2048 LiDAR sweep "
+          f"{r['lidar_s']:.3f} s: ratio {r['ratio']:.2f}  ({r['breakdown']}; {r['valid']} valid beams)")
+    figure(f"(R) radar {K}x{B} / LiDAR 64x2048", r["ratio"], "", None, f"breakdown {r['breakdown']}")
 
 
 def _print_objects(rows: list, size: str) -> None:
