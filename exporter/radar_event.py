@@ -26,7 +26,7 @@ from .lidar_event import render_beam_layout
 from .lidar_labels import labels_from_beams
 from .lidar_layout import sweep_layout
 from .lidar_osl import beam_camera_source
-from .scene_clock import objects_world_matrices, rigid_poses, set_time
+from .scene_clock import objects_world_matrices, pose_method, rigid_poses, set_time
 from .verify import verify_rows
 
 VELOCITY_STEP_NS = 2_000_000          # +-2 ms: float32 matrix_world and subframe rounding vs curvature
@@ -34,10 +34,10 @@ RADAR_METHOD = ("cycles_osl_beam_camera: one Cycles render through the generated
                 "columns = beams, fixed directions), motion blur with a TOP rolling shutter (duration 0) shifted so each "
                 "row is traced at its chirp's exact time; ranges, points and normals from the Position pass and a "
                 "true-normal AOV with the exact mount pose at every chirp's time")
-POSE_METHOD = ("scene.frame_set(frame, subframe) at every chirp's time; mount matrix_world, scale removed; radar frame "
-               "= mount local axes (x forward, y left, z up)")
+POSE_METHOD = ("mount matrix_world at every chirp's time, scale removed; radar frame = mount local axes (x forward, "
+               "y left, z up); evaluated by ")
 VELOCITY_METHOD = (f"v_r = (Mdot_o(t) M_o(t)^-1 P - odot(t)) . d_world(t): Mdot = central difference of the hit object's "
-                   f"matrix_world over t +- {VELOCITY_STEP_NS} ns (frame_set with subframe; objects[].motion static: 0), "
+                   f"matrix_world over t +- {VELOCITY_STEP_NS} ns (scene_clock.objects_world_matrices; objects[].motion static: 0), "
                    "odot = the mount origin's velocity by the same difference; not a difference of ranges")
 
 
@@ -146,7 +146,7 @@ def export_radar_event(ctx, sensor: RadarSensor, index: int) -> RadarEventOutput
                   chirp_T_world_radar=poses, chirp_velocity_world=Mdot[0, :, :3, 3].copy(), points=points)
     method = {
         "label_render": RADAR_METHOD,
-        "chirp_poses": POSE_METHOD,
+        "chirp_poses": POSE_METHOD + pose_method(scene, [scene.objects[sensor.object]]),
         "radial_velocity": VELOCITY_METHOD,
         "cycles": {"samples": 1, "pixel_filter": "GAUSSIAN", "filter_width_px": 0.01, "image_rows": layout.rows,
                    "image_columns": layout.width, "rolling_shutter_type": "TOP", "rolling_shutter_duration": 0.0,

@@ -2,7 +2,8 @@
 
 Bodies: the ego (rig `state_log.ego_object`) and every planned sensor's object at `ego_rate_hz`, every moving
 object of the object table at `objects_rate_hz`, over the span of the planned events. Each pose is matrix_world
-(scale removed) evaluated by frame_set at the sample's integer-ns time; velocities by central differences.
+(scale removed) at the sample's integer-ns time (`scene_clock.objects_world_matrices`: direct F-curve evaluation,
+identical to frame_set, or frame_set); velocities by central differences.
 """
 from __future__ import annotations
 
