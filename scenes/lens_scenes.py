@@ -66,6 +66,6 @@ def marker_board(lens: str = "opencv", scale: int = 4, distance: float = 4.0, ya
          ("markers", calibration._static_plane(T, (0, 0, distance - 0.01), (0, 0, -1.0)))],
         notes={"markers_camera": markers, "marker_half_m": MARKER_HALF_M, "marker_id0": MARKER_ID0,
                "board_id": BOARD_ID, "lens": LENS_PRESETS[lens], "T_world_camera": T})
-    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, lens=LENS_PRESETS[lens],
+    rig = common.camera_rig("camera_front", cam.name, rgb_samples=2, lens=LENS_PRESETS[lens],
                             readout_direction=direction)
     return truth, rig

@@ -162,6 +162,24 @@ def test_bad_coefficients_refused(lens, fragments):
         assert f in msg, (f, msg)
 
 
+def test_custom_camera_blender_refused(monkeypatch):
+    """A lens renders through a custom (OSL) camera: on Blender 4.2 (no CUSTOM camera) the sensor is refused in one
+    line naming the version needed, like the LiDAR."""
+    from exporter import blender_compat
+    from exporter.lens_camera import sensor_lens
+
+    sensor = parse_rig({**RIG, "sensors": [{**RIG["sensors"][0], "lens": {"model": "opencv", "D": [0.1, 0, 0, 0]}}]}
+                       ).sensors[0]
+    monkeypatch.setattr(blender_compat, "HAS_CUSTOM_CAMERA", False)
+    monkeypatch.setattr(blender_compat, "VERSION_STRING", "4.2.23")
+    with pytest.raises(RowbeamError, match=r"sensor 'cam': lens model opencv renders through a custom \(OSL\) camera: "
+                                           r"needs Blender >= 4.5 \(found 4.2.23\)"):
+        sensor_lens(sensor, K, W, H)
+    monkeypatch.undo()
+    assert sensor_lens(sensor, K, W, H).model == "opencv"
+    assert sensor_lens(parse_rig(RIG).sensors[0], K, W, H) is None
+
+
 def test_good_lens_accepted():
     rig = copy.deepcopy(RIG)
     rig["sensors"][0]["lens"] = {"model": "opencv", "D": [-0.28, 0.07, 0, 0, 0], "K": KL}
@@ -246,6 +264,16 @@ def test_marker_board_through_lens(exports, lens_name):
     assert np.abs(np.linalg.norm(X, axis=-1) - a["range"])[valid].max() < Z_TOL
     reproj = np.abs(_cv_project_lens(lens, X[valid]) - np.stack([u[valid], v[valid]], -1)).max()
     assert reproj < 1e-6, reproj
+    # normals of the fronto-parallel board and markers, in the camera frame of each row
+    for name in ("normal_geometric", "normal_shading"):
+        assert np.abs(a[name][valid] - [0.0, 0.0, -1.0]).max() < 1e-5
+    # rgb goes through the same lens camera: pixels without a ray (2 px beyond the fisheye domain, past the rgb
+    # pixel filter's reach) stay black
+    assert a["rgb"].shape == (H, W, 3) and np.isfinite(a["rgb"]).all() and (a["rgb"][in_domain] > 0).any()
+    if lens.model == "opencv_fisheye":
+        rd_px = np.hypot(u - lens.K[0, 2], v - lens.K[1, 2])
+        far = rd_px > lens.max_distorted_radius * lens.K[0, 0] + 2.0
+        assert far.sum() > 100 and (a["rgb"][far] == 0).all()
     # markers: rendered masks vs the OpenCV-predicted pixel sets (OpenCV rays meeting each marker square)
     near = (lens.model != "opencv_fisheye") | (np.hypot(*[(c - k) / f for c, k, f in ((u, lens.K[0, 2], lens.K[0, 0]),
                                                                                     (v, lens.K[1, 2], lens.K[1, 1]))])
