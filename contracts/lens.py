@@ -101,8 +101,10 @@ def _opencv_radial(D, s):
     """(R, dR/ds) of the rational radial factor at s = r^2."""
     k1, k2, _, _, k3, k4, k5, k6 = _opencv_coeffs(D)
     num = 1.0 + s * (k1 + s * (k2 + s * k3))
-    den = 1.0 + s * (k4 + s * (k5 + s * k6))
     dnum = k1 + s * (2.0 * k2 + 3.0 * s * k3)
+    if k4 == k5 == k6 == 0.0:                 # the 5-coefficient model: no denominator
+        return num, dnum
+    den = 1.0 + s * (k4 + s * (k5 + s * k6))
     dden = k4 + s * (2.0 * k5 + 3.0 * s * k6)
     return num / den, (dnum * den - num * dden) / (den * den)
 
@@ -194,7 +196,7 @@ def unproject(lens: Lens, u, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         x, y = xd.copy(), yd.copy()
         ok = np.ones(x.shape, bool)
     elif lens.model == "opencv":
-        x, y = _invert_opencv(lens.D, xd, yd)
+        x, y = _invert_opencv(lens.D, xd, yd, lens.max_radius)
         ok = (x * x + y * y <= lens.max_radius ** 2)
     else:
         x, y, ok = _invert_fisheye(lens, xd, yd)
@@ -206,23 +208,47 @@ def unproject(lens: Lens, u, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.where(ok[..., None], rays, np.nan), ok, res
 
 
-def _invert_opencv(D, xd, yd):
-    """Newton on (x, y) from the distorted point as the first guess."""
-    x, y = xd.astype(np.float64).copy(), yd.astype(np.float64).copy()
+def _invert_opencv(D, xd, yd, r_max: float = math.inf):
+    """Newton on (x, y), started from the inverse of the radial map alone (a 1D table, tangential terms
+    ignored); pixels leave the iteration once converged."""
     with np.errstate(all="ignore"):
-        return _newton_opencv(D, xd, yd, x, y)
+        x0, y0 = _radial_guess(D, xd, yd, r_max)
+        return _newton_opencv(D, xd, yd, x0, y0)
+
+
+def _radial_guess(D, xd, yd, r_max):
+    rd = np.hypot(xd, yd)
+    top = float(rd.max(initial=0.0))
+    if not math.isfinite(top) or top == 0.0:
+        return xd.astype(np.float64).copy(), yd.astype(np.float64).copy()
+    hi = min(r_max, RADIUS_SEARCH_MAX)
+    r = np.linspace(0.0, min(hi, 4.0 * top + 1.0), 4097)
+    f = _radial_map("opencv", D, r)
+    mono = np.concatenate([[True], np.cumprod(np.diff(f) > 0).astype(bool)])    # the increasing start only
+    r, f = r[mono], f[mono]
+    ru = np.interp(rd, f, r)
+    scale = np.where(rd > 0, ru / np.where(rd > 0, rd, 1.0), 1.0)
+    return xd * scale, yd * scale
 
 
 def _newton_opencv(D, xd, yd, x, y):
+    shape = np.shape(xd)
+    xd, yd = np.asarray(xd, np.float64).ravel(), np.asarray(yd, np.float64).ravel()
+    x, y = np.array(x, np.float64).ravel(), np.array(y, np.float64).ravel()
+    active = np.arange(x.size)
     for _ in range(MAX_ITERATIONS):
-        fx, fy = opencv_distort(D, x, y)
-        ex, ey = fx - xd, fy - yd
-        if not np.any(np.abs(ex) + np.abs(ey) > CONVERGED):
+        xa, ya = x[active], y[active]
+        fx, fy = opencv_distort(D, xa, ya)
+        ex, ey = fx - xd[active], fy - yd[active]
+        keep = ~(np.abs(ex) + np.abs(ey) <= CONVERGED)        # NaN stays (and fails the residual test later)
+        if not keep.any():
             break
-        a, b, c, d = _opencv_jacobian(D, x, y)
+        active, xa, ya, ex, ey = active[keep], xa[keep], ya[keep], ex[keep], ey[keep]
+        a, b, c, d = _opencv_jacobian(D, xa, ya)
         det = a * d - b * c
-        x, y = x - (d * ex - b * ey) / det, y - (a * ey - c * ex) / det
-    return x, y
+        x[active] = xa - (d * ex - b * ey) / det
+        y[active] = ya - (a * ey - c * ex) / det
+    return x.reshape(shape), y.reshape(shape)
 
 
 def _invert_fisheye(lens: Lens, xd, yd):
