@@ -535,3 +535,36 @@ def test_ui_lens_fields_round_trip(tmp_path):
                                                                           [0.0, 0.0, 1.0]]]
     assert res["doc2"] == {"model": "opencv_fisheye", "D": [0.1, 0.0, 0.0, 0.0], "fov_deg": 170.0}
     assert res["back"] == res["doc"]
+
+
+def test_checker_catches_lens_faults(exports, tmp_path):
+    """Planted faults in a fisheye export: D that differs from the rig, a valid pixel outside the valid domain,
+    a range off the unprojected ray, and a manifest claiming a pinhole camera."""
+    from .helpers import assert_fails, load_event
+    from .test_checker_faults import _copy, _edit_manifest, _replace
+
+    e = _board(exports, "opencv_fisheye")
+    cases = {
+        "D": lambda m: m["calibration"]["distortion"]["coefficients"].__setitem__(0, -0.021),
+        "pinhole": lambda m: (m["calibration"].update(projection="pinhole"),
+                              m["calibration"]["distortion"].update(model="none", coefficients=[])),
+    }
+    for name, edit in cases.items():
+        root, ev = _copy(e, tmp_path / name)
+        _edit_manifest(ev, edit)
+        assert_fails(root, "lens_rig", "vs the rig's")
+        if name == "pinhole":
+            assert_fails(root, "camera_z_range")       # range/camera_z on the pinhole ray, not the fisheye's
+    root, ev = _copy(e, tmp_path / "domain")
+    _, a = load_event(ev)
+    valid, z, r = a["valid"].copy(), a["camera_z"].copy(), a["range"].copy()
+    valid[0, 0], z[0, 0], r[0, 0] = 1, 1.0, 5.0
+    for name, arr in (("valid", valid), ("camera_z", z), ("range", r)):
+        _replace(ev, name, arr)
+    assert_fails(root, "lens_valid_domain", "1 valid pixels lie outside")
+    root, ev = _copy(e, tmp_path / "range")
+    _, a = load_event(ev)
+    r = a["range"].copy()
+    r[90, 160] *= 1.001
+    _replace(ev, "range", r)
+    assert_fails(root, "camera_z_range", "at 1 pixels")
