@@ -99,6 +99,24 @@ def test_custom_camera_and_lidar_support():
     with pytest.raises(RowbeamError) as e:
         bc.require_sensor_support("lidar_top", "spinning_lidar", version=(4, 2, 23))
     assert str(e.value) == "sensor 'lidar_top' (spinning_lidar) needs Blender >= 4.5 (found 4.2.23)"
+    with pytest.raises(RowbeamError) as e:                 # the radar renders through the same OSL camera
+        bc.require_sensor_support("radar_front", "radar", version=(4, 2, 23))
+    assert str(e.value) == "sensor 'radar_front' (radar) needs Blender >= 4.5 (found 4.2.23)"
+    if bc.HAS_CUSTOM_CAMERA:
+        bc.require_sensor_support("radar_front", "radar")
+
+
+@pytest.mark.skipif(bc.HAS_CUSTOM_CAMERA, reason="this Blender has custom (OSL) cameras")
+def test_radar_export_on_a_blender_without_custom_cameras_is_one_line(tmp_path):
+    from scenes import radar_scenes as rs
+
+    _, rig = rs.wall_approaching()
+    blend = common.save(tmp_path / "wall.blend", rig)
+    r = run_python(REPO / "render_export.py", blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "o")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("rowbeam:")] == [
+        f"rowbeam: error: sensor 'radar_front' (radar) needs Blender >= 4.5 (found {bc.VERSION_STRING})"]
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.skipif(bc.HAS_CUSTOM_CAMERA, reason="this Blender has custom (OSL) cameras")

@@ -27,6 +27,7 @@ SELECTION=(
   tests/test_calibration_exports.py                  # rolling-shutter camera exports vs closed form
   tests/test_timing.py                               # Cycles shutter timing per row / per firing
   tests/test_lidar.py                                # spinning LiDAR through the OSL custom camera
+  "tests/test_radar.py::test_wall_approaching_radial_velocity_is_minus_v_cos_theta"   # radar, same OSL camera
   tests/test_flow.py                                 # optical / scene flow, adapters, EXR reading
   tests/test_checker.py                              # checker on exported EXR/npy payloads
   tests/test_extension.py                            # zip build, install, UI export + check, uninstall
