@@ -496,3 +496,25 @@ def test_sensors_panel_adds_and_edits_a_radar_with_presets(tmp_path):
         16, bench["chirp_period_ns"], bench["azimuth_beams"], bench["elevation_beams"])
     assert res["loaded"]["state_log"]["ego_object"] == "ego"
     assert parse_rig(res["loaded"], "loaded").sensors[0].beams == 64
+
+
+def test_checker_catches_camera_row_poses_in_reverse_order(running, tmp_path):
+    """The running example's camera rows (shuttle at 10 m/s): row poses listed bottom-to-top disagree with the state
+    log at the rows' times by up to 12 ms x 10 m/s = 0.12 m."""
+    import shutil
+
+    from contracts.arrays import write_npy
+    from contracts.bundle_reader import Bundle
+
+    from .helpers import assert_fails, rehash
+
+    root = tmp_path / "b"
+    shutil.copytree(running.bundle, root)
+    shutil.rmtree(root / "associations", ignore_errors=True)
+    radar = next(Bundle.open(root).events(sensor="radar_front"))            # the one loader reads radar frames
+    assert radar.array("radial_velocity").shape == (64, 32) and radar.array("points").size > 0
+    ev = next((root / "events" / "camera_front").glob("*"))
+    _, a = load_event(ev)
+    write_npy(ev / "row_T_world_camera.npy", a["row_T_world_camera"][::-1].copy())
+    rehash(ev, "row_T_world_camera")
+    assert_fails(root, "state_log_poses", "row poses vs the state log")
