@@ -32,6 +32,11 @@ LENS_PRESETS = {
 }
 
 
+# D-only lenses (K from the Blender camera) that `rowbeam scenes NAME --lens MODEL` gives any scene's cameras
+SCENE_LENSES = {"opencv": {"model": "opencv", "D": [-0.25, 0.06, 1.0e-3, -5.0e-4, 0.0]},
+                "opencv_fisheye": {"model": "opencv_fisheye", "D": [-0.02, 0.01, -0.004, 0.0005]}}
+
+
 def marker_board(lens: str = "opencv", scale: int = 4, distance: float = 4.0, yaw_rate_rad_s: float = 0.0,
                  direction: str = "top_to_bottom"):
     """Markers on a plane at camera z = distance; rig lens = LENS_PRESETS[lens]."""
