@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import bpy
-from bpy.props import EnumProperty, StringProperty
+from bpy.props import BoolProperty, EnumProperty, StringProperty
 from bpy_extras.io_utils import ExportHelper, ImportHelper
 
 from contracts.check import check_bundle, summary_lines
@@ -338,6 +338,37 @@ class ROWBEAM_OT_check(bpy.types.Operator):
         return {"FINISHED"}
 
 
+class ROWBEAM_OT_report(bpy.types.Operator):
+    """Write the visual QA report of the output bundle (<output>_report/, beside it) and open it in the browser"""
+    bl_idname = "rowbeam.report"
+    bl_label = "Visual QA Report"
+
+    open_browser: BoolProperty(default=True, options={"SKIP_SAVE"})
+
+    def execute(self, context):
+        from contracts.report.build import build_report
+
+        out = Path(bpy.path.abspath(_settings(context).output_dir))
+        target = out.parent / f"{out.name}_report"
+        state = _state(context)
+        try:
+            doc = build_report(out, target)
+        except RowbeamError as exc:
+            state.report_html = ""
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        items = [it for b in doc["bundles"] for it in b["items"]]
+        failed = [it for it in items if it["qa_status"] == "fail"]
+        lines = [f"report: {doc['status'].upper()} — {len(items)} folder(s), {len(failed)} failed QA"]
+        lines += [f"  FAIL {it['folder']}: {c['check']}: {c['message']}" for it in failed for c in it["failed_checks"][:2]]
+        state.check_status, state.check_lines = doc["status"], "\n".join(lines)
+        state.report_html = str(target / "index.html")
+        if self.open_browser:
+            bpy.ops.wm.url_open(url=(target / "index.html").as_uri())
+        self.report({"INFO"} if doc["status"] == "pass" else {"WARNING"}, f"rowbeam: {lines[0]} -> {state.report_html}")
+        return {"FINISHED"}
+
+
 CLASSES = (ROWBEAM_OT_sensor_add, ROWBEAM_OT_sensor_remove, ROWBEAM_OT_sensor_move, ROWBEAM_OT_camera_preset,
            ROWBEAM_OT_rig_import, ROWBEAM_OT_rig_export, ROWBEAM_OT_set_class, ROWBEAM_OT_assign_ids,
-           ROWBEAM_OT_export, ROWBEAM_OT_check)
+           ROWBEAM_OT_export, ROWBEAM_OT_check, ROWBEAM_OT_report)

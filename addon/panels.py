@@ -158,6 +158,7 @@ class ROWBEAM_PT_check(SceneButtons, bpy.types.Panel):
         layout = self.layout
         state = context.window_manager.rowbeam_state
         layout.operator("rowbeam.check", icon="CHECKMARK")
+        layout.operator("rowbeam.report", icon="URL")
         if state.check_status:
             icon = "CHECKMARK" if state.check_status == "pass" else "ERROR"
             col = layout.column(align=True)
@@ -165,6 +166,8 @@ class ROWBEAM_PT_check(SceneButtons, bpy.types.Panel):
                 col.label(text=line.strip(), icon=icon if i == 0 else "NONE")
             if state.report_path:
                 layout.label(text=f"Report: {state.report_path}", icon="FILE_TEXT")
+        if state.report_html:
+            layout.label(text=f"Visual report: {state.report_html}", icon="URL")
 
 
 CLASSES = (ROWBEAM_UL_sensors, ROWBEAM_PT_main, ROWBEAM_PT_sensors, ROWBEAM_PT_labels, ROWBEAM_PT_export,

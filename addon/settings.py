@@ -49,3 +49,4 @@ class RowbeamRunState(bpy.types.PropertyGroup):
     check_status: StringProperty(default="")
     check_lines: StringProperty(default="")
     report_path: StringProperty(default="")
+    report_html: StringProperty(default="")          # index.html of the last visual QA report

@@ -488,6 +488,30 @@ def report_scale(scale: dict) -> None:
             figure("camera peak RSS ~ objects^k", fit_exponent(ns, [r["peak_rss_mb"] for _, r in scale["objects"]]))
 
 
+def report_benchmark(work: Path, repeat: int) -> dict:
+    """(Q) `rowbeam report` of a one-event bundle (running example, 1280x720, labels only) against `rowbeam check`
+    of the same event, interleaved; the report includes its own check run."""
+    from contracts.report.build import build_report
+
+    blend, rig = running_example_files(work)
+    bundle = work / "report_bundle"
+    run_export(plan_export(ExportRequest(out=bundle, blend=blend, rig=rig, sensors=["camera_front"],
+                                         first_event=EVENT, count=1, device="cpu")))
+    event = next((bundle / "events").glob("*/*"))
+    checks, reports = [], []
+    for i in range(repeat):
+        checks.append(timed(lambda: check_bundle(event))[0])
+        reports.append(timed(lambda i=i: build_report(bundle, work / f"report_{i}"))[0])
+    a, b = statistics.median(reports), statistics.median(checks)
+    return {"report_s": a, "check_s": b, "ratio": a / b}
+
+
+def _print_report(r: dict) -> None:
+    print(f"(Q) rowbeam report, per camera event            {r['report_s']:8.3f} s   vs one event's rowbeam check "
+          f"{r['check_s']:.3f} s: ratio {r['ratio']:.2f}  [target <= 2]")
+    figure("visual QA report per event / check", r["ratio"], "x", "<= 2")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
@@ -504,7 +528,16 @@ def main() -> int:
     parser.add_argument("--child", nargs=3, metavar=("KIND", "VALUE", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--lens-only", action="store_true", help="only the lens-model figure (Lz)")
     parser.add_argument("--radar-only", action="store_true", help="only the radar figure (R)")
+    parser.add_argument("--report-only", action="store_true", help="only the visual QA report figure (Q)")
     args = parser.parse_args()
+    if args.report_only:
+        work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
+        try:
+            _print_report(report_benchmark(work, args.repeat))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print_figures()
+        return 0
     if args.child:
         import json
 
@@ -544,6 +577,7 @@ def main() -> int:
             work, [x for x in args.scale_sizes.split(",") if x], [int(x) for x in args.lidar_channels.split(",") if x],
             [int(x) for x in args.object_counts.split(",") if x], [int(x) for x in args.rgb_samples.split(",") if x])
         lens = lens_benchmark(work, args.repeat)
+        report = report_benchmark(work, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -575,6 +609,7 @@ def main() -> int:
     _print_radar(radar)
     _print_objects(objects, "1280x720")
     _print_lens(lens, args.repeat)
+    _print_report(report)
     print(f"peak RSS                                         {peak_mb:8.0f} MB")
     _report_issue12(args, cam, lidar, flow, multi, poses, scale)
     print_figures()

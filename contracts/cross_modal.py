@@ -30,9 +30,16 @@ def row_of_projection(points_world, row_T_world_camera, K, iterations=4):
     return uv, X[:, 2], row
 
 
-def check_lidar_camera(lidar_manifest, lidar_arrays, camera_manifest, camera_arrays, add) -> None:
-    """Compare one sweep with one camera event; records one result named after the camera event."""
-    name = f"lidar_vs_camera:{camera_manifest['sensor']['id']}/{camera_manifest['event']['index']}"
+def lidar_camera_pairs(lidar_manifest, lidar_arrays, camera_manifest, camera_arrays) -> dict | None:
+    """LiDAR returns of one sweep projected into the camera row whose time matches (the checker's pairing).
+
+    Returns None when no static return lies inside the camera event's time span, else a dict of arrays over
+    the returns kept by time span and motion (N of them): `points` (the point records), `uv` (N, 2) px,
+    `z` (N,) m return's camera-frame z at its row's pose, `row` (N,) int, `skew_ns` (N,) |t_row - t_return|,
+    `paired` (N,) bool (inside the image, skew within LIDAR_CAMERA_MAX_SKEW_NS, same object on one planar face
+    at the four surrounding pixel centres), `camera_z` (N,) m interpolated in 1/z (meaningful where paired),
+    `residual_m` (N,) camera_z - z (NaN where not paired).
+    """
     pts = lidar_arrays["points"]
     by_index = {o["render_index"]: o for o in lidar_manifest["objects"]}
     cam_index = {o["id"]: o["render_index"] for o in camera_manifest["objects"]}
@@ -41,8 +48,7 @@ def check_lidar_camera(lidar_manifest, lidar_arrays, camera_manifest, camera_arr
     span = (row_t.min() - tol.LIDAR_CAMERA_MAX_SKEW_NS, row_t.max() + tol.LIDAR_CAMERA_MAX_SKEW_NS)
     keep = static & (pts["t_ns"] >= span[0]) & (pts["t_ns"] <= span[1])
     if not keep.any():
-        add(name, True, "no static returns inside the camera event's time span", severity="warn")
-        return
+        return None
     sel = pts[keep]
     world = np.stack([sel["x_world"], sel["y_world"], sel["z_world"]], -1)
     K = np.array(camera_manifest["calibration"]["K"])
@@ -63,11 +69,25 @@ def check_lidar_camera(lidar_manifest, lidar_arrays, camera_manifest, camera_arr
         ok &= np.nan_to_num(np.abs(normal[r, c] - normal[r0, c0]).max(axis=-1), nan=1.0) < 1e-3
         with np.errstate(divide="ignore", invalid="ignore"):
             inv += w / cz[r, c].astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        interpolated = 1.0 / inv
+    return {"points": sel, "uv": uv, "z": z, "row": row, "skew_ns": skew, "paired": ok, "camera_z": interpolated,
+            "residual_m": np.where(ok, interpolated - z, np.nan)}
+
+
+def check_lidar_camera(lidar_manifest, lidar_arrays, camera_manifest, camera_arrays, add) -> None:
+    """Compare one sweep with one camera event; records one result named after the camera event."""
+    name = f"lidar_vs_camera:{camera_manifest['sensor']['id']}/{camera_manifest['event']['index']}"
+    pairs = lidar_camera_pairs(lidar_manifest, lidar_arrays, camera_manifest, camera_arrays)
+    if pairs is None:
+        add(name, True, "no static returns inside the camera event's time span", severity="warn")
+        return
+    ok, z, skew = pairs["paired"], pairs["z"], pairs["skew_ns"]
     if not ok.any():
         add(name, True, f"no static return lands, within {tol.LIDAR_CAMERA_MAX_SKEW_NS / 1e6:g} ms, on a camera "
             "row showing the same surface", severity="warn")
         return
-    err = np.abs(1.0 / inv[ok] - z[ok])
+    err = np.abs(pairs["camera_z"][ok] - z[ok])
     limit = tol.LIDAR_CAMERA_Z_ABS_TOL_M + tol.LIDAR_CAMERA_Z_REL_TOL * z[ok]
     bad = int(np.count_nonzero(err > limit))
     worst = float(err.max())

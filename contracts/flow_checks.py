@@ -127,6 +127,19 @@ def _check_cycle(arrays, src, dst, add):
     """Forward then backward (bilinear over four destination pixels on the source pixel's object and
     one planar face) returns to the start where both directions are visible and the landing point lies
     between pixel centres."""
+    err = cycle_residuals(arrays, src, dst)[0]
+    bad = int(np.count_nonzero(err > tol.FLOW_CYCLE_TOL_PX))
+    add("flow_cycle_consistency", bad == 0,
+        f"forward+backward misses the start by more than {tol.FLOW_CYCLE_TOL_PX} px at {bad} of {err.size} pixels "
+        f"(worst {err.max():.3g} px)" if bad else
+        f"forward+backward returns within {tol.FLOW_CYCLE_TOL_PX} px at all {err.size} mutually visible pixels",
+        pixels=int(err.size), worst_px=float(err.max(initial=0.0)))
+
+
+def cycle_residuals(arrays, src, dst) -> tuple[np.ndarray, np.ndarray]:
+    """(err (N,) px, pixels (H, W) bool): |p + forward + backward(p + forward) - p| at the N source pixels where
+    forward is visible, the landing point lies between pixel centres and the four destination pixels around it
+    are backward-visible, on the source pixel's object and one planar face (the pixels marked in `pixels`)."""
     fwd, bwd = arrays["flow_forward"].astype(np.float64), arrays["flow_backward"].astype(np.float64)
     vis_f, vis_b = arrays["flow_forward_dest_visible"].astype(bool), arrays["flow_backward_dest_visible"].astype(bool)
     H, W = vis_f.shape
@@ -146,12 +159,9 @@ def _check_cycle(arrays, src, dst, add):
         usable &= vis_b[r, c] & (face[r, c] == first)
         back += w[:, None] * np.nan_to_num(bwd[r, c])
     err = np.hypot(*(q + back - p)[usable].T) if usable.any() else np.zeros(0)
-    bad = int(np.count_nonzero(err > tol.FLOW_CYCLE_TOL_PX))
-    add("flow_cycle_consistency", bad == 0,
-        f"forward+backward misses the start by more than {tol.FLOW_CYCLE_TOL_PX} px at {bad} of {err.size} pixels "
-        f"(worst {err.max():.3g} px)" if bad else
-        f"forward+backward returns within {tol.FLOW_CYCLE_TOL_PX} px at all {err.size} mutually visible pixels",
-        pixels=int(err.size), worst_px=float(err.max(initial=0.0)))
+    pixels = np.zeros((H, W), dtype=bool)
+    pixels[vis_f] = usable
+    return err, pixels
 
 
 def _face_keys(event) -> np.ndarray:

@@ -24,6 +24,7 @@ SCHEMA_FILES = {
     "rowbeam/event_qa@1": "event_qa.schema.json",
     "rowbeam/state_log@1": "state_log.schema.json",
     "rowbeam/associations@1": "associations.schema.json",
+    "rowbeam/report@1": "report.schema.json",
 }
 USER_SCHEMAS = ("rowbeam/rig@1", "rowbeam/ontology@1")   # written by people: integers must be JSON integers
 MAX_JSON_DEPTH = 64                  # nesting levels of any rowbeam document

@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "associate": "pair camera row bands with LiDAR beams / radar chirps within --max-skew-us (no Blender needed)",
     "scenes": "build a calibration scene or the running example as .blend + rig (needs bpy)",
     "schemas": "write the published JSON Schemas of every rowbeam document into a folder",
+    "report": "static HTML visual QA report of a bundle or dataset: overlays, residual distributions, statistics",
 }
 
 USAGE = "usage: rowbeam {" + ",".join(SUBCOMMANDS) + "} ... [--help]"
@@ -59,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         from contracts.__main__ import main as contracts_main
 
         return contracts_main([command, *rest], prog="rowbeam")
+    if command == "report":
+        from contracts.report.cli import main as report_main
+
+        return report_main(rest, prog="rowbeam report")
     if command == "schemas":
         from contracts.schema import schemas_main
 

@@ -67,6 +67,8 @@ res["export"] = list(bpy.ops.rowbeam.export())
 bpy.ops.rowbeam.check()
 state = bpy.context.window_manager.rowbeam_state
 res["check_status"], res["check_lines"], res["report_path"] = state.check_status, state.check_lines, state.report_path
+bpy.ops.rowbeam.report(open_browser=False)        # the visual QA report beside the bundle (no browser here)
+res["report_html"], res["report_status"] = state.report_html, state.check_status
 res["stored_rig"] = json.loads(scene["rowbeam_rig"])
 
 # every panel draws without error, and everything it draws exists (layout stand-in: no UI here)

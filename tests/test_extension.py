@@ -100,6 +100,8 @@ def test_ui_export_checks_clean(session):
     else:
         assert "lidar_refused" not in res
     assert Path(res["report_path"]).is_file()
+    assert Path(res["report_html"]).is_file() and res["report_html"].endswith("out_ui_report/index.html")
+    assert res["report_status"] == "pass"
 
 
 def test_headless_export_of_the_saved_file_is_identical(session):

@@ -1,0 +1,580 @@
+"""`rowbeam report BUNDLE_OR_DATASET --out DIR [--baseline DIR]`: the visual QA report.
+
+Runs the checker (contracts.check.check_bundle) on each bundle, then writes, into a staging sibling of DIR
+that is renamed into place when complete (nothing half-written): index.html (QA pass/fail per event, flow
+and sweep, failures first, worst residuals, quarantine with reasons, residual distributions, dataset
+statistics, baseline drift), one page per camera event, flow and LiDAR sweep with the overlays of seed 000
+§8.2, img/ (full-resolution PNGs and thumbnails) and report.json (rowbeam/report@1). A DATASET is a folder
+whose sub-folders are bundles. A bundle that fails its checks still gets a report.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..bundle_reader import Bundle, Event, Flow
+from ..camera_model import pixel_grid, range_from_camera_z, ray_directions
+from ..check import check_bundle
+from ..errors import RowbeamError, UnusableInput
+from ..files import atomic_write_json, fsync_path, load_json
+from ..flow_checks import cycle_residuals
+from . import colour, html, overlays
+from .png import encode_png, thumbnail
+from .stats import Residuals, drift, histogram
+
+SCHEMA = "rowbeam/report@1"
+REPORT_JSON = "report.json"
+THUMB_SIDE = 320
+MIN_DISPLAY_WIDTH = 240
+
+
+class _Silent:
+    def start_job(self, label): pass
+    def stage(self, name, total=None, unit=""): pass
+    def advance(self, done): pass
+
+
+def find_bundles(source: Path) -> list[Path]:
+    """[source] for a bundle (holds bundle.json), its bundle sub-folders for a dataset; else UnusableInput."""
+    if not source.is_dir():
+        raise UnusableInput(f"{source}: not a bundle or dataset folder (does not exist or is not a folder)")
+    if (source / "bundle.json").exists():
+        return [source]
+    subs = sorted(p for p in source.iterdir() if p.is_dir() and (p / "bundle.json").exists())
+    if not subs:
+        raise UnusableInput(f"{source}: not a rowbeam bundle (no bundle.json) nor a dataset of bundles")
+    return subs
+
+
+def check_out(out: Path, sources: list[Path]) -> None:
+    """Refuse an --out that is a file, non-empty and not an earlier report, inside a bundle, or not writable."""
+    resolved = out.resolve()
+    for s in sources:
+        if resolved == s.resolve() or s.resolve() in resolved.parents:
+            raise RowbeamError(f"--out {out}: inside the bundle {s}; write the report elsewhere")
+    if os.path.lexists(out):
+        if not out.is_dir():
+            raise RowbeamError(f"--out {out}: exists and is not a folder")
+        entries = list(out.iterdir())
+        if entries and not _is_report(out):
+            raise RowbeamError(f"--out {out}: folder is not empty and holds no earlier report ({REPORT_JSON}); "
+                               "give a new or empty folder")
+    parent = out.absolute().parent
+    if not parent.is_dir():
+        raise RowbeamError(f"--out {out}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise RowbeamError(f"--out {out}: folder {parent} is not writable")
+
+
+def _is_report(folder: Path) -> bool:
+    try:
+        return load_json(folder / REPORT_JSON, REPORT_JSON).get("schema") == SCHEMA
+    except (RowbeamError, OSError, AttributeError):
+        return False
+
+
+def load_baseline(path) -> dict:
+    p = Path(path)
+    doc_path = p / REPORT_JSON if p.is_dir() else p
+    if not doc_path.is_file():
+        raise RowbeamError(f"--baseline {path}: no {REPORT_JSON} (give an earlier report folder)")
+    doc = load_json(doc_path, REPORT_JSON)
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise RowbeamError(f"--baseline {doc_path}: not a {SCHEMA} document (schema {doc.get('schema')!r})"
+                           if isinstance(doc, dict) else f"--baseline {doc_path}: not a JSON object")
+    return doc
+
+
+class Writer:
+    """Writes PNGs (full resolution + thumbnail) under the staging root; returns paths relative to pages/."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def image(self, rel: str, img: np.ndarray) -> dict:
+        full = self.root / "img" / f"{rel}.png"
+        full.parent.mkdir(parents=True, exist_ok=True)
+        full.write_bytes(encode_png(img, level=1))
+        th = thumbnail(img, THUMB_SIDE)
+        if th is img:
+            thumb_rel = f"{rel}.png"
+        else:
+            thumb_rel = f"{rel}.thumb.png"
+            (self.root / "img" / thumb_rel).write_bytes(encode_png(th, level=1))
+        h, w = th.shape[:2]
+        scale = max(1, -(-MIN_DISPLAY_WIDTH // w))
+        return {"full": f"../img/{rel}.png", "thumb": f"../img/{thumb_rel}", "width": w * scale,
+                "height": h * scale}
+
+
+def build_report(source, out, baseline=None, progress=None) -> dict:
+    """Write the report of a bundle or dataset into `out`; return report.json's document."""
+    t0 = time.perf_counter()
+    source, out = Path(source), Path(out)
+    progress = progress or _Silent()
+    bundles = find_bundles(source)
+    check_out(out, bundles)
+    base_doc = load_baseline(baseline) if baseline else None
+    staging = out.absolute().parent / f".{out.name}.report-staging-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    (staging / "pages").mkdir(parents=True)
+    try:
+        doc = _build(bundles, source, staging, progress)
+        doc["seconds"] = round(time.perf_counter() - t0, 3)
+        if base_doc is not None:
+            doc["drift"] = {"baseline": str(baseline), **drift(doc, base_doc)}
+        _write_index(staging, doc)
+        atomic_write_json(staging / REPORT_JSON, doc)
+        (staging / "style.css").write_text(html.CSS)
+        fsync_path(staging)
+        _publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return doc
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Rename the finished report into place; an earlier report (or an empty folder) is replaced."""
+    old = None
+    if os.path.lexists(out):
+        old = out.absolute().parent / f".{out.name}.report-old-{os.getpid()}"
+        os.rename(out, old)
+    os.rename(staging, out)
+    fsync_path(out.absolute().parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _key(path: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", path.name) or "bundle"
+
+
+def _build(bundles, source, staging, progress) -> dict:
+    w = Writer(staging)
+    res = Residuals()
+    stats = _Stats()
+    bundle_docs = []
+    for b in bundles:
+        key = _key(b) if len(bundles) > 1 else "bundle"
+        progress.start_job(f"report {b.name}")
+        progress.stage("checking", unit="")
+        qa = check_bundle(b)
+        bundle_docs.append(_report_bundle(b, key, qa, w, res, stats, progress))
+    doc = {"schema": SCHEMA, "source": str(source), "generated_ns": time.time_ns(),
+           "status": "fail" if any(d["qa_status"] == "fail" for d in bundle_docs) else "pass",
+           "bundles": bundle_docs, "residuals": res.summary(), "statistics": stats.summary(bundle_docs)}
+    return doc
+
+
+def _qa_by_folder(qa: dict) -> dict:
+    return {str(Path(e["manifest"]).parent): e for e in qa["events"]}
+
+
+def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, stats, progress) -> dict:
+    bundle = Bundle.open(root)
+    by_folder = _qa_by_folder(qa)
+    events = list(bundle.events())
+    flows = list(bundle.flows())
+    lidars = [e for e in events if _safe(lambda e=e: e.sensor_type) == "spinning_lidar"]
+    items = []
+    progress.stage("overlays", total=len(events) + len(flows), unit="folders")
+    for i, doc in enumerate([*events, *flows]):
+        rel = doc.path.relative_to(root).as_posix()
+        entry = by_folder.get(rel, {"status": "fail", "checks": [{"check": "unchecked", "status": "fail",
+                                                                  "message": "not checked"}]})
+        item = {"folder": rel, "kind": None, "qa_status": entry["status"],
+                "failed_checks": [c for c in entry["checks"] if c["status"] == "fail"],
+                "warnings": [c for c in entry["checks"] if c["status"] == "warn"],
+                "worst": {f"{c['check']}.{k}": v for c in entry["checks"] for k, v in c.get("values", {}).items()
+                          if isinstance(v, (int, float)) and (k.startswith("worst") or k.startswith("max"))}}
+        name = f"{key}/{rel}".replace("/", "_")
+        verify = entry["status"] == "fail"      # the checker verified passing folders' sha256; re-verify the others
+        item["page"] = f"pages/{name}.html"
+        try:
+            if isinstance(doc, Flow):
+                item["kind"] = "flow"
+                body = _flow_page(doc, w, f"{key}/{rel}", res, stats, verify)
+            elif doc.sensor_type == "spinning_lidar":
+                item["kind"] = "lidar_sweep"
+                body = _lidar_page(doc, w, f"{key}/{rel}", res, stats, verify)
+            else:
+                item["kind"] = "camera_event"
+                body = _camera_page(doc, w, f"{key}/{rel}", res, stats, lidars, verify)
+            item["overlays"] = "ok"
+        except (RowbeamError, OSError, KeyError, ValueError, TypeError, IndexError) as exc:
+            body = f"<p class=\"fail\">overlays unavailable: {html.esc(exc)}</p>"
+            item["overlays"] = f"unavailable: {exc}"
+            item["kind"] = item["kind"] or "unknown"
+        checks = html.table(["check", "status", "message"],
+                            [[html.esc(c["check"]), html.status(c["status"]), html.esc(c["message"])]
+                             for c in sorted(entry["checks"], key=lambda c: {"fail": 0, "warn": 1}.get(c["status"], 2))])
+        title = f"{rel} — {entry['status'].upper()}"
+        page = (f"<nav><a href=\"../index.html\">index</a></nav><h1>{html.esc(rel)} {html.status(entry['status'])}</h1>"
+                f"{body}<h2>QA checks</h2>{checks}")
+        (w.root / item["page"]).write_text(html.page(title, page, "../style.css"))
+        items.append(item)
+        progress.advance(i + 1)
+    quarantine = [_quarantine_entry(root, q) for q in qa.get("quarantine", [])]
+    stats.quarantine += quarantine
+    stats.counts["events"] += len(events)
+    stats.counts["flows"] += len(flows)
+    stats.counts["quarantined"] += len(quarantine)
+    stats.splits.append(bundle.info.get("split"))
+    items.sort(key=lambda it: (it["qa_status"] != "fail", it["kind"] or "", it["folder"]))
+    return {"bundle": str(root), "key": key, "qa_status": qa["status"], "qa_summary": qa["summary"],
+            "bundle_checks": [c for c in qa.get("bundle", {}).get("checks", []) if c["status"] != "pass"],
+            "items": items, "quarantine": quarantine}
+
+
+def _safe(fn):
+    try:
+        return fn()
+    except (RowbeamError, OSError, KeyError, TypeError):
+        return None
+
+
+def _quarantine_entry(root: Path, rel: str) -> dict:
+    """A quarantined folder and why: the failing checks of the qa_report.json it keeps."""
+    reasons = []
+    try:
+        q = load_json(root / rel / "qa_report.json", "qa_report.json")
+        checks = q.get("checks") or [c for e in q.get("events", []) for c in e.get("checks", [])]
+        reasons = [f"{c['check']}: {c['message']}" for c in checks if c.get("status") == "fail"]
+    except (RowbeamError, OSError, AttributeError, KeyError, TypeError) as exc:
+        reasons = [f"no readable qa_report.json ({exc})"]
+    return {"folder": rel, "reasons": reasons or ["no failing check recorded"]}
+
+
+def _class_names(manifest: dict) -> dict:
+    names = {c["id"]: c["name"] for c in manifest.get("ontology", {}).get("classes", [])}
+    names[0], names[0xFFFFFFFF] = "background", "void"
+    return names
+
+
+def _radius(K, W, H) -> np.ndarray:
+    """(H, W) distance of each pixel centre from the principal point, as a fraction of the image half diagonal."""
+    u, v = pixel_grid(W, H)
+    return np.hypot(u - K[0, 2], v - K[1, 2]) / (0.5 * np.hypot(W, H))
+
+
+def _scalar_block(w, rel, name, values, valid, unit, caption):
+    out = []
+    for log in (False, True):
+        img, leg = overlays.scalar(values, valid, log=log)
+        fig = w.image(f"{rel}/{name}{'_log' if log else ''}", img)
+        bar = w.image(f"{rel}/{name}{'_log' if log else ''}_bar", colour.colour_bar())
+        out.append(html.figure(fig, f"{caption}{' (log)' if log else ''}", html.colour_bar(bar, leg, unit)))
+    return "".join(out)
+
+
+def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, verify=False) -> str:
+    m = ev.manifest
+    a = ev.arrays(verify=verify)
+    K = np.array(m["calibration"]["K"], dtype=np.float64)
+    H, W = a["camera_z"].shape
+    valid = a["valid"] == 1
+    names = _class_names(m)
+    parts = [f"<p>camera event, {W}×{H} px, reference time {m['event']['reference_time_ns']} ns, "
+             f"sample {html.esc(m['sample_id'])}</p><h2>Images</h2>"]
+    if "rgb" in a:
+        gain = auto_exposure(a["rgb"])
+        parts.append(html.figure(w.image(f"{rel}/rgb", colour.srgb(a["rgb"], gain)),
+                                 f"rgb (scene linear × {gain:.3g} → sRGB, clipped)"))
+    else:
+        parts.append("<p>no rgb exported (rgb_samples 0)</p>")
+    parts.append(_scalar_block(w, rel, "camera_z", a["camera_z"], valid, "camera_z [m]", "camera_z"))
+    parts.append(_scalar_block(w, rel, "range", a["range"], valid, "range [m]", "range"))
+    for n in ("normal_geometric", "normal_shading"):
+        if n in a:
+            parts.append(html.figure(w.image(f"{rel}/{n}", colour.normal_colour(a[n])),
+                                     f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
+    parts.append(html.figure(w.image(f"{rel}/instance_id", overlays.id_image(a["instance_id"], m["objects"])),
+                             "instance_id (colour of the stable 64-bit id)"))
+    parts.append(html.figure(w.image(f"{rel}/semantic_id", overlays.semantic_image(a["semantic_id"])), "semantic_id"))
+    present, counts = np.unique(a["semantic_id"], return_counts=True)
+    parts.append("<h3>Class legend</h3>" + html.table(
+        ["", "semantic id", "class", "pixels"],
+        [[html.swatch(overlays.semantic_colour(int(c))), int(c), html.esc(names.get(int(c), "?")), int(n)]
+         for c, n in zip(present, counts, strict=True)]))
+    for c, n in zip(present, counts, strict=True):             # share of all pixels, background included
+        label = names.get(int(c), str(int(c)))
+        stats.class_pixels[label] = stats.class_pixels.get(label, 0) + int(n)
+    ev_t = m["event"]
+    band, leg = overlays.timing_band(a["row_time_ns"], int(ev_t["exposure_ns"]))
+    parts.append("<h2>Rolling-shutter timing</h2>" + html.figure(
+        w.image(f"{rel}/timing_band", band),
+        f"row time vs row (row v of this image = image row v; {ev_t['readout_direction']}): dark = row reference "
+        f"time, light = exposure window of {ev_t['exposure_ns'] / 1e6:g} ms; x from {leg['t0_ns']} ns (left) to "
+        f"{leg['t1_ns']} ns (right), readout {ev_t['readout_ns'] / 1e6:g} ms"))
+    base = overlays.backdrop(a)
+    if ev.object_labels:
+        img, rows = overlays.object_overlay(ev, a, base)
+        parts.append("<h2>Objects</h2>" + html.figure(w.image(f"{rel}/objects", img),
+                     "modal contour + box (cyan), amodal contour + clipped box (yellow), axes at "
+                     "T_camera_object_reference (x red, y green, z blue)"))
+        parts.append(html.table(["id", "name", "class", "px visible", "px all", "visib_fract", "truncation", "occlusion"],
+                                [[html.fmt(r[k]) for k in ("id", "name", "class", "px_count_visib", "px_count_all",
+                                                            "visib_fract", "truncation_fraction", "occlusion_fraction")]
+                                 for r in rows]))
+        stats.visib += [r["visib_fract"] for r in rows if r["visib_fract"] is not None]
+        for o in ev.object_labels:
+            sha = (o.get("asset") or {}).get("sha256")
+            if sha:
+                stats.assets[sha[:12]] = stats.assets.get(sha[:12], 0) + 1
+    for o in m["objects"]:
+        stats.objects[(o.get("class_tag"), str(o["id"]))] = o.get("motion")
+    # residuals of the camera contracts, per valid pixel
+    u, v = pixel_grid(W, H)
+    radius = _radius(K, W, H)
+    klass = np.vectorize(lambda s: names.get(int(s), str(int(s))))(a["semantic_id"]) if valid.any() else None
+    z = a["camera_z"].astype(np.float64)
+    keys = {"distance": z[valid], "radius": radius[valid], "klass": klass[valid] if klass is not None else None}
+    res.add("camera.z_range_m", "m", np.abs(a["range"][valid] - range_from_camera_z(K, u, v, z)[valid]),
+            "|range - camera_z·sqrt(1+x_n²+y_n²)| per valid pixel", **keys)
+    d = ray_directions(K, u, v)
+    d /= np.linalg.norm(d, axis=-1, keepdims=True)
+    for n in ("normal_geometric", "normal_shading"):
+        if n in a:
+            res.add(f"camera.{n}_unit", "1", np.abs(np.linalg.norm(a[n][valid].astype(np.float64), axis=-1) - 1),
+                    f"| |{n}| - 1 | per valid pixel", **keys)
+    if "normal_geometric" in a:
+        res.add("camera.geometric_facing", "1", np.maximum(0.0, (a["normal_geometric"].astype(np.float64) * d).sum(-1))[valid],
+                "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys)
+    stats.camera_valid += [int(valid.sum()), valid.size]
+    stats.depth.append(z[valid])
+    # LiDAR returns in the time-matched camera rows
+    for lid in lidars:
+        try:
+            la = {"points": lid.array("points")}
+            pairs = overlays.lidar_in_camera(lid.manifest, la, m, a, base)
+        except (RowbeamError, KeyError, ValueError) as exc:
+            parts.append(f"<p class=\"warn\">LiDAR {html.esc(lid.path.name)}: {html.esc(exc)}</p>")
+            continue
+        if pairs is None:
+            continue
+        bar1 = w.image(f"{rel}/lidar_{lid.sensor}_{lid.index}_res_bar", colour.colour_bar())
+        bar2 = w.image(f"{rel}/lidar_{lid.sensor}_{lid.index}_skew_bar", colour.colour_bar())
+        parts.append(f"<h2>LiDAR {html.esc(lid.sensor)}/{lid.index:06d} in time-matched camera rows</h2>"
+                     f"<p>{pairs['pairs']} static returns paired (of {pairs['inside']} projected inside the image; "
+                     "grey = inside but not paired: other surface, edge or skew)</p>")
+        parts.append(html.figure(w.image(f"{rel}/lidar_{lid.sensor}_{lid.index}_residual", pairs["residual"]),
+                                 "|camera_z − return's z| at the matched row",
+                                 html.colour_bar(bar1, pairs["residual_legend"], "m")))
+        parts.append(html.figure(w.image(f"{rel}/lidar_{lid.sensor}_{lid.index}_skew", pairs["skew"]),
+                                 "|row time − return time|", html.colour_bar(bar2, pairs["skew_legend"], "ns")))
+        p = pairs["pairs_data"]
+        ok = p["paired"]
+        if ok.any():
+            r, c = np.clip(np.rint(p["uv"][ok, 1]).astype(int), 0, H - 1), np.clip(np.rint(p["uv"][ok, 0]).astype(int), 0, W - 1)
+            pk = {"distance": p["z"][ok], "radius": radius[r, c],
+                  "klass": klass[r, c] if klass is not None else None}
+            res.add("lidar_camera.z_residual_m", "m", np.abs(p["residual_m"][ok]),
+                    "|camera_z (1/z-interpolated) − LiDAR return z| at the time-matched row", **pk)
+            res.add("lidar_camera.skew_ns", "ns", p["skew_ns"][ok], "|row time − return time| of paired returns", **pk)
+    return "".join(parts)
+
+
+def auto_exposure(rgb, cap: float = 64.0) -> float:
+    """Gain that maps the 99th percentile of the finite scene-linear luminance to 1 (at least 1, at most cap)."""
+    lum = colour.luminance(np.nan_to_num(np.asarray(rgb, dtype=np.float64)))
+    p = float(np.percentile(lum, 99)) if lum.size else 1.0
+    return float(np.clip(1.0 / p, 1.0, cap)) if p > 0 else 1.0
+
+
+def _lidar_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, verify=False) -> str:
+    m = ev.manifest
+    a = ev.arrays(verify=verify)
+    beams = m["calibration"]["beams"]["channels"]
+    names = _class_names(m)
+    F, C = a["range"].shape
+    parts = [f"<p>LiDAR sweep, {F} firings × {C} channels, sweep start {m['event']['sweep_start_ns']} ns, "
+             f"reference time {m['event']['reference_time_ns']} ns</p>"]
+    img, leg = overlays.lidar_range_image(a, [b["elevation_deg"] for b in beams])
+    bar = w.image(f"{rel}/range_bar", colour.colour_bar())
+    parts.append(html.figure(w.image(f"{rel}/range_image", overlays_upscale(img)),
+                             "range image: rows = channels by elevation (top = highest), columns = firings",
+                             html.colour_bar(bar, leg, "range [m]")))
+    pts = a["points"]
+    xy = np.stack([pts["x"], pts["y"]], -1)
+    dt = (pts["t_ns"] - int(m["event"]["sweep_start_ns"])).astype(np.float64)
+    tlo, thi = 0.0, max(float(dt.max(initial=0)), 1.0)
+    cols = colour.colourise(dt, tlo, thi)
+    sets, cols_sets, captions = [xy], [cols], ["top-down, LiDAR frame at each point's own time (raw), coloured by time offset"]
+    if "points_motion_compensated" in a:
+        mc = a["points_motion_compensated"]
+        sets.append(mc[:, :2])
+        cols_sets.append(cols)
+        captions.append("top-down, motion compensated to the reference time, coloured by time offset")
+    imgs, extent = overlays.top_down(sets, cols_sets)
+    tbar = w.image(f"{rel}/time_bar", colour.colour_bar())
+    for i, (im, cap) in enumerate(zip(imgs, captions, strict=True)):
+        parts.append(html.figure(w.image(f"{rel}/top_down_{i}", im), f"{cap}; x forward = up, y left = left, "
+                                 f"half width {extent:.3g} m", html.colour_bar(tbar, {"lo": tlo, "hi": thi, "log": False},
+                                                                                "time offset [ns]")))
+    if len(sets) == 2:
+        diff = np.linalg.norm(np.stack([pts["x"], pts["y"], pts["z"]], -1) - a["points_motion_compensated"], axis=-1)
+        parts.append(f"<p>motion compensation moves points by {np.quantile(diff, 0.5) if diff.size else 0:.3g} m "
+                     f"(median), {diff.max(initial=0):.3g} m (max)</p>")
+    valid = a["valid"] == 1
+    k, c = np.nonzero(valid)
+    if k.size == len(pts):
+        rng = a["range"][k, c].astype(np.float64)
+        klass = np.array([names.get(int(s), str(int(s))) for s in pts["semantic_id"]])
+        xyz = np.stack([pts["x"], pts["y"], pts["z"]], -1)
+        res.add("lidar.range_vs_point_m", "m", np.abs(np.linalg.norm(xyz, axis=-1) - rng),
+                "|range − |point xyz|| (LiDAR frame at the beam's time)", distance=rng, klass=klass)
+    stats.lidar_valid += [int(valid.sum()), valid.size]
+    return "".join(parts)
+
+
+def overlays_upscale(img):
+    from .png import upscale
+
+    return upscale(img, 96)
+
+
+def _flow_page(fl: Flow, w: Writer, rel: str, res: Residuals, stats, verify=False) -> str:
+    m = fl.manifest
+    a = fl.arrays(verify=verify)
+    src, dst = fl.endpoint("source", verify=verify), fl.endpoint("destination", verify=verify)
+    sa = src.arrays(["camera_z", "instance_id", "normal_geometric", "semantic_id", "valid"]
+                    + (["rgb"] if "rgb" in src.names else []), verify=verify)
+    da = dst.arrays(["instance_id", "normal_geometric"] + (["rgb"] if "rgb" in dst.names else []), verify=verify)
+    f = a["flow_forward"]
+    H, W = f.shape[:2]
+    vis = a["flow_forward_dest_visible"] == 1
+    mag = np.hypot(f[..., 0], f[..., 1])
+    maxmag = float(np.nanmax(np.where(np.isfinite(mag), mag, np.nan))) if np.isfinite(mag).any() else 1.0
+    parts = [f"<p>flow {html.esc(m['flow_id'])}: source {html.esc(m['endpoints']['source']['manifest'])}, "
+             f"destination {html.esc(m['endpoints']['destination']['manifest'])}</p>"]
+    wheel = w.image(f"{rel}/wheel", colour.flow_wheel_legend())
+    parts.append(html.figure(w.image(f"{rel}/flow_forward", colour.flow_colour(f, maxmag)),
+                             f"flow_forward (Middlebury wheel, saturation = |flow| / {maxmag:.3g} px; px, u right, v down)",
+                             f"<div><img src=\"{html.esc(wheel['full'])}\" width=\"96\" height=\"96\" alt=\"flow wheel\"></div>"))
+    lv = overlays.flag_levels(a, "forward")
+    legend = "".join(f"<div>{html.swatch(c)}{html.esc(n)}: {int((lv == i).sum())} px</div>"
+                     for i, (n, c) in enumerate(overlays.FLAG_LEVELS))
+    parts.append(html.figure(w.image(f"{rel}/flags_forward", overlays.flag_image(lv)),
+                             "flow_forward flags (nested: visible ⇒ in bounds ⇒ defined ⇒ source valid)", legend))
+    K = np.array(src.manifest["calibration"]["K"], dtype=np.float64)
+    radius = _radius(K, W, H)
+    names = _class_names(src.manifest)
+    klass = np.vectorize(lambda s: names.get(int(s), str(int(s))))(sa["semantic_id"])
+    dt_s = (m["endpoints"]["destination"]["reference_time_ns"] - m["endpoints"]["source"]["reference_time_ns"]) / 1e9
+    speed = np.linalg.norm(a["scene_flow_world"].astype(np.float64), axis=-1) / abs(dt_s) if dt_s else None
+    if "rgb" in sa and "rgb" in da:
+        r = overlays.warp_residual(sa["rgb"], da["rgb"], f, vis)
+        img, leg = overlays.scalar(r, vis)
+        bar = w.image(f"{rel}/warp_bar", colour.colour_bar())
+        parts.append(html.figure(w.image(f"{rel}/warp_residual", img),
+                                 "forward-warp check: |source rgb − destination rgb warped back by flow_forward|, "
+                                 "dest_visible pixels only (others grey)", html.colour_bar(bar, leg, "scene linear")))
+        ok = vis & np.isfinite(r)
+        res.add("flow.warp_rgb", "scene_linear", r[ok], "|source rgb − destination rgb at p + flow| (dest_visible)",
+                distance=sa["camera_z"][ok], radius=radius[ok], speed=speed[ok] if speed is not None else None,
+                klass=klass[ok])
+    else:
+        parts.append("<p>forward-warp check needs rgb in both events (not exported)</p>")
+    err, px = cycle_residuals(a, {"instance_id": sa["instance_id"], "normal_geometric": sa["normal_geometric"]},
+                              {"instance_id": da["instance_id"], "normal_geometric": da["normal_geometric"]})
+    if err.size:
+        res.add("flow.cycle_px", "px", err, "forward + backward at the landing point − start (mutually visible)",
+                distance=sa["camera_z"][px], radius=radius[px], speed=speed[px] if speed is not None else None,
+                klass=klass[px])
+    fin = np.isfinite(mag)
+    stats.flow_mag.append(mag[fin])
+    return "".join(parts)
+
+
+class _Stats:
+    def __init__(self):
+        self.class_pixels, self.assets, self.objects = {}, {}, {}
+        self.visib, self.depth, self.flow_mag = [], [], []
+        self.camera_valid, self.lidar_valid = [], []
+        self.quarantine, self.splits = [], []
+        self.counts = {"events": 0, "flows": 0, "quarantined": 0}
+
+    def summary(self, bundle_docs) -> dict:
+        total = sum(self.class_pixels.values()) or 1
+        cv, lv = np.array(self.camera_valid).reshape(-1, 2), np.array(self.lidar_valid).reshape(-1, 2)
+        depth = np.concatenate(self.depth) if self.depth else np.zeros(0)
+        fm = np.concatenate(self.flow_mag) if self.flow_mag else np.zeros(0)
+        classes, motion = {}, {}
+        for (tag, _), mo in self.objects.items():
+            classes[tag] = classes.get(tag, 0) + 1
+            motion[mo] = motion.get(mo, 0) + 1
+        q = lambda v: {k: (float(np.quantile(v, p)) if v.size else None)  # noqa: E731
+                       for k, p in (("p1", 0.01), ("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
+        splits = [s for s in self.splits if s]
+        return {
+            "counts": dict(self.counts),
+            "class_pixel_share": {k: v / total for k, v in sorted(self.class_pixels.items())},
+            "class_object_counts": dict(sorted((str(k), v) for k, v in classes.items())),
+            "object_motion_counts": dict(sorted((str(k), v) for k, v in motion.items())),
+            "asset_object_counts": dict(sorted(self.assets.items(), key=lambda kv: -kv[1])),
+            "mean_visib_fract": float(np.mean(self.visib)) if self.visib else None,
+            "visib_fract_histogram": np.histogram(self.visib, bins=10, range=(0, 1))[0].tolist() if self.visib else [],
+            "camera_z_m": q(depth),
+            "flow_magnitude_px": q(fm),
+            "camera_invalid_rate": float(1 - cv[:, 0].sum() / cv[:, 1].sum()) if cv.size else None,
+            "lidar_no_return_rate": float(1 - lv[:, 0].sum() / lv[:, 1].sum()) if lv.size else None,
+            "quarantine_reasons": self.quarantine,
+            "splits": {s: splits.count(s) for s in sorted(set(splits))} if splits else "no split declared",
+            "depth_histogram": histogram(depth),
+        }
+
+
+def _write_index(staging: Path, doc: dict) -> None:
+    parts = [f"<h1>rowbeam visual QA report {html.status(doc['status'])}</h1><p>source {html.esc(doc['source'])}; "
+             f"built in {doc.get('seconds', 0):.2f} s; machine-readable: <a href=\"{REPORT_JSON}\">{REPORT_JSON}</a></p>"]
+    if "drift" in doc:
+        d = doc["drift"]
+        rows = [[html.esc(i["what"]), html.fmt(i["baseline"]), html.fmt(i["current"]), html.fmt(i["limit"]),
+                 html.status("fail" if i["flagged"] else "pass")] for i in sorted(d["items"], key=lambda i: not i["flagged"])]
+        parts.append(f"<h2>Drift against baseline {html.esc(d['baseline'])}: {html.esc(d['status'])} "
+                     f"({d['flagged']} flagged)</h2>" + html.table(["value", "baseline", "current", "limit", ""], rows))
+    for b in doc["bundles"]:
+        s = b["qa_summary"]
+        parts.append(f"<h2>Bundle {html.esc(b['bundle'])} {html.status(b['qa_status'])}</h2><p>{s['events']} folders, "
+                     f"{s['failed_events']} failed, {s['failed_checks']} failed checks, {s['warnings']} warnings, "
+                     f"{len(b['quarantine'])} quarantined</p>")
+        if b["bundle_checks"]:
+            parts.append(html.table(["bundle check", "status", "message"], [[html.esc(c["check"]), html.status(c["status"]),
+                                    html.esc(c["message"])] for c in b["bundle_checks"]]))
+        rows = []
+        for it in b["items"]:
+            fails = "<br>".join(html.esc(f"{c['check']}: {c['message']}") for c in it["failed_checks"][:5])
+            worst = "<br>".join(f"{html.esc(k)} = {v:.3g}" for k, v in sorted(it["worst"].items())[:6])
+            rows.append([f"<a href=\"{html.esc(it['page'])}\">{html.esc(it['folder'])}</a>", html.esc(it["kind"]),
+                         html.status(it["qa_status"]), fails or "–", worst or "–"])
+        parts.append(html.table(["folder", "kind", "QA", "failed checks (first 5)", "worst values"], rows))
+        if b["quarantine"]:
+            parts.append("<h3>Quarantined (held back at export; not published)</h3>" + html.table(
+                ["folder", "reasons"], [[html.esc(q["folder"]), "<br>".join(html.esc(r) for r in q["reasons"])]
+                                        for q in b["quarantine"]]))
+    parts.append("<h2>Residual distributions</h2>")
+    for name, r in doc["residuals"].items():
+        qs = r["quantiles"]
+        parts.append(f"<h3>{html.esc(name)} [{html.esc(r['unit'])}]</h3><p>{html.esc(r['meaning'])}; {r['count']} samples"
+                     f" ({r['sampled']} kept)</p>" + html.table(["p50", "p90", "p99", "max"], [[html.fmt(qs[k]) for k in
+                                                                                            ("p50", "p90", "p99", "max")]])
+                     + html.histogram_svg(r["histogram"], r["unit"]))
+        for kind, bins in r["slices"].items():
+            parts.append(f"<details><summary>by {html.esc(kind)}</summary>" + html.table(
+                [kind, "count", "p50", "p90", "p99", "max"],
+                [[html.esc(x["bin"]), x["count"], *(html.fmt(x["quantiles"][k]) for k in ("p50", "p90", "p99", "max"))]
+                 for x in bins]) + "</details>")
+    st = doc["statistics"]
+    rows = [[html.esc(k), html.esc(json.dumps(v) if not isinstance(v, (int, float, str)) or v is None else v)]
+            for k, v in st.items() if k not in ("depth_histogram", "quarantine_reasons")]
+    parts.append("<h2>Dataset statistics</h2>" + html.table(["statistic", "value"], rows)
+                 + "<h3>camera_z over valid pixels</h3>" + html.histogram_svg(st["depth_histogram"], "m"))
+    (staging / "index.html").write_text(html.page("rowbeam visual QA report", "".join(parts), "style.css"))

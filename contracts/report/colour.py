@@ -1,0 +1,219 @@
+"""Colour for overlays: a perceptually ordered colour map (viridis anchors: luminance rises monotonically),
+colour bars, the Middlebury flow colour wheel, id colours, normals, scene-linear -> sRGB, and drawing
+primitives (lines, points, boxes, contours) on (H, W, 3) uint8 images; pixel (u, v) = column u, row v
+(OpenCV: centres at integers)."""
+from __future__ import annotations
+
+import numpy as np
+
+# viridis sampled at 0, 1/9, ..., 1 (matplotlib's published table); interpolated linearly in RGB
+VIRIDIS = np.array([[68, 1, 84], [72, 40, 120], [62, 73, 137], [49, 104, 142], [38, 130, 142],
+                    [31, 158, 137], [53, 183, 121], [110, 206, 88], [181, 222, 43], [253, 231, 37]], dtype=np.float64)
+NO_DATA = np.array([40, 40, 40], dtype=np.uint8)     # invalid / NaN pixels
+
+
+def luminance(rgb) -> np.ndarray:
+    """Rec. 709 luma of uint8 or float RGB (..., 3)."""
+    rgb = np.asarray(rgb, dtype=np.float64)
+    return rgb[..., 0] * 0.2126 + rgb[..., 1] * 0.7152 + rgb[..., 2] * 0.0722
+
+
+def lut(n: int = 256) -> np.ndarray:
+    """(n, 3) uint8 colour map table, index 0 = low."""
+    x = np.linspace(0, len(VIRIDIS) - 1, n)
+    i = np.minimum(np.floor(x).astype(int), len(VIRIDIS) - 2)
+    f = (x - i)[:, None]
+    return np.rint(VIRIDIS[i] * (1 - f) + VIRIDIS[i + 1] * f).astype(np.uint8)
+
+
+def normalise(values, lo: float, hi: float, log: bool = False) -> np.ndarray:
+    """values -> [0, 1] (clipped), linearly or in log10 (lo > 0); NaN stays NaN."""
+    v = np.asarray(values, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if log:
+            lo, hi = np.log10(max(lo, 1e-12)), np.log10(max(hi, lo * (1 + 1e-9), 1e-12))
+            v = np.log10(np.where(v > 0, v, np.nan))
+        t = (v - lo) / (hi - lo) if hi > lo else np.zeros_like(v)
+    return np.where(np.isfinite(t), np.clip(t, 0.0, 1.0), np.nan)
+
+
+def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.ndarray:
+    """Scalar image (H, W) -> (H, W, 3) uint8 with the colour map over [lo, hi]; NaN or ~mask -> NO_DATA."""
+    t = normalise(values, lo, hi, log)
+    table = lut()
+    ok = np.isfinite(t) if mask is None else np.isfinite(t) & np.asarray(mask, dtype=bool)
+    out = np.empty(t.shape + (3,), dtype=np.uint8)
+    out[...] = NO_DATA
+    out[ok] = table[np.rint(t[ok] * 255).astype(np.int64)]
+    return out
+
+
+def robust_range(values, log: bool = False, q=(1.0, 99.0)) -> tuple[float, float]:
+    """(lo, hi) percentiles of the finite (and, with log, positive) values; (0, 1) when there are none."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.isfinite(v) & ((v > 0) if log else True)]
+    if v.size == 0:
+        return (1e-3, 1.0) if log else (0.0, 1.0)
+    lo, hi = np.percentile(v, q)
+    if hi <= lo:
+        hi = lo + (abs(lo) * 1e-3 or 1.0)
+    return float(lo), float(hi)
+
+
+def colour_bar(width: int = 256, height: int = 16) -> np.ndarray:
+    """(height, width, 3) uint8 horizontal bar, low on the left."""
+    row = lut(width)
+    return np.repeat(row[None], height, axis=0)
+
+
+def ticks(lo: float, hi: float, log: bool, n: int = 5) -> list[tuple[float, float]]:
+    """[(position 0..1 along the bar, value)] for n evenly placed labels."""
+    pos = np.linspace(0, 1, n)
+    if log:
+        vals = 10 ** (np.log10(lo) + pos * (np.log10(hi) - np.log10(lo)))
+    else:
+        vals = lo + pos * (hi - lo)
+    return [(float(p), float(v)) for p, v in zip(pos, vals, strict=True)]
+
+
+def _flow_wheel() -> np.ndarray:
+    """Baker et al. (Middlebury) colour wheel: 55 colours, (55, 3) float 0..255."""
+    RY, YG, GC, CB, BM, MR = 15, 6, 4, 11, 13, 6
+    wheel, col = np.zeros((RY + YG + GC + CB + BM + MR, 3)), 0
+    for n, a, b, rising in ((RY, 0, 1, True), (YG, 1, 0, False), (GC, 1, 2, True), (CB, 2, 1, False),
+                            (BM, 2, 0, True), (MR, 0, 2, False)):
+        ramp = np.floor(255 * np.arange(n) / n)
+        wheel[col:col + n, a] = 255
+        wheel[col:col + n, b] = ramp if rising else 255 - ramp
+        if not rising:
+            wheel[col:col + n, a] = 255 - ramp
+            wheel[col:col + n, b] = 255
+        col += n
+    return wheel
+
+
+WHEEL = _flow_wheel()
+
+
+def flow_colour(flow, max_magnitude: float | None = None, mask=None) -> np.ndarray:
+    """(H, W, 2) px flow (u right, v down) -> (H, W, 3) uint8 Middlebury colours: hue = direction
+    (u>0 red-ish ... as in the Middlebury wheel), saturation = |flow| / max_magnitude; NaN or ~mask -> NO_DATA."""
+    f = np.asarray(flow, dtype=np.float64)
+    u, v = f[..., 0], f[..., 1]
+    ok = np.isfinite(u) & np.isfinite(v)
+    if mask is not None:
+        ok &= np.asarray(mask, dtype=bool)
+    mag = np.hypot(np.where(ok, u, 0), np.where(ok, v, 0))
+    if max_magnitude is None:
+        max_magnitude = float(mag[ok].max()) if ok.any() else 1.0
+    max_magnitude = max(max_magnitude, 1e-9)
+    rad = np.clip(mag / max_magnitude, 0, 1)
+    a = np.arctan2(-np.where(ok, v, 0), -np.where(ok, u, 0)) / np.pi
+    fk = (a + 1) / 2 * (len(WHEEL) - 1)
+    k0 = np.floor(fk).astype(int)
+    k1 = (k0 + 1) % len(WHEEL)
+    frac = (fk - k0)[..., None]
+    col = ((1 - frac) * WHEEL[k0] + frac * WHEEL[k1]) / 255.0
+    col = 1 - rad[..., None] * (1 - col)
+    out = np.rint(col * 255).astype(np.uint8)
+    out[~ok] = NO_DATA
+    return out
+
+
+def flow_wheel_legend(size: int = 96) -> np.ndarray:
+    """(size, size, 3) uint8 key of flow_colour: pixel (u, v) shows the flow (u - c, v - c), c = centre."""
+    c = (size - 1) / 2
+    v, u = np.mgrid[0:size, 0:size].astype(np.float64)
+    f = np.stack([u - c, v - c], -1)
+    inside = np.hypot(*(f.transpose(2, 0, 1))) <= c
+    out = flow_colour(f, c, inside)
+    out[~inside] = 255
+    return out
+
+
+def id_colours(ids) -> np.ndarray:
+    """Integer ids (...,) -> (..., 3) uint8 distinct colours from a hash; id 0 (background) black,
+    0xFFFFFFFF (void) white."""
+    ids = np.asarray(ids).astype(np.uint64)
+    h = (ids * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+    hue = (h & np.uint64(0xFFFF)).astype(np.float64) / 65536.0
+    sat = 0.55 + 0.45 * ((h >> np.uint64(16)) & np.uint64(0xFF)).astype(np.float64) / 255.0
+    out = hsv_to_rgb(hue, sat, np.full(hue.shape, 0.95))
+    out[ids == 0] = 0
+    out[ids == 0xFFFFFFFF] = 255
+    return out
+
+
+def hsv_to_rgb(h, s, v) -> np.ndarray:
+    """Arrays in [0, 1] -> (..., 3) uint8."""
+    i = np.floor(h * 6).astype(int) % 6
+    f = h * 6 - np.floor(h * 6)
+    p, q, t = v * (1 - s), v * (1 - f * s), v * (1 - (1 - f) * s)
+    r = np.choose(i, [v, q, p, p, t, v])
+    g = np.choose(i, [t, v, v, q, p, p])
+    b = np.choose(i, [p, p, t, v, v, q])
+    return np.rint(np.stack([r, g, b], -1) * 255).astype(np.uint8)
+
+
+def normal_colour(normals) -> np.ndarray:
+    """(H, W, 3) unit vectors (camera frame) -> uint8 RGB = (n + 1) / 2 (x red, y green, z blue); NaN -> NO_DATA."""
+    n = np.asarray(normals, dtype=np.float64)
+    ok = np.isfinite(n).all(-1)
+    out = np.rint(np.clip((np.nan_to_num(n) + 1) / 2, 0, 1) * 255).astype(np.uint8)
+    out[~ok] = NO_DATA
+    return out
+
+
+def srgb(linear, exposure: float = 1.0) -> np.ndarray:
+    """Scene-linear RGB (..., 3) -> 8-bit sRGB (IEC 61966-2-1 transfer), clipped; NaN -> 0."""
+    x = np.clip(np.nan_to_num(np.asarray(linear, dtype=np.float64) * exposure), 0.0, 1.0)
+    y = np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.power(x, 1 / 2.4) - 0.055)
+    return np.rint(y * 255).astype(np.uint8)
+
+
+# drawing -----------------------------------------------------------------------------------------------
+
+def draw_line(img: np.ndarray, p0, p1, colour, width: int = 1) -> None:
+    """Draw the segment between continuous pixel coordinates p0 = (u, v) and p1 in place (clipped)."""
+    (u0, v0), (u1, v1) = p0, p1
+    if not np.all(np.isfinite([u0, v0, u1, v1])):
+        return
+    n = int(max(abs(u1 - u0), abs(v1 - v0), 1) * 2) + 1
+    n = min(n, 20000)
+    t = np.linspace(0, 1, n)
+    u = np.rint(u0 + t * (u1 - u0)).astype(np.int64)
+    v = np.rint(v0 + t * (v1 - v0)).astype(np.int64)
+    draw_points(img, np.stack([u, v], -1), colour, radius=(width - 1) // 2)
+
+
+def draw_points(img: np.ndarray, uv, colours, radius: int = 0) -> None:
+    """Set the pixel nearest to each (u, v) (and a (2r+1)^2 square around it) to its colour; off-image points
+    are skipped. colours: one (3,) colour or (N, 3)."""
+    H, W = img.shape[:2]
+    uv = np.asarray(uv, dtype=np.float64).reshape(-1, 2)
+    cols = np.broadcast_to(np.asarray(colours, dtype=np.uint8), (len(uv), 3))
+    ok = np.isfinite(uv).all(-1)
+    u = np.rint(uv[ok, 0]).astype(np.int64)
+    v = np.rint(uv[ok, 1]).astype(np.int64)
+    cols = cols[ok]
+    for du in range(-radius, radius + 1):
+        for dv in range(-radius, radius + 1):
+            uu, vv = u + du, v + dv
+            inside = (uu >= 0) & (uu < W) & (vv >= 0) & (vv < H)
+            img[vv[inside], uu[inside]] = cols[inside]
+
+
+def draw_box(img: np.ndarray, box_xywh, colour) -> None:
+    """Outline of an inclusive pixel box [x, y, w, h] with w = x_max - x_min + 1 (rowbeam's box convention)."""
+    x, y, w, h = box_xywh
+    x1, y1 = x + w - 1, y + h - 1
+    for a, b in (((x, y), (x1, y)), ((x1, y), (x1, y1)), ((x1, y1), (x, y1)), ((x, y1), (x, y))):
+        draw_line(img, a, b, colour)
+
+
+def contour(mask) -> np.ndarray:
+    """(H, W) bool: mask pixels with a 4-neighbour outside the mask (or on the image border)."""
+    m = np.asarray(mask, dtype=bool)
+    p = np.pad(m, 1, constant_values=False)
+    inner = p[:-2, 1:-1] & p[2:, 1:-1] & p[1:-1, :-2] & p[1:-1, 2:]
+    return m & ~inner

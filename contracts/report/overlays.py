@@ -1,0 +1,221 @@
+"""Overlay images of the visual QA report, one function per overlay. Inputs are decoded bundle arrays
+(contracts.bundle_reader) and manifests; outputs are (H, W, 3) uint8 images on the event's pixel grid
+(OpenCV: pixel (u, v) centred at integers, row 0 at the top) plus the numbers their legends need.
+Projection and LiDAR/camera pairing come from contracts.camera_model and contracts.cross_modal."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..camera_model import pixel_grid, project
+from ..cross_modal import lidar_camera_pairs
+from ..pixel_sampling import bilinear_corners
+from . import colour
+
+AXIS_COLOURS = {"x": (255, 40, 40), "y": (40, 230, 40), "z": (60, 120, 255)}
+MODAL_COLOUR, AMODAL_COLOUR = (0, 230, 255), (255, 210, 0)
+# flag nesting of a flow pixel: visible => in bounds => defined => source valid (contracts/flow_checks.py)
+FLAG_LEVELS = (("no source surface", (0, 0, 0)), ("source_valid only", (90, 90, 90)),
+               ("correspondence_defined", (200, 40, 40)), ("dest_in_bounds (occluded)", (255, 160, 0)),
+               ("dest_visible", (40, 200, 80)))
+
+
+def scalar(values, valid=None, log: bool = False, lo=None, hi=None) -> tuple[np.ndarray, dict]:
+    """Colourised scalar image and its legend {lo, hi, log}: range = robust 1..99 % of the valid values."""
+    v = np.asarray(values, dtype=np.float64)
+    if valid is not None:
+        v = np.where(np.asarray(valid, dtype=bool), v, np.nan)
+    rlo, rhi = colour.robust_range(v, log)
+    lo, hi = (rlo if lo is None else lo), (rhi if hi is None else hi)
+    return colour.colourise(v, lo, hi, log), {"lo": lo, "hi": hi, "log": log}
+
+
+def greyscale(image_u8: np.ndarray, dim: float = 0.6) -> np.ndarray:
+    """A dimmed grey copy of an RGB image: the backdrop of point overlays."""
+    g = np.rint(colour.luminance(image_u8) * dim).astype(np.uint8)
+    return np.repeat(g[..., None], 3, axis=-1)
+
+
+def backdrop(arrays: dict) -> np.ndarray:
+    """Grey backdrop of a camera event: its RGB when exported, else camera_z (log)."""
+    if "rgb" in arrays:
+        return greyscale(colour.srgb(arrays["rgb"]))
+    return greyscale(scalar(arrays["camera_z"], arrays["valid"] == 1, log=True)[0])
+
+
+def id_image(instance_id, objects: list[dict]) -> np.ndarray:
+    """instance_id (render index) -> colours of the stable 64-bit ids (same object, same colour in every event)."""
+    ids = np.asarray(instance_id)
+    table = np.zeros(int(ids.max(initial=0)) + 1, dtype=np.uint64)
+    for o in objects:
+        if 0 <= int(o["render_index"]) < len(table):
+            table[int(o["render_index"])] = int(o["id"]) & 0xFFFFFFFFFFFFFFFF
+    return colour.id_colours(table[ids.astype(np.int64)])
+
+
+def semantic_image(semantic_id) -> np.ndarray:
+    return colour.id_colours(np.asarray(semantic_id).astype(np.uint64) * np.uint64(7919) % np.uint64(2**32 - 1)
+                             + (np.asarray(semantic_id) == 0xFFFFFFFF) * np.uint64(0))
+
+
+def semantic_colour(class_id: int) -> tuple[int, int, int]:
+    """The legend colour of one semantic id (as semantic_image draws it)."""
+    return tuple(int(c) for c in semantic_image(np.array([class_id], dtype=np.uint32))[0])
+
+
+def timing_band(row_time_ns, exposure_ns: int, width: int = 240) -> tuple[np.ndarray, dict]:
+    """Rolling-shutter timing: image (H, width, 3), row v of it = image row v; x = scene time from the first
+    exposure start (left) to the last exposure end (right); each row's exposure window [t - e/2, t + e/2] drawn
+    light, its reference time t dark. Legend: {t0_ns, t1_ns}."""
+    t = np.asarray(row_time_ns, dtype=np.int64)
+    H = len(t)
+    t0, t1 = int(t.min() - exposure_ns // 2), int(t.max() + (exposure_ns + 1) // 2)
+    span = max(t1 - t0, 1)
+    img = np.full((H, width, 3), 250, dtype=np.uint8)
+    x = lambda ns: (np.asarray(ns, dtype=np.float64) - t0) / span * (width - 1)  # noqa: E731
+    a = np.floor(x(t - exposure_ns / 2)).astype(int)
+    b = np.ceil(x(t + exposure_ns / 2)).astype(int)
+    cols = np.arange(width)[None, :]
+    img[(cols >= a[:, None]) & (cols <= b[:, None])] = (170, 200, 255)
+    c = np.clip(np.rint(x(t)).astype(int), 0, width - 1)
+    img[np.arange(H), c] = (10, 40, 160)
+    return img, {"t0_ns": t0, "t1_ns": t1}
+
+
+def lidar_in_camera(lidar_manifest, lidar_arrays, camera_manifest, camera_arrays, base: np.ndarray):
+    """LiDAR returns projected into the camera row whose time matches (contracts.cross_modal pairing): two images
+    on `base` (H, W, 3): coloured by |camera_z residual| (m, log) and by time skew (ns); unpaired returns inside the
+    image grey. None when no static return falls in the camera's time span. Legend numbers in the dict."""
+    pairs = lidar_camera_pairs(lidar_manifest, lidar_arrays, camera_manifest, camera_arrays)
+    if pairs is None:
+        return None
+    ok, uv = pairs["paired"], pairs["uv"]
+    H, W = base.shape[:2]
+    inside = np.isfinite(uv).all(-1) & (uv[:, 0] >= 0) & (uv[:, 0] <= W - 1) & (uv[:, 1] >= 0) & (uv[:, 1] <= H - 1)
+    res = np.abs(pairs["residual_m"][ok])
+    skew = pairs["skew_ns"][ok].astype(np.float64)
+    res_lo, res_hi = 1e-5, max(1e-2, float(res.max(initial=0)))
+    sk_hi = max(float(skew.max(initial=0)), 1.0)
+    out = []
+    for values, lo, hi, log in ((res, res_lo, res_hi, True), (skew, 0.0, sk_hi, False)):
+        img = base.copy()
+        colour.draw_points(img, uv[inside & ~ok], (150, 150, 150))
+        cols = colour.colourise(np.maximum(values, res_lo) if log else values, lo, hi, log)
+        colour.draw_points(img, uv[ok], cols)
+        out.append(img)
+    return {"residual": out[0], "skew": out[1], "pairs": int(ok.sum()), "inside": int(inside.sum()),
+            "residual_legend": {"lo": res_lo, "hi": res_hi, "log": True},
+            "skew_legend": {"lo": 0.0, "hi": sk_hi, "log": False}, "pairs_data": pairs}
+
+
+def object_overlay(event, arrays: dict, base: np.ndarray) -> tuple[np.ndarray, list[dict]]:
+    """Modal (cyan) and amodal (yellow) contours and boxes, and each object's axes (x red, y green, z blue; length
+    half its template box diagonal) at T_camera_object_reference projected with K. Rows for the legend table."""
+    m = event.manifest
+    K = np.array(m["calibration"]["K"], dtype=np.float64)
+    img = base.copy()
+    rows = []
+    for o in event.object_labels:
+        modal = event.modal_mask(o, verify=False)
+        amodal = event.amodal_mask(o, verify=False)
+        if amodal is not None:
+            img[colour.contour(amodal)] = AMODAL_COLOUR
+        img[colour.contour(modal)] = MODAL_COLOUR
+        for key, col in (("bbox_amodal_clipped", AMODAL_COLOUR), ("bbox_modal", MODAL_COLOUR)):
+            if o.get(key):
+                colour.draw_box(img, o[key], col)
+        draw_axes(img, K, np.array(o["T_camera_object_reference"], dtype=np.float64), axis_length(o))
+        rows.append({"id": o.get("id"), "name": o.get("name", ""), "class": o.get("class", ""),
+                     "px_count_visib": o.get("px_count_visib"), "px_count_all": o.get("px_count_all"),
+                     "visib_fract": o.get("visib_fract"), "truncation_fraction": o.get("truncation_fraction"),
+                     "occlusion_fraction": o.get("occlusion_fraction")})
+    return img, rows
+
+
+def axis_length(o: dict, cap_m: float = 3.0) -> float:
+    """Half the diagonal of the object's template box (m), at most cap_m (roads and buildings are huge)."""
+    size = (o.get("box3d") or {}).get("size_m")
+    return min(0.5 * float(np.linalg.norm(size)), cap_m) if size else 1.0
+
+
+def draw_axes(img: np.ndarray, K, T_camera_object, length: float) -> None:
+    """Project the object's origin and its x, y, z axis ends (object frame, m) and draw the three segments."""
+    pts = np.array([[0, 0, 0], [length, 0, 0], [0, length, 0], [0, 0, length]], dtype=np.float64)
+    cam = pts @ T_camera_object[:3, :3].T + T_camera_object[:3, 3]
+    uv, front = project(K, cam)
+    if not front[0]:
+        return
+    for i, name in enumerate("xyz", start=1):
+        if front[i]:
+            colour.draw_line(img, uv[0], uv[i], AXIS_COLOURS[name], width=1)
+
+
+def flag_levels(flow_arrays: dict, direction: str = "forward") -> np.ndarray:
+    """(H, W) int 0..4: how far a pixel gets along the nested flags (see FLAG_LEVELS)."""
+    p = f"flow_{direction}_"
+    level = np.zeros(flow_arrays[p + "source_valid"].shape, dtype=np.int64)
+    for i, name in enumerate(("source_valid", "correspondence_defined", "dest_in_bounds", "dest_visible"), start=1):
+        level = np.where(flow_arrays[p + name] == 1, i, level)
+    return level
+
+
+def flag_image(levels) -> np.ndarray:
+    table = np.array([c for _, c in FLAG_LEVELS], dtype=np.uint8)
+    return table[np.asarray(levels)]
+
+
+def warp_back(dest_image, flow, mask=None) -> np.ndarray:
+    """Destination image sampled (bilinear between pixel centres) at p + flow(p) for every source pixel p:
+    (Hd, Wd, C), (H, W, 2) px -> (H, W, C) float64; NaN where flow is not finite or ~mask."""
+    dest = np.asarray(dest_image, dtype=np.float64)
+    if dest.ndim == 2:
+        dest = dest[..., None]
+    f = np.asarray(flow, dtype=np.float64)
+    H, W = f.shape[:2]
+    Hd, Wd = dest.shape[:2]
+    u, v = pixel_grid(W, H)
+    qu, qv = u + f[..., 0], v + f[..., 1]
+    ok = np.isfinite(qu) & np.isfinite(qv) & (qu >= 0) & (qu <= Wd - 1) & (qv >= 0) & (qv <= Hd - 1)
+    if mask is not None:
+        ok &= np.asarray(mask, dtype=bool)
+    out = np.full((H, W, dest.shape[-1]), np.nan)
+    acc = np.zeros((int(ok.sum()), dest.shape[-1]))
+    for r, c, w in bilinear_corners(qu[ok], qv[ok], Wd, Hd):
+        acc += w[:, None] * dest[r, c]
+    out[ok] = acc
+    return out
+
+
+def warp_residual(source_image, dest_image, flow, mask) -> np.ndarray:
+    """Per-pixel |source - destination warped back by flow| (max over channels), NaN outside `mask`."""
+    warped = warp_back(dest_image, flow, mask)
+    src = np.asarray(source_image, dtype=np.float64)
+    if src.ndim == 2:
+        src = src[..., None]
+    return np.abs(src - warped).max(axis=-1)
+
+
+def lidar_range_image(arrays: dict, elevations_deg) -> tuple[np.ndarray, dict]:
+    """Sweep range image: rows = channels ordered by elevation (highest at the top), columns = firings."""
+    order = np.argsort(-np.asarray(elevations_deg, dtype=np.float64), kind="stable")
+    rng = arrays["range"][:, order].T
+    return scalar(rng, arrays["valid"][:, order].T == 1, log=True)
+
+
+def top_down(xy_sets, colours_sets, size: int = 480, extent_m: float | None = None):
+    """Bird's-eye plots (x forward = up, y left = left) of point sets sharing one extent: list of (size, size, 3)
+    images and the extent (m, half width). Pixel (u, v) <-> y = (c - u) * s, x = (c - v) * s."""
+    allxy = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in xy_sets])
+    if extent_m is None:
+        extent_m = float(np.percentile(np.abs(allxy), 99)) * 1.05 if allxy.size else 1.0
+    extent_m = max(extent_m, 1e-3)
+    c = (size - 1) / 2
+    s = extent_m / c
+    out = []
+    for xy, cols in zip(xy_sets, colours_sets, strict=True):
+        img = np.full((size, size, 3), 255, dtype=np.uint8)
+        xy = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
+        uv = np.stack([c - xy[:, 1] / s, c - xy[:, 0] / s], -1)
+        colour.draw_points(img, uv, cols)
+        colour.draw_points(img, np.array([[c, c]]), (255, 0, 0), radius=2)
+        out.append(img)
+    return out, extent_m

@@ -1,0 +1,61 @@
+"""PNG encoding with zlib (8-bit RGB/RGBA, no filter) and area-averaged thumbnails."""
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def encode_png(image: np.ndarray, level: int = 3) -> bytes:
+    """(H, W, 3|4) or (H, W) uint8 -> PNG bytes (colour type 2, 6 or 0; filter 'None' on every row)."""
+    img = np.ascontiguousarray(image, dtype=np.uint8)
+    if img.ndim == 2:
+        img = img[..., None]
+    H, W, C = img.shape
+    colour_type = {1: 0, 3: 2, 4: 6}[C]
+    raw = np.zeros((H, W * C + 1), dtype=np.uint8)
+    raw[:, 1:] = img.reshape(H, W * C)
+    header = struct.pack(">IIBBBBB", W, H, 8, colour_type, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(raw.tobytes(), level))
+            + _chunk(b"IEND", b""))
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """Inverse of encode_png for unfiltered 8-bit images (tests and round trips); (H, W, C) uint8."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, W = 8, b"", 0
+    while pos < len(data):
+        n = struct.unpack(">I", data[pos:pos + 4])[0]
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            W, H, _, ct = struct.unpack(">IIBB", body[:10])
+            C = {0: 1, 2: 3, 6: 4}[ct]
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(H, W * C + 1)
+    if raw[:, 0].any():
+        raise ValueError("filtered PNG rows are not supported by this decoder")
+    return raw[:, 1:].reshape(H, W, C)
+
+
+def thumbnail(image: np.ndarray, max_side: int = 320) -> np.ndarray:
+    """Downscale (H, W, C) uint8 by an integer factor (area average) so the longer side is <= max_side."""
+    H, W = image.shape[:2]
+    f = max(1, -(-max(H, W) // max_side))
+    if f == 1:
+        return image
+    h, w = H // f, W // f
+    block = image[:h * f, :w * f].astype(np.float32).reshape(h, f, w, f, -1).mean(axis=(1, 3))
+    return np.rint(block).astype(np.uint8).reshape(h, w, *image.shape[2:])
+
+
+def upscale(image: np.ndarray, min_side: int) -> np.ndarray:
+    """Nearest-neighbour enlargement by an integer factor so the shorter side is >= min_side (tiny images)."""
+    f = max(1, -(-min_side // min(image.shape[:2])))
+    return image if f == 1 else np.repeat(np.repeat(image, f, axis=0), f, axis=1)

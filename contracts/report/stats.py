@@ -1,0 +1,142 @@
+"""Distributions, not means (seed 000 §8.1): every QA residual as quantiles and a histogram, sliced by
+distance, image radius, motion speed and class; dataset statistics; drift against a baseline report.
+
+A residual is a 1-D array of non-negative values in declared units with, per sample, the slicing keys
+that exist for it (distance m, image radius px, speed m/s, class name). Samples are capped per event
+(MAX_SAMPLES_PER_EVENT, a fixed-seed subset) so a large bundle stays fast; counts are kept exact.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+QUANTILES = (0.5, 0.9, 0.99, 1.0)
+MAX_SAMPLES_PER_EVENT = 200_000
+DISTANCE_BINS_M = (0.0, 5.0, 10.0, 20.0, 40.0, 80.0, np.inf)
+RADIUS_BINS = (0.0, 0.25, 0.5, 0.75, np.inf)      # fraction of the half diagonal from the principal point
+SPEED_BINS_M_S = (0.0, 0.01, 1.0, 5.0, 15.0, np.inf)
+HIST_BINS = 24
+
+# Declared drift thresholds of `--baseline`: a value beyond them is flagged (seed 000 §8.2).
+DRIFT_THRESHOLDS = {
+    "residual_quantile": {"rule": "current > baseline * (1 + rel) + abs, per residual at p50, p90, p99 and max",
+                          "rel": 0.5, "abs_by_unit": {"m": 1e-4, "px": 0.01, "ns": 1000.0, "1": 1e-4}},
+    "rate": {"rule": "|current - baseline| > abs for invalid rates, visibility and class shares (fractions)",
+             "abs": 0.05},
+    "count": {"rule": "event, flow and quarantine counts differ", "abs": 0},
+}
+
+
+def _bin_labels(edges, unit: str) -> list[str]:
+    return [f"{a:g}–{b:g} {unit}" if np.isfinite(b) else f"≥ {a:g} {unit}" for a, b in zip(edges[:-1], edges[1:])]
+
+
+class Residuals:
+    """Collects residual samples by name; summary() -> {name: distribution}."""
+
+    def __init__(self, seed: int = 0):
+        self.data: dict[str, dict] = {}
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, name: str, unit: str, values, meaning: str, distance=None, radius=None, speed=None,
+            klass=None) -> None:
+        v = np.asarray(values, dtype=np.float64).ravel()
+        keys = {"distance": distance, "radius": radius, "speed": speed, "class": klass}
+        keys = {k: np.asarray(a).ravel() for k, a in keys.items() if a is not None}
+        ok = np.isfinite(v)
+        v = v[ok]
+        keys = {k: a[ok] for k, a in keys.items()}
+        total = v.size
+        if v.size > MAX_SAMPLES_PER_EVENT:
+            pick = self.rng.choice(v.size, MAX_SAMPLES_PER_EVENT, replace=False)
+            v, keys = v[pick], {k: a[pick] for k, a in keys.items()}
+        d = self.data.setdefault(name, {"unit": unit, "meaning": meaning, "values": [], "keys": {}, "count": 0})
+        d["values"].append(v)
+        d["count"] += total
+        for k, a in keys.items():
+            d["keys"].setdefault(k, []).append(a)
+
+    def summary(self) -> dict:
+        out = {}
+        for name, d in sorted(self.data.items()):
+            v = np.concatenate(d["values"]) if d["values"] else np.zeros(0)
+            entry = {"unit": d["unit"], "meaning": d["meaning"], "count": int(d["count"]), "sampled": int(v.size),
+                     **describe(v), "histogram": histogram(v), "slices": {}}
+            for k, parts in d["keys"].items():
+                a = np.concatenate(parts)
+                if a.size != v.size:
+                    continue
+                entry["slices"][k] = slice_by(v, a, k)
+            out[name] = entry
+        return out
+
+
+def describe(v) -> dict:
+    """{count, quantiles {p50, p90, p99, max}} of finite values (None when empty)."""
+    v = np.asarray(v, dtype=np.float64)
+    if v.size == 0:
+        return {"quantiles": {f"p{int(q * 100)}" if q < 1 else "max": None for q in QUANTILES}}
+    qs = np.quantile(v, QUANTILES)
+    return {"quantiles": {(f"p{int(q * 100)}" if q < 1 else "max"): float(x) for q, x in zip(QUANTILES, qs, strict=True)}}
+
+
+def histogram(v, bins: int = HIST_BINS) -> dict:
+    """Histogram on log10-spaced edges over the positive values (zeros counted apart): {edges, counts, zeros}."""
+    v = np.asarray(v, dtype=np.float64)
+    pos = v[v > 0]
+    zeros = int(np.count_nonzero(v == 0))
+    if pos.size == 0:
+        return {"scale": "log10", "edges": [], "counts": [], "zeros": zeros}
+    lo, hi = np.log10(pos.min()), np.log10(pos.max())
+    if hi - lo < 1e-6:
+        lo, hi = lo - 0.5, hi + 0.5
+    edges = np.logspace(lo, hi, bins + 1)
+    counts, _ = np.histogram(pos, edges)
+    return {"scale": "log10", "edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros}
+
+
+def slice_by(v, key, kind: str) -> list[dict]:
+    """Quantiles of v per bin of `key`: distance (m), radius (fraction of the half diagonal), speed (m/s) or class."""
+    if kind == "class":
+        labels = sorted(set(key.tolist()))
+        groups = [(str(lab), key == lab) for lab in labels]
+    else:
+        edges, unit = {"distance": (DISTANCE_BINS_M, "m"), "radius": (RADIUS_BINS, "× half diagonal"),
+                       "speed": (SPEED_BINS_M_S, "m/s")}[kind]
+        key = key.astype(np.float64)
+        groups = [(lab, (key >= a) & (key < b)) for lab, a, b in zip(_bin_labels(edges, unit), edges[:-1], edges[1:])]
+    return [{"bin": lab, "count": int(m.sum()), **describe(v[m])} for lab, m in groups if m.any()]
+
+
+def drift(current: dict, baseline: dict) -> dict:
+    """Compare two report.json documents with DRIFT_THRESHOLDS; {status, items: [{what, baseline, current, limit,
+    flagged}]} (only comparable values are listed)."""
+    items = []
+    th = DRIFT_THRESHOLDS
+    for name, cur in current.get("residuals", {}).items():
+        base = baseline.get("residuals", {}).get(name)
+        if not base or base.get("unit") != cur.get("unit"):
+            continue
+        a = th["residual_quantile"]["abs_by_unit"].get(cur["unit"], 0.0)
+        for q, cv in cur["quantiles"].items():
+            bv = base["quantiles"].get(q)
+            if cv is None or bv is None:
+                continue
+            limit = bv * (1 + th["residual_quantile"]["rel"]) + a
+            items.append({"what": f"residual {name} {q} ({cur['unit']})", "baseline": bv, "current": cv,
+                          "limit": limit, "flagged": bool(cv > limit)})
+    cs, bs = current.get("statistics", {}), baseline.get("statistics", {})
+    for key in ("camera_invalid_rate", "lidar_no_return_rate", "mean_visib_fract"):
+        if cs.get(key) is not None and bs.get(key) is not None:
+            items.append({"what": key, "baseline": bs[key], "current": cs[key], "limit": th["rate"]["abs"],
+                          "flagged": bool(abs(cs[key] - bs[key]) > th["rate"]["abs"])})
+    cc, bc = cs.get("class_pixel_share", {}), bs.get("class_pixel_share", {})
+    for k in sorted(set(cc) | set(bc)):
+        c, b = cc.get(k, 0.0), bc.get(k, 0.0)
+        items.append({"what": f"class share {k}", "baseline": b, "current": c, "limit": th["rate"]["abs"],
+                      "flagged": bool(abs(c - b) > th["rate"]["abs"])})
+    for key in ("events", "flows", "quarantined"):
+        c, b = cs.get("counts", {}).get(key), bs.get("counts", {}).get(key)
+        if c is not None and b is not None:
+            items.append({"what": f"{key} count", "baseline": b, "current": c, "limit": 0, "flagged": c != b})
+    flagged = [i for i in items if i["flagged"]]
+    return {"thresholds": th, "status": "drift" if flagged else "ok", "flagged": len(flagged), "items": items}

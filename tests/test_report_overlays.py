@@ -1,0 +1,154 @@
+"""Visual QA report: the overlays and statistics against numeric fixtures (no Blender): colour map order,
+PNG bytes read back by an independent decoder (OpenCV), the flow wheel, a LiDAR return projected into the
+time-matched camera row landing at its closed-form pixel, the forward-warp residual, the timing band, the
+residual quantiles and the baseline drift rule."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from contracts.report import colour, overlays, png, stats
+from contracts.timing import RollingShutterTiming
+
+
+def test_colour_map_is_ordered_by_luminance_and_colourise_keeps_the_order():
+    table = colour.VIRIDIS
+    assert np.all(np.diff(colour.luminance(table)) > 0)               # the anchors: strictly brighter
+    values = np.linspace(2.0, 50.0, 400)
+    lum = colour.luminance(colour.colourise(values[None], 2.0, 50.0)[0])
+    assert np.all(np.diff(lum) >= -0.5)                               # 8-bit rounding only
+    assert lum[-1] - lum[0] > 150
+    lum_log = colour.luminance(colour.colourise(values[None], 2.0, 50.0, log=True)[0])
+    assert np.all(np.diff(lum_log) >= -0.5)
+    # log spreads the near values: 2..5 m covers more of the bar in log than linear
+    assert lum_log[np.searchsorted(values, 5.0)] - lum_log[0] > 3 * (lum[np.searchsorted(values, 5.0)] - lum[0])
+    nan = colour.colourise(np.array([[np.nan, 3.0]]), 2.0, 50.0)
+    assert (nan[0, 0] == colour.NO_DATA).all() and not (nan[0, 1] == colour.NO_DATA).all()
+
+
+def test_png_bytes_decode_identically_with_opencv():
+    rng = np.random.default_rng(1)
+    img = rng.integers(0, 256, (7, 13, 3), dtype=np.uint8)
+    data = png.encode_png(img)
+    back = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)[..., ::-1]   # BGR -> RGB
+    assert np.array_equal(back, img)
+    rgba = rng.integers(0, 256, (5, 4, 4), dtype=np.uint8)
+    back = cv2.imdecode(np.frombuffer(png.encode_png(rgba), np.uint8), cv2.IMREAD_UNCHANGED)
+    assert np.array_equal(back[..., [2, 1, 0, 3]], rgba)
+    thumb = png.thumbnail(np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3), 4)
+    assert thumb.shape == (4, 4, 3) and thumb[0, 0, 0] == np.rint(np.mean([0, 3, 24, 27]))
+
+
+def test_flow_wheel_directions_and_magnitude():
+    f = np.array([[[4.0, 0.0], [0.0, 4.0], [-4.0, 0.0], [0.0, -4.0], [0.0, 0.0], [np.nan, 1.0]]])
+    c = colour.flow_colour(f, 4.0).astype(int)[0]
+    assert tuple(c[4]) == (255, 255, 255)                             # no motion: white
+    assert (c[5] == colour.NO_DATA).all()                             # undefined
+    assert c[0][0] == 255 and c[0][1] < 60 and c[0][2] < 60           # right: red (Middlebury)
+    assert c[2][2] > 200 and c[2][0] < 60                             # left: cyan/blue side
+    half = colour.flow_colour(np.array([[[2.0, 0.0]]]), 4.0).astype(int)[0, 0]
+    assert c[0][1] < half[1] < 255                                    # half magnitude: desaturated toward white
+
+
+def test_draw_points_puts_u_in_the_column_and_v_in_the_row():
+    img = np.zeros((10, 20, 3), dtype=np.uint8)
+    colour.draw_points(img, np.array([[15.2, 3.4], [-1, 2], [25, 3]]), (255, 0, 0))
+    hit = np.argwhere(img[..., 0] == 255)
+    assert hit.tolist() == [[3, 15]]
+
+
+def _synthetic_pair(H=40, W=60, z_plane=10.0):
+    """A static camera looking along +x of the world at a wall 10 m away (camera_z = 10 m everywhere) and one
+    LiDAR return on the wall at closed-form pixel (u, v) = (41, 13), fired at the time of row 13."""
+    K = np.array([[50.0, 0, (W - 1) / 2], [0, 50.0, (H - 1) / 2], [0, 0, 1]])
+    T_wc = np.eye(4)
+    T_wc[:3, :3] = np.array([[0, 0, 1], [-1, 0, 0], [0, -1, 0]], float)   # camera z = world x, camera x = -world y
+    timing = RollingShutterTiming(0, 12_000_000, 4_000_000, H, "top_to_bottom")
+    row_t = np.array(timing.row_reference_times_ns())
+    cam_arrays = {"row_time_ns": row_t, "row_T_world_camera": np.repeat(T_wc[None], H, 0),
+                  "camera_z": np.full((H, W), z_plane, np.float32), "valid": np.ones((H, W), np.uint8),
+                  "instance_id": np.full((H, W), 1, np.uint32),
+                  "normal_geometric": np.tile(np.array([0, 0, -1], np.float32), (H, W, 1))}
+    cam_manifest = {"sensor": {"id": "cam"}, "event": {"index": 0}, "calibration": {"K": K.tolist()},
+                    "objects": [{"id": 77, "render_index": 1}]}
+    u, v = 41.0, 13.0
+    x_c = np.array([(u - K[0, 2]) / 50.0 * z_plane, (v - K[1, 2]) / 50.0 * z_plane, z_plane])
+    p_w = T_wc[:3, :3] @ x_c + T_wc[:3, 3]
+    dtype = [("t_ns", "<i8"), ("x_world", "<f8"), ("y_world", "<f8"), ("z_world", "<f8"), ("instance_id", "<u4")]
+    pts = np.array([(row_t[13] + 1000, *p_w, 5), (row_t[0] + 5_000_000, *p_w, 5)], dtype=dtype)
+    lidar_manifest = {"objects": [{"id": 77, "render_index": 5, "motion": "static"}]}
+    return lidar_manifest, {"points": pts}, cam_manifest, cam_arrays
+
+
+def test_lidar_return_lands_at_its_closed_form_pixel_in_the_overlay():
+    lm, la, cm, ca = _synthetic_pair()
+    base = np.zeros((40, 60, 3), np.uint8)
+    out = overlays.lidar_in_camera(lm, la, cm, ca, base)
+    assert out["pairs"] == 1                                    # the second return is 5 ms off its row: not paired
+    for name in ("residual", "skew"):
+        changed = np.argwhere((out[name] != 0).any(-1))
+        assert [13, 41] in changed.tolist(), name
+    p = out["pairs_data"]
+    assert abs(p["residual_m"][0]) < 1e-9 and p["skew_ns"][0] == 1000
+    ok_pixel = out["skew"][13, 41]
+    assert not (ok_pixel == (150, 150, 150)).all()             # coloured, not the grey of unpaired returns
+
+
+def test_warp_residual_is_zero_for_a_pure_shift_and_not_for_the_wrong_sign():
+    H, W = 30, 40
+    v, u = np.mgrid[0:H, 0:W].astype(float)
+    shift = np.array([3.25, -1.5])
+    src = np.stack([0.01 * u + 0.02 * v, 0.5 + 0.003 * u, 0.2 - 0.004 * v], -1)      # linear: bilinear is exact
+    dst = np.stack([0.01 * (u - shift[0]) + 0.02 * (v - shift[1]), 0.5 + 0.003 * (u - shift[0]),
+                    0.2 - 0.004 * (v - shift[1])], -1)
+    flow = np.broadcast_to(shift, (H, W, 2)).copy()
+    mask = np.ones((H, W), bool)
+    r = overlays.warp_residual(src, dst, flow, mask)
+    inside = np.isfinite(r)
+    assert inside.sum() > 0.8 * H * W and np.nanmax(r) < 1e-12
+    assert np.nanmin(overlays.warp_residual(src, dst, -flow, mask)) > 0.015     # 2 x shift of the gradients
+    mask[5, 5] = False
+    assert np.isnan(overlays.warp_residual(src, dst, flow, mask)[5, 5])
+
+
+@pytest.mark.parametrize("direction", ["top_to_bottom", "bottom_to_top"])
+def test_timing_band_row_time_moves_with_the_readout_direction(direction):
+    H = 24
+    t = np.array(RollingShutterTiming(0, 12_000_000, 4_000_000, H, direction).row_reference_times_ns())
+    img, leg = overlays.timing_band(t, 4_000_000, width=200)
+    dark = np.array([np.flatnonzero((row == (10, 40, 160)).all(-1))[0] for row in img])
+    steps = np.diff(dark)
+    assert (steps >= 0).all() if direction == "top_to_bottom" else (steps <= 0).all()
+    assert abs(dark[0] - dark[-1]) > 100
+    assert leg["t0_ns"] == int(t.min()) - 2_000_000 and leg["t1_ns"] == int(t.max()) + 2_000_000
+    # exposure window: 4 ms of a 16 ms span = a quarter of the width, centred on the reference time
+    light = ((img[H // 2] == (170, 200, 255)).all(-1) | (img[H // 2] == (10, 40, 160)).all(-1)).sum()
+    assert abs(light - 200 * 4 / 16) <= 3
+
+
+def test_residual_quantiles_histogram_and_slices():
+    r = stats.Residuals()
+    v = np.arange(1, 101, dtype=float) * 1e-3
+    dist = np.where(np.arange(100) < 50, 3.0, 30.0)
+    r.add("x", "m", v, "test", distance=dist, klass=np.array(["car"] * 30 + ["road"] * 70))
+    s = r.summary()["x"]
+    assert s["count"] == 100 and s["quantiles"]["max"] == pytest.approx(0.1)
+    assert s["quantiles"]["p50"] == pytest.approx(np.quantile(v, 0.5))
+    assert sum(s["histogram"]["counts"]) == 100
+    by_d = {b["bin"]: b for b in s["slices"]["distance"]}
+    assert by_d["0–5 m"]["count"] == 50 and by_d["0–5 m"]["quantiles"]["max"] == pytest.approx(0.05)
+    assert by_d["20–40 m"]["quantiles"]["p50"] == pytest.approx(np.quantile(v[50:], 0.5))
+    assert {b["bin"]: b["count"] for b in s["slices"]["class"]} == {"car": 30, "road": 70}
+
+
+def test_drift_flags_only_beyond_the_declared_thresholds():
+    def doc(p99, invalid):
+        return {"residuals": {"z": {"unit": "m", "quantiles": {"p50": 1e-4, "p90": 1e-4, "p99": p99, "max": p99}}},
+                "statistics": {"camera_invalid_rate": invalid, "counts": {"events": 3, "flows": 1, "quarantined": 0}}}
+    base = doc(1e-3, 0.20)
+    assert stats.drift(doc(1.2e-3, 0.22), base)["status"] == "ok"        # within 1.5x + 1e-4 m, within 0.05
+    d = stats.drift(doc(3e-3, 0.20), base)
+    assert d["status"] == "drift" and {i["what"] for i in d["items"] if i["flagged"]} == {"residual z p99 (m)",
+                                                                                          "residual z max (m)"}
+    assert stats.drift(doc(1e-3, 0.30), base)["flagged"] == 1
