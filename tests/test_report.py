@@ -159,7 +159,9 @@ def test_report_opens_in_headless_chromium(report, tmp_path):
 
 
 def test_failing_bundle_gets_a_report_with_failures_first_and_quarantine_reasons(dusk, tmp_path):
-    bad = tmp_path / "bad"
+    """A dataset (a folder of bundles): a clean copy and a copy with a corrupt payload and a quarantined event."""
+    shutil.copytree(dusk, tmp_path / "ds" / "good")
+    bad = tmp_path / "ds" / "bad"
     shutil.copytree(dusk, bad)
     ev = bad / "events/camera_front/000031"
     m = json.loads((ev / "manifest.json").read_text())
@@ -170,19 +172,24 @@ def test_failing_bundle_gets_a_report_with_failures_first_and_quarantine_reasons
     (q / "qa_report.json").write_text(json.dumps({"schema": "rowbeam/event_qa@1", "status": "fail", "checks": [
         {"check": "verification", "status": "fail", "message": "range error 3.2 mm > 1 mm"}]}))
     out = tmp_path / "out"
-    r = _report(bad, "--out", out)
+    r = _report(tmp_path / "ds", "--out", out)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.startswith("rowbeam report: FAIL")
     doc = json.loads((out / "report.json").read_text())
+    assert [(b["key"], b["qa_status"]) for b in doc["bundles"]] == [("bad", "fail"), ("good", "pass")]
+    assert doc["statistics"]["counts"] == {"events": 6, "flows": 2, "quarantined": 1}
     b = doc["bundles"][0]
     assert b["items"][0]["qa_status"] == "fail"                           # failures first
     first_fail = [it["folder"] for it in b["items"] if it["qa_status"] == "fail"]
     assert "events/camera_front/000031" in first_fail
     assert b["quarantine"] == [{"folder": "quarantine/events/camera_front/000032",
                                 "reasons": ["verification: range error 3.2 mm > 1 mm"]}]
+    bad_page = next(it for it in b["items"] if it["folder"] == "events/camera_front/000031")
+    assert bad_page["overlays"].startswith("unavailable: ") and "sha256" in bad_page["overlays"]
+    assert "overlays unavailable" in (out / bad_page["page"]).read_text()
     index = (out / "index.html").read_text()
     assert "range error 3.2 mm" in index and "sha256" in index
-    assert index.index("000031") < index.index("000030")                  # the failing event is listed first
+    assert index.index("bad_events_camera_front_000031") < index.index("bad_events_camera_front_000030")  # failures first
 
 
 def test_not_a_bundle_is_one_line_exit_2_and_nothing_written(tmp_path):
@@ -203,9 +210,32 @@ def test_out_holding_other_files_is_refused_and_kept(dusk, tmp_path):
     assert os.listdir(out) == ["notes.txt"]
 
 
+def _report_on_a_terminal(*args) -> tuple[int, str]:
+    """Run `rowbeam report ARGS` with stdout and stderr on a pseudo-terminal; (exit status, everything shown)."""
+    import pty
+
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "rowbeam", "report", *map(str, args)], cwd=REPO,
+                            stdin=subprocess.DEVNULL, stdout=child, stderr=child, close_fds=True)
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 4096)
+        except OSError:                                   # EIO once the child has closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    return proc.wait(timeout=600), b"".join(chunks).decode(errors="replace")
+
+
 def test_baseline_drift(report, dusk, tmp_path):
-    same = _report(dusk, "--out", tmp_path / "again", "--baseline", report)
-    assert same.returncode == 0, same.stdout + same.stderr
+    rc, text = _report_on_a_terminal(dusk, "--out", tmp_path / "again", "--baseline", report)
+    assert rc == 0, text
+    assert "\rreport bundle: checking" in text and "\rreport bundle: overlays 4/4 folders" in text, text
+    assert "rowbeam report: PASS" in text and "drift against" in text
     doc = json.loads((tmp_path / "again" / "report.json").read_text())
     assert doc["drift"]["status"] == "ok" and len(doc["drift"]["items"]) > 10
     pinned = tmp_path / "pinned"

@@ -152,3 +152,15 @@ def test_drift_flags_only_beyond_the_declared_thresholds():
     assert d["status"] == "drift" and {i["what"] for i in d["items"] if i["flagged"]} == {"residual z p99 (m)",
                                                                                           "residual z max (m)"}
     assert stats.drift(doc(1e-3, 0.30), base)["flagged"] == 1
+
+
+def test_id_colours_follow_the_stable_id_and_classes_are_distinct():
+    a = overlays.id_image(np.array([[0, 1, 2]], np.uint32), [{"render_index": 1, "id": 2**62 + 5},
+                                                            {"render_index": 2, "id": 7}])
+    b = overlays.id_image(np.array([[2, 1]], np.uint32), [{"render_index": 2, "id": 2**62 + 5},
+                                                         {"render_index": 1, "id": 7}])
+    assert (a[0, 0] == 0).all()                                       # background
+    assert (a[0, 1] == b[0, 0]).all() and (a[0, 2] == b[0, 1]).all()  # same object, same colour in both events
+    sem = overlays.semantic_image(np.array([list(range(0, 10)) + [0xFFFFFFFF]], np.uint32))[0]
+    assert (sem[0] == 0).all() and (sem[-1] == 255).all()
+    assert len({tuple(c) for c in sem[1:10]}) == 9

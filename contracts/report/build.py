@@ -399,7 +399,7 @@ def _lidar_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, verify=Fa
              f"reference time {m['event']['reference_time_ns']} ns</p>"]
     img, leg = overlays.lidar_range_image(a, [b["elevation_deg"] for b in beams])
     bar = w.image(f"{rel}/range_bar", colour.colour_bar())
-    parts.append(html.figure(w.image(f"{rel}/range_image", overlays_upscale(img)),
+    parts.append(html.figure(w.image(f"{rel}/range_image", img),
                              "range image: rows = channels by elevation (top = highest), columns = firings",
                              html.colour_bar(bar, leg, "range [m]")))
     pts = a["points"]
@@ -433,12 +433,6 @@ def _lidar_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, verify=Fa
                 "|range − |point xyz|| (LiDAR frame at the beam's time)", distance=rng, klass=klass)
     stats.lidar_valid += [int(valid.sum()), valid.size]
     return "".join(parts)
-
-
-def overlays_upscale(img):
-    from .png import upscale
-
-    return upscale(img, 96)
 
 
 def _flow_page(fl: Flow, w: Writer, rel: str, res: Residuals, stats, verify=False) -> str:

@@ -12,6 +12,11 @@ from ..pixel_sampling import bilinear_corners
 from . import colour
 
 AXIS_COLOURS = {"x": (255, 40, 40), "y": (40, 230, 40), "z": (60, 120, 255)}
+# 20 distinct colours (Trubetskoy's list) for semantic classes 1, 2, ... (cycling)
+CLASS_PALETTE = np.array([(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
+                          (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128),
+                          (220, 190, 255), (170, 110, 40), (255, 250, 200), (128, 0, 0), (170, 255, 195),
+                          (128, 128, 0), (255, 215, 180), (0, 0, 128), (128, 128, 128)], dtype=np.uint8)
 MODAL_COLOUR, AMODAL_COLOUR = (0, 230, 255), (255, 210, 0)
 # flag nesting of a flow pixel: visible => in bounds => defined => source valid (contracts/flow_checks.py)
 FLAG_LEVELS = (("no source surface", (0, 0, 0)), ("source_valid only", (90, 90, 90)),
@@ -53,8 +58,12 @@ def id_image(instance_id, objects: list[dict]) -> np.ndarray:
 
 
 def semantic_image(semantic_id) -> np.ndarray:
-    return colour.id_colours(np.asarray(semantic_id).astype(np.uint64) * np.uint64(7919) % np.uint64(2**32 - 1)
-                             + (np.asarray(semantic_id) == 0xFFFFFFFF) * np.uint64(0))
+    """semantic_id -> one colour per class (background 0 black, void 0xFFFFFFFF white)."""
+    s = np.asarray(semantic_id).astype(np.int64)
+    out = CLASS_PALETTE[(s - 1) % len(CLASS_PALETTE)]
+    out[s == 0] = 0
+    out[s == 0xFFFFFFFF] = 255
+    return out
 
 
 def semantic_colour(class_id: int) -> tuple[int, int, int]:
@@ -195,10 +204,13 @@ def warp_residual(source_image, dest_image, flow, mask) -> np.ndarray:
 
 
 def lidar_range_image(arrays: dict, elevations_deg) -> tuple[np.ndarray, dict]:
-    """Sweep range image: rows = channels ordered by elevation (highest at the top), columns = firings."""
+    """Sweep range image: rows = channels ordered by elevation (highest at the top), each repeated so the image is
+    about a quarter as high as wide; columns = firings."""
     order = np.argsort(-np.asarray(elevations_deg, dtype=np.float64), kind="stable")
     rng = arrays["range"][:, order].T
-    return scalar(rng, arrays["valid"][:, order].T == 1, log=True)
+    img, legend = scalar(rng, arrays["valid"][:, order].T == 1, log=True)
+    F, C = arrays["range"].shape
+    return np.repeat(img, max(1, round(F / (4 * C))), axis=0), legend
 
 
 def top_down(xy_sets, colours_sets, size: int = 480, extent_m: float | None = None):
