@@ -53,6 +53,12 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
         _check_rgb_seed(manifest, add)
 
 
+def manifest_lens(cal: dict):
+    """The Lens a camera manifest's calibration declares (contracts.lens), None for a plain pinhole or an unusable
+    lens (the checker reports that one)."""
+    return _manifest_lens(cal, np.array(cal["K"], dtype=np.float64), lambda *a, **k: None)
+
+
 def _manifest_lens(cal, K, add):
     """The Lens the manifest declares (None: plain pinhole); a lens that does not build is a failed check."""
     try:

@@ -19,11 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from ..bundle_reader import Bundle, Event, Flow
-from ..camera_model import pixel_grid, range_from_camera_z, ray_directions
+from ..camera_checks import manifest_lens
+from ..camera_model import pixel_grid, ray_directions
 from ..check import check_bundle
 from ..errors import RowbeamError, UnusableInput
 from ..files import atomic_write_json, fsync_path, load_json
 from ..flow_checks import cycle_residuals
+from ..lens import unproject
 from . import colour, html, overlays
 from .png import encode_png, thumbnail
 from .stats import Residuals, drift, histogram
@@ -202,6 +204,9 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
             if isinstance(doc, Flow):
                 item["kind"] = "flow"
                 body = _flow_page(doc, w, f"{key}/{rel}", res, stats, verify)
+            elif doc.sensor_type not in ("spinning_lidar", "rolling_shutter_camera"):
+                item["kind"] = "other"
+                body = f"<p>{html.esc(doc.sensor_type)} event: no overlays for this sensor type yet (QA below)</p>"
             elif doc.sensor_type == "spinning_lidar":
                 item["kind"] = "lidar_sweep"
                 body = _lidar_page(doc, w, f"{key}/{rel}", res, stats, verify)
@@ -337,10 +342,12 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     klass = np.vectorize(lambda s: names.get(int(s), str(int(s))))(a["semantic_id"]) if valid.any() else None
     z = a["camera_z"].astype(np.float64)
     keys = {"distance": z[valid], "radius": radius[valid], "klass": klass[valid] if klass is not None else None}
-    res.add("camera.z_range_m", "m", np.abs(a["range"][valid] - range_from_camera_z(K, u, v, z)[valid]),
-            "|range - camera_z·sqrt(1+x_n²+y_n²)| per valid pixel", **keys)
-    d = ray_directions(K, u, v)
-    d /= np.linalg.norm(d, axis=-1, keepdims=True)
+    lens = manifest_lens(m["calibration"])          # a distorted camera: rays through the lens (contracts.lens)
+    d = ray_directions(K, u, v) if lens is None else unproject(lens, u, v)[0]
+    factor = np.linalg.norm(d, axis=-1)             # range / camera_z on each pixel-centre ray
+    res.add("camera.z_range_m", "m", np.abs(a["range"][valid] - (z * factor)[valid]),
+            "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys)
+    d = d / factor[..., None]
     for n in ("normal_geometric", "normal_shading"):
         if n in a:
             res.add(f"camera.{n}_unit", "1", np.abs(np.linalg.norm(a[n][valid].astype(np.float64), axis=-1) - 1),

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..camera_checks import manifest_lens
 from ..camera_model import pixel_grid, project
+from ..lens import project as lens_project
 from ..cross_modal import lidar_camera_pairs
 from ..pixel_sampling import bilinear_corners
 from . import colour
@@ -121,6 +123,7 @@ def object_overlay(event, arrays: dict, base: np.ndarray) -> tuple[np.ndarray, l
     half its template box diagonal) at T_camera_object_reference projected with K. Rows for the legend table."""
     m = event.manifest
     K = np.array(m["calibration"]["K"], dtype=np.float64)
+    lens = manifest_lens(m["calibration"])
     img = base.copy()
     rows = []
     for o in event.object_labels:
@@ -132,7 +135,7 @@ def object_overlay(event, arrays: dict, base: np.ndarray) -> tuple[np.ndarray, l
         for key, col in (("bbox_amodal_clipped", AMODAL_COLOUR), ("bbox_modal", MODAL_COLOUR)):
             if o.get(key):
                 colour.draw_box(img, o[key], col)
-        draw_axes(img, K, np.array(o["T_camera_object_reference"], dtype=np.float64), axis_length(o))
+        draw_axes(img, K, np.array(o["T_camera_object_reference"], dtype=np.float64), axis_length(o), lens)
         rows.append({"id": o.get("id"), "name": o.get("name", ""), "class": o.get("class", ""),
                      "px_count_visib": o.get("px_count_visib"), "px_count_all": o.get("px_count_all"),
                      "visib_fract": o.get("visib_fract"), "truncation_fraction": o.get("truncation_fraction"),
@@ -146,11 +149,12 @@ def axis_length(o: dict, cap_m: float = 3.0) -> float:
     return min(0.5 * float(np.linalg.norm(size)), cap_m) if size else 1.0
 
 
-def draw_axes(img: np.ndarray, K, T_camera_object, length: float) -> None:
-    """Project the object's origin and its x, y, z axis ends (object frame, m) and draw the three segments."""
+def draw_axes(img: np.ndarray, K, T_camera_object, length: float, lens=None) -> None:
+    """Project the object's origin and its x, y, z axis ends (object frame, m) with K (or the manifest's lens,
+    contracts.lens) and draw the three segments (straight between the projected ends)."""
     pts = np.array([[0, 0, 0], [length, 0, 0], [0, length, 0], [0, 0, length]], dtype=np.float64)
     cam = pts @ T_camera_object[:3, :3].T + T_camera_object[:3, 3]
-    uv, front = project(K, cam)
+    uv, front = project(K, cam) if lens is None else lens_project(lens, cam)
     if not front[0]:
         return
     for i, name in enumerate("xyz", start=1):
