@@ -561,7 +561,10 @@ def _write_index(staging: Path, doc: dict) -> None:
             parts.append("<h3>Quarantined (held back at export; not published)</h3>" + html.table(
                 ["folder", "reasons"], [[html.esc(q["folder"]), "<br>".join(html.esc(r) for r in q["reasons"])]
                                         for q in b["quarantine"]]))
-    parts.append("<h2>Residual distributions</h2>")
+    parts.append("<h2>Residual distributions</h2>" + html.table(
+        ["residual", "unit", "samples", "p50", "p90", "p99", "max"],
+        [[html.esc(n), html.esc(r["unit"]), r["count"], *(html.fmt(r["quantiles"][k]) for k in ("p50", "p90", "p99", "max"))]
+         for n, r in doc["residuals"].items()]))
     for name, r in doc["residuals"].items():
         qs = r["quantiles"]
         parts.append(f"<h3>{html.esc(name)} [{html.esc(r['unit'])}]</h3><p>{html.esc(r['meaning'])}; {r['count']} samples"
