@@ -36,6 +36,8 @@ demo: $(DEMO)/dusk_shuttle.blend
 	$(BIN)/python -m contracts check $(DEMO)/bundle --report $(DEMO)/qa_report.json
 	@echo "demo bundle:  $(abspath $(DEMO)/bundle)"
 	@echo "QA report:    $(abspath $(DEMO)/qa_report.json)"
+	$(BIN)/python -m rowbeam report $(DEMO)/bundle --out $(DEMO)/report
+	@echo "visual QA:    $(abspath $(DEMO)/report/index.html)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests

@@ -241,13 +241,13 @@ def test_baseline_drift(report, dusk, tmp_path):
     pinned = tmp_path / "pinned"
     shutil.copytree(report, pinned)
     base = json.loads((pinned / "report.json").read_text())
-    base["residuals"]["flow.cycle_px"]["quantiles"]["max"] /= 100          # a baseline ten times tighter
+    base["residuals"]["lidar_camera.skew_ns"]["quantiles"]["max"] /= 100   # a far tighter baseline (skew ~ 1e5 ns)
     base["statistics"]["counts"]["events"] = 4
     (pinned / "report.json").write_text(json.dumps(base))
     r = _report(dusk, "--out", tmp_path / "again", "--baseline", pinned)   # replaces the earlier report there
     assert r.returncode == 1 and "drift" in r.stdout
     flagged = {i["what"] for i in json.loads((tmp_path / "again" / "report.json").read_text())["drift"]["items"]
                if i["flagged"]}
-    assert flagged == {"residual flow.cycle_px max (px)", "events count"}
+    assert flagged == {"residual lidar_camera.skew_ns max (ns)", "events count"}
     assert "events count" in (tmp_path / "again" / "index.html").read_text()
     assert sorted(os.listdir(tmp_path)) == ["again", "pinned"]             # no staging or old copy left
