@@ -31,7 +31,8 @@ RADIAL_VELOCITY_SIGN = "positive = receding (range growing): v_r = (v_point - v_
 CHIRP_TIME_DEFINITION = ("t(j) = frame_start_ns + chirp_offset_ns + (j + 1/2) * chirp_period_ns: the centre of chirp "
                          "j's interval [frame_start_ns + chirp_offset_ns + j*chirp_period_ns, +chirp_period_ns), "
                          "rounded half up to integer ns; every beam of a chirp at that time")
-REFERENCE_TIME_DEFINITION = "centre of the chirp train: frame_start_ns + chirp_offset_ns + chirps*chirp_period_ns/2, rounded half up"
+REFERENCE_TIME_DEFINITION = ("centre of the chirp train: frame_start_ns + chirp_offset_ns + chirps*chirp_period_ns/2, "
+                             "rounded half up")
 GRID_DEFINITION = ("beam b = e*azimuth_beams + a (azimuth fastest): azimuth_deg = az_min + (a + 1/2)*(az_max - az_min)/"
                    "azimuth_beams, elevation_deg = el_min + (e + 1/2)*(el_max - el_min)/elevation_beams; direction = "
                    "(cos el cos az, cos el sin az, sin el) in the radar frame (x forward, y left, z up)")

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contracts.frames import invert_rigid
 from contracts.modalities import RADAR_MODALITIES
-from contracts.radar import RADIAL_VELOCITY_SIGN, RadarSensor
+from contracts.radar import RadarSensor
 
 from .lidar_event import render_beam_layout
 from .lidar_labels import labels_from_beams
@@ -37,7 +36,8 @@ RADAR_METHOD = ("cycles_osl_beam_camera: one Cycles render through the generated
 POSE_METHOD = ("mount matrix_world at every chirp's time, scale removed; radar frame = mount local axes (x forward, "
                "y left, z up); evaluated by ")
 VELOCITY_METHOD = (f"v_r = (Mdot_o(t) M_o(t)^-1 P - odot(t)) . d_world(t): Mdot = central difference of the hit object's "
-                   f"matrix_world over t +- {VELOCITY_STEP_NS} ns (scene_clock.objects_world_matrices; objects[].motion static: 0), "
+                   f"matrix_world over t +- {VELOCITY_STEP_NS} ns (scene_clock.objects_world_matrices; objects[].motion "
+                   "static: 0), "
                    "odot = the mount origin's velocity by the same difference; not a difference of ranges")
 
 

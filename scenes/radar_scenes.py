@@ -114,12 +114,14 @@ def spinning_disc(omega: float = 2 * math.pi, centre=(8.0, 2.0, 1.0), radius: fl
 
 
 def ego_past_poles(speed: float = 10.0, y_poles: float = 4.0, **rig_fields):
-    """Radar (child of the ego body, 1 m ahead of it) driving along +x at `speed` (start (-6, 0, 1), facing +x) past static 1 m wide x 6 m tall pole faces in the
+    """Radar (child of the ego body, 1 m ahead of it) driving along +x at `speed` (start (-6, 0, 1), facing +x) past
+    static 1 m wide x 6 m tall pole faces in the
     plane y = y_poles (normal -y) at x = -2, 2, 6, 10, 14: v_r = -speed * d_x (= -v cos theta)."""
     common.new_scene(4, 4, fps=FPS)
     xs = (-2.0, 2.0, 6.0, 10.0, 14.0)
     for i, x in enumerate(xs):
-        pole = common.add_quad(f"pole_{i}", 3.0, 0.5, common.frame_with_normal((x, y_poles, 2.0), (0, -1, 0)))  # local x = world -z
+        # local x = world -z: 6 m tall, 1 m wide
+        pole = common.add_quad(f"pole_{i}", 3.0, 0.5, common.frame_with_normal((x, y_poles, 2.0), (0, -1, 0)))
         common.tag(pole, 0x7210 + i, "pole")
     start = np.array([-6.0, 0.0, 1.0])              # the radar; the ego body (its parent) is 1 m behind it
     import bpy
