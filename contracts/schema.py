@@ -25,8 +25,11 @@ SCHEMA_FILES = {
     "rowbeam/state_log@1": "state_log.schema.json",
     "rowbeam/associations@1": "associations.schema.json",
     "rowbeam/report@1": "report.schema.json",
+    "rowbeam/dataset@1": "dataset.schema.json",
+    "rowbeam/plan@1": "plan.schema.json",
+    "rowbeam/dataset_manifest@1": "dataset_manifest.schema.json",
 }
-USER_SCHEMAS = ("rowbeam/rig@1", "rowbeam/ontology@1")   # written by people: integers must be JSON integers
+USER_SCHEMAS = ("rowbeam/rig@1", "rowbeam/ontology@1", "rowbeam/dataset@1")   # written by people: integers must be JSON integers
 MAX_JSON_DEPTH = 64                  # nesting levels of any rowbeam document
 MAX_USER_JSON_BYTES = 1 << 20        # a rig or ontology file (or a rig stored in a .blend), bytes
 

@@ -33,6 +33,11 @@ def parse_args(argv: list[str], blend_positional: bool, prog: str = "render_expo
                    help="also export optical/scene flow between consecutive exported events of each camera")
     p.add_argument("--flow-pairs", metavar="I:J,...",
                    help="flow between these event pairs of each camera (exported first when missing)")
+    p.add_argument("--scenario", help="scenario token (a dataset plan sets it; default: rig lineage, scene "
+                   "property rowbeam_scenario, else the .blend's name)")
+    p.add_argument("--lineage-group", help="lineage group (with --scenario; default: the scenario)")
+    p.add_argument("--split", help="dataset split of these events (a dataset plan assigns it before rendering); "
+                   "written into every manifest's lineage")
     talk = p.add_mutually_exclusive_group()
     talk.add_argument("-q", "--quiet", action="store_true", help="print errors only (no progress, no summary)")
     talk.add_argument("-v", "--verbose", action="store_true",
@@ -88,6 +93,15 @@ def parse_pairs(text: str | None) -> list | None:
     return pairs
 
 
+def parse_lineage(scenario: str | None, group: str | None) -> dict | None:
+    """--scenario/--lineage-group: None when neither is given (the rig or the scene decides)."""
+    if scenario is None:
+        if group is not None:
+            raise RowbeamError("--lineage-group needs --scenario")
+        return None
+    return {"scenario": scenario, "lineage_group": scenario if group is None else group}
+
+
 def main(argv: list[str], blend_positional: bool, prog: str = "render_export.py") -> int:
     args = parse_args(argv, blend_positional, prog)
     with export_console(args.quiet, args.verbose) as console:
@@ -107,7 +121,8 @@ def _export(args, blend_positional: bool, console) -> int:
             rig=Path(args.rig) if args.rig else None,
             sensors=parse_sensors(args.sensors),
             first_event=args.first_event, count=args.count, device=args.device, flow=args.flow,
-            flow_pairs=parse_pairs(args.flow_pairs))
+            flow_pairs=parse_pairs(args.flow_pairs), lineage=parse_lineage(args.scenario, args.lineage_group),
+            split=args.split)
         plan = plan_export(request)
         flows = sum(j.is_flow for j in plan.jobs)
         console.say(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "

@@ -61,6 +61,8 @@ class ExportRequest:
     device: str = "auto"
     flow: bool = False                 # flow between consecutive exported events of each camera
     flow_pairs: list | None = None     # explicit (source index, destination index) pairs for every camera
+    lineage: dict | None = None        # {scenario, lineage_group} from a dataset plan: overrides rig and scene
+    split: str | None = None           # dataset split assigned before rendering (a dataset plan); into every manifest
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,9 @@ def _check_sensor_object(scene, sensor) -> None:
                                "only perspective cameras are supported")
 
 
-def _lineage(rig: Rig, scene, blend_path: str) -> dict:
+def _lineage(rig: Rig, scene, blend_path: str, request: ExportRequest | None = None) -> dict:
+    if request is not None and request.lineage:
+        return {**request.lineage, "source": "dataset plan (--scenario/--lineage-group)"}
     if rig.lineage:
         return {**rig.lineage, "source": "rig"}
     scenario = scene.get(SCENARIO_PROPERTY)
@@ -210,8 +214,10 @@ def plan_export(request: ExportRequest) -> ExportPlan:
         jobs += [Job(s, request.first_event + k) for k in range(count)]
     jobs += _flow_jobs(request, sensors, jobs)
     _check_event_range(request, scene, clock, sensors, jobs)
-    lineage = _lineage(rig, scene, blend_path)
+    lineage = _lineage(rig, scene, blend_path, request)
     _check_lineage(lineage, blend_path)
+    if request.split is not None:
+        lineage["split"] = _check_split(request.split)
     rig_sha = hashlib.sha256(canonical_json(rig.document)).hexdigest()
     blend_sha = sha256_file(blend_path)
     identity = {"blend_sha256": blend_sha, "rig_sha256": rig_sha, "ontology_sha256": ontology.sha256,
@@ -258,6 +264,16 @@ def _check_lineage(lineage: dict, blend_path: str) -> None:
     errors = [e for e in schema_errors(doc, "rowbeam/rig@1") if e.startswith("lineage")]
     if errors:
         raise RowbeamError(f"{blend_path}: {errors[0]} (taken from the {lineage['source']}; set lineage in the rig)")
+
+
+def _check_split(split: str) -> str:
+    """--split: a token (the sample schema's `lineage.split` pattern)."""
+    from contracts.sample_identity import token_from_name
+
+    if not split or token_from_name(split) != split:
+        raise RowbeamError(f"--split {split[:80]!r}: a split name is 1-64 of [A-Za-z0-9_.-], starting with a letter "
+                           "or digit")
+    return split
 
 
 def _out_folder_base(out: Path) -> Path:
@@ -422,7 +438,7 @@ def _build_info(plan: ExportPlan, render_device: str) -> dict:
 
 def _lineage_info(plan: ExportPlan) -> dict:
     return {"scenario": plan.lineage["scenario"], "lineage_group": plan.lineage["lineage_group"],
-            "source": plan.lineage["source"]}
+            "source": plan.lineage["source"], **({"split": plan.lineage["split"]} if "split" in plan.lineage else {})}
 
 
 def _run_info(seconds: dict, t0: float) -> dict:

@@ -16,6 +16,10 @@ SUBCOMMANDS = {
     "scenes": "build a calibration scene or the running example as .blend + rig (needs bpy)",
     "schemas": "write the published JSON Schemas of every rowbeam document into a folder",
     "report": "static HTML visual QA report of a bundle or dataset: overlays, residual distributions, statistics",
+    "plan": "plan a dataset spec (rowbeam/dataset@1) into deterministic shards: DIR/plan.json",
+    "farm": "run a plan's shards (farm run PLAN --engine local|slurm|ray) or follow them (farm status DIR)",
+    "finalize": "dataset manifest, split lists, dataset hash, QA summary and leakage audit of a plan folder",
+    "replay": "re-export one sample of a plan folder and compare it under the declared reproducibility levels",
 }
 
 USAGE = "usage: rowbeam {" + ",".join(SUBCOMMANDS) + "} ... [--help]"
@@ -24,7 +28,7 @@ USAGE = "usage: rowbeam {" + ",".join(SUBCOMMANDS) + "} ... [--help]"
 def _top_help() -> str:
     from exporter import ROWBEAM_VERSION
 
-    rows = "\n".join(f"  {name:<8} {text}" for name, text in SUBCOMMANDS.items())
+    rows = "\n".join(f"  {name:<9} {text}" for name, text in SUBCOMMANDS.items())
     return (f"rowbeam {ROWBEAM_VERSION}: authoritative sensor ground truth from Blender scenes\n\n{USAGE}\n\n"
             f"subcommands:\n{rows}\n\n`rowbeam SUBCOMMAND --help` explains each option. "
             "Exit status: 0 success, 1 a hard QA failure, 2 unusable input.")
@@ -68,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         from contracts.schema import schemas_main
 
         return schemas_main(rest)
+    if command in ("plan", "farm", "finalize", "replay"):
+        from rowbeam.farm import cli as farm_cli
+
+        return getattr(farm_cli, f"{command}_main")(rest)
     if command == "export" and "-h" not in rest and "--help" not in rest:
         missing = _needs_bpy(command)
         if missing is not None:

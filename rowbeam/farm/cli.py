@@ -1,0 +1,150 @@
+"""Command lines of `rowbeam plan`, `rowbeam farm run|status|worker`, `rowbeam finalize` and `rowbeam replay`.
+User errors: one line `rowbeam <cmd>: error: ...`, exit 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from contracts.errors import RowbeamError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _fail(prog: str, exc: RowbeamError) -> int:
+    print(f"{prog}: error: {exc}", file=sys.stderr)
+    return exc.exit_code
+
+
+def plan_main(argv: list[str]) -> int:
+    p = _Parser(prog="rowbeam plan", description="Plan a dataset spec (rowbeam/dataset@1) into shards: DIR/plan.json "
+                "(deterministic: the same spec gives the same bytes).")
+    p.add_argument("spec", help="dataset spec JSON (rowbeam/dataset@1)")
+    p.add_argument("--out", required=True, help="plan folder (new or empty; or holding this same plan)")
+    args = p.parse_args(argv)
+    from .plan import make_plan, write_plan
+
+    try:
+        plan = make_plan(args.spec)
+        path = write_plan(plan, args.out)
+    except RowbeamError as exc:
+        return _fail(p.prog, exc)
+    events = sum(s["count"] for s in plan["shards"])
+    print(f"rowbeam plan: {len(plan['scenarios'])} scenario(s), {len(plan['shards'])} shard(s), {events} event(s) -> "
+          f"{path} (plan {plan['plan_sha256'][:12]})")
+    return 0
+
+
+def farm_main(argv: list[str]) -> int:
+    p = _Parser(prog="rowbeam farm", description="Run a plan's shards on an engine and follow them.")
+    sub = p.add_subparsers(dest="verb", required=True)
+    run = sub.add_parser("run", help="run every shard not yet done (local process pool, Slurm job array or Ray)")
+    run.add_argument("plan", help="plan folder or its plan.json")
+    run.add_argument("--engine", choices=("local", "slurm", "ray"), default="local")
+    run.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                     help="local: worker processes at once")
+    run.add_argument("--retries", type=int, default=2, help="retries of a failed or killed shard (default 2)")
+    run.add_argument("--shards", help="comma-separated shard ids to (re)run, even when done")
+    run.add_argument("--cpus", type=int, help="slurm: --cpus-per-task")
+    run.add_argument("--mem", help="slurm: --mem (e.g. 4G)")
+    run.add_argument("--gpus", type=int, help="slurm: --gpus")
+    run.add_argument("--time", dest="time_limit", help="slurm: --time (e.g. 01:00:00)")
+    run.add_argument("--partition", help="slurm: --partition")
+    run.add_argument("--array-indices", help="slurm: resubmit these array indices (plan positions), e.g. 3,5")
+    run.add_argument("--no-wait", action="store_true", help="slurm: submit and return")
+    run.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"), help="ray: cluster address HOST:PORT")
+    st = sub.add_parser("status", help="per shard done/failed/quarantined, events/s, ETA")
+    st.add_argument("plan", help="plan folder")
+    st.add_argument("--json", action="store_true", help="print the status as JSON")
+    wk = sub.add_parser("worker", help="run one shard (what every engine runs)", add_help=False)
+    wk.add_argument("rest", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv[:1] if argv[:1] == ["worker"] else argv)
+    if args.verb == "worker":
+        from .worker import main as worker_main
+
+        return worker_main(argv[1:])
+    if args.verb == "status":
+        from .status import farm_status, status_lines
+
+        try:
+            s = farm_status(args.plan)
+        except RowbeamError as exc:
+            return _fail("rowbeam farm status", exc)
+        print(json.dumps(s, indent=1) if args.json else "\n".join(status_lines(s)))
+        return 0
+    return _run(args)
+
+
+def _run(args) -> int:
+    from . import engines
+    from .plan import load_plan, verify_inputs
+
+    prog = "rowbeam farm run"
+    say = lambda text: print(text, flush=True)      # noqa: E731
+    try:
+        plan, plan_dir = load_plan(args.plan)
+        verify_inputs(plan)
+        only = args.shards.split(",") if args.shards else None
+        if args.array_indices:
+            try:
+                only = [plan["shards"][int(i)]["id"] for i in args.array_indices.split(",")]
+            except (ValueError, IndexError):
+                raise RowbeamError(f"--array-indices {args.array_indices!r}: indices 0 .. "
+                                   f"{len(plan['shards']) - 1}") from None
+        unknown = sorted(set(only or []) - {s["id"] for s in plan["shards"]})
+        if unknown:
+            raise RowbeamError(f"--shards: {unknown[0]!r} is not a shard of the plan")
+        ids = engines.pending_shards(plan, plan_dir, only)
+        if not ids:
+            say("rowbeam farm: every shard is done")
+            return 0
+        say(f"rowbeam farm: {len(ids)} shard(s) on {args.engine}")
+        if args.engine == "local":
+            result = engines.run_local(plan, plan_dir, ids, args.workers, args.retries, say)
+        elif args.engine == "slurm":
+            result = engines.run_slurm(plan, plan_dir, ids, args.retries, say, args.cpus, args.mem, args.gpus,
+                                       args.time_limit, args.partition, wait=not args.no_wait)
+        else:
+            result = engines.run_ray(plan, plan_dir, ids, args.retries, say, args.ray_address)
+    except RowbeamError as exc:
+        return _fail(prog, exc)
+    failed = [i for i, rc in result.items() if rc != 0]
+    say(f"rowbeam farm: {len(result) - len(failed)} shard(s) finished, {len(failed)} failed"
+        + (f" ({', '.join(failed[:10])})" if failed else ""))
+    return 1 if failed else 0
+
+
+def finalize_main(argv: list[str]) -> int:
+    p = _Parser(prog="rowbeam finalize", description="Write the dataset manifest, split lists, dataset hash, QA "
+                "summary and leakage audit of a plan folder. Exit 0 pass, 1 incomplete or an audit failed.")
+    p.add_argument("plan", help="plan folder")
+    args = p.parse_args(argv)
+    from .finalize import finalize, summary_lines
+
+    try:
+        doc = finalize(args.plan)
+    except RowbeamError as exc:
+        return _fail(p.prog, exc)
+    print("\n".join(summary_lines(doc)))
+    return 0 if doc["status"] == "pass" else 1
+
+
+def replay_main(argv: list[str]) -> int:
+    p = _Parser(prog="rowbeam replay", description="Re-export one sample into a temporary folder and compare it "
+                "with the published one under the declared reproducibility levels; prints the first divergence.")
+    p.add_argument("plan", help="plan folder")
+    p.add_argument("sample_id", help="sample id (<scenario>.<sensor>.<reference_time_ns>)")
+    args = p.parse_args(argv)
+    from .replay import replay
+
+    try:
+        ok, lines = replay(args.plan, args.sample_id)
+    except RowbeamError as exc:
+        return _fail(p.prog, exc)
+    print("\n".join(lines))
+    return 0 if ok else 1

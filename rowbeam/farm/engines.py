@@ -1,0 +1,164 @@
+"""Farm engines: each runs `rowbeam farm worker DIR SHARD` once per shard and retries a failed one.
+
+local  a pool of worker processes on this machine (the default);
+slurm  one `sbatch` job array (array index -> shard), the job script retries a task in place; indices that
+       still failed can be resubmitted (`--array-indices`);
+ray    one Ray task per shard (`max_retries`: a killed worker process is retried by Ray), on an existing
+       cluster (`--ray-address`).
+An engine that cannot be reached (no sbatch, no Ray cluster) is refused in one line before anything runs.
+"""
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from contracts.errors import RowbeamError
+
+from .worker import EXIT_REFUSED, child_env, read_status
+
+WORKER = ["-m", "rowbeam", "farm", "worker"]
+
+
+def worker_argv(plan_dir: Path, shard_id: str) -> list:
+    return [sys.executable, *WORKER, str(plan_dir), shard_id]
+
+
+def pending_shards(plan: dict, plan_dir: Path, only: list | None = None) -> list[str]:
+    """Shard ids not yet done or quarantined (all of `only` when given)."""
+    ids = [s["id"] for s in plan["shards"]]
+    if only is not None:
+        return [i for i in ids if i in set(only)]
+    return [i for i in ids if (read_status(plan_dir, i) or {}).get("state") not in ("done", "quarantined")]
+
+
+def run_local(plan: dict, plan_dir: Path, shard_ids: list, workers: int, retries: int, say) -> dict:
+    """Run shards on `workers` processes at a time; a shard whose worker fails (or is killed) is retried up
+    to `retries` times; a refused shard (exit 2) is not. {shard: final exit status}."""
+    def one(shard_id: str) -> int:
+        for attempt in range(retries + 1):
+            rc = subprocess.run(worker_argv(plan_dir, shard_id), env=child_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode
+            state = (read_status(plan_dir, shard_id) or {}).get("state", "?")
+            say(f"rowbeam farm: shard {shard_id} attempt {attempt + 1}: {state} (exit {rc})")
+            if rc in (0, EXIT_REFUSED):
+                return rc
+        return rc
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return dict(zip(shard_ids, pool.map(one, shard_ids)))
+
+
+# ------------------------------------------------------------------------------------------------- Slurm
+
+SLURM_SCRIPT = """#!/bin/bash
+#SBATCH --job-name={name}
+#SBATCH --output={log_dir}/slurm-%A_%a.out
+{directives}
+# rowbeam farm: array index -> shard (plan order); Slurm does not retry a task that exits non-zero,
+# so the task retries its worker here ({retries} retries; exit 2 = refused input, not retried).
+for attempt in $(seq 0 {retries}); do
+  {worker} --index "$SLURM_ARRAY_TASK_ID"
+  rc=$?
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 2 ]; then exit "$rc"; fi
+done
+exit "$rc"
+"""
+
+
+def slurm_script(plan_dir: Path, retries: int, cpus: int | None, mem: str | None, gpus: int | None,
+                 time_limit: str | None, partition: str | None) -> str:
+    """The job-array script (array indices given to sbatch): resources as #SBATCH directives."""
+    directives = [f"#SBATCH --{k}={v}" for k, v in (("cpus-per-task", cpus), ("mem", mem), ("gpus", gpus),
+                                                     ("time", time_limit), ("partition", partition)) if v]
+    worker = shlex.join([sys.executable, *WORKER, str(plan_dir.resolve())])
+    env = child_env()
+    return SLURM_SCRIPT.format(name=f"rowbeam-{plan_dir.name}"[:64], log_dir=str((plan_dir / "logs").resolve()),
+                               directives="\n".join(directives), retries=retries,
+                               worker=f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])} {worker}")
+
+
+def run_slurm(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, cpus=None, mem=None, gpus=None,
+              time_limit=None, partition=None, wait: bool = True, poll_s: float = 1.0) -> dict:
+    """Submit one job array over `shard_ids` (their plan positions), wait for it to leave the queue
+    (squeue; sacct needs slurmdbd), then read each shard's status. {shard: 0 done/quarantined, 1 not}."""
+    sbatch = shutil.which("sbatch")
+    if sbatch is None or shutil.which("squeue") is None:
+        raise RowbeamError("engine slurm: sbatch/squeue not found on PATH (install Slurm's client or use "
+                           "--engine local)")
+    index = {s["id"]: i for i, s in enumerate(plan["shards"])}
+    script = plan_dir / "farm" / "slurm_job.sh"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    (plan_dir / "logs").mkdir(exist_ok=True)
+    script.write_text(slurm_script(plan_dir, retries, cpus, mem, gpus, time_limit, partition))
+    array = ",".join(str(index[i]) for i in shard_ids)
+    proc = subprocess.run([sbatch, "--parsable", f"--array={array}", str(script)], capture_output=True, text=True,
+                          cwd=plan_dir)
+    if proc.returncode != 0:
+        raise RowbeamError(f"engine slurm: sbatch refused the job array ({(proc.stderr or proc.stdout).strip()[:300]})")
+    job = proc.stdout.strip().split(";")[0]
+    say(f"rowbeam farm: submitted Slurm job array {job} (indices {array}); script {script}")
+    if not wait:
+        return {}
+    while True:
+        q = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i %T"], capture_output=True, text=True)
+        if q.returncode != 0 or not q.stdout.strip():
+            break
+        time.sleep(poll_s)
+    result = {}
+    for i in shard_ids:
+        state = (read_status(plan_dir, i) or {}).get("state")
+        result[i] = 0 if state in ("done", "quarantined") else 1
+        if result[i]:
+            say(f"rowbeam farm: shard {i} (array index {index[i]}) {state or 'did not run'}; resubmit with "
+                f"--engine slurm --array-indices {index[i]}")
+    return result
+
+
+# --------------------------------------------------------------------------------------------------- Ray
+
+
+def run_ray(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, address: str | None = None,
+            cpus_per_task: float = 1.0) -> dict:
+    """One Ray task per shard on the cluster at `address` (a task runs the worker with sys.executable;
+    Ray retries a task whose process died up to `retries` times, the task itself retries a failed worker)."""
+    try:
+        import ray
+    except ImportError:
+        raise RowbeamError("engine ray: the ray package is not installed (pip install 'ray==2.52.1')") from None
+    if not address:
+        raise RowbeamError("engine ray: no Ray cluster given (--ray-address HOST:PORT, or RAY_ADDRESS)")
+    try:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    except Exception as exc:            # ConnectionError, RuntimeError, ValueError: not reachable
+        raise RowbeamError(f"engine ray: no Ray cluster at {address!r} ({str(exc).splitlines()[0][:200]})") from None
+    try:
+        env = child_env()
+
+        @ray.remote(num_cpus=cpus_per_task, max_retries=retries, retry_exceptions=False)
+        def task(argv, env):
+            import subprocess as sp
+
+            rc = 1
+            for _ in range(retries + 1):
+                rc = sp.run(argv, env=env, stdout=sp.DEVNULL, stderr=sp.DEVNULL).returncode
+                if rc in (0, 2):
+                    break
+            return rc
+
+        refs = {i: task.remote(worker_argv(plan_dir.resolve(), i), env) for i in shard_ids}
+        result = {}
+        for i, ref in refs.items():
+            try:
+                result[i] = ray.get(ref)
+            except Exception as exc:       # the task's process died more often than max_retries
+                say(f"rowbeam farm: shard {i}: Ray task failed ({type(exc).__name__})")
+                result[i] = 1
+            say(f"rowbeam farm: shard {i}: {(read_status(plan_dir, i) or {}).get('state', '?')}")
+        return result
+    finally:
+        ray.shutdown()

@@ -1,0 +1,143 @@
+"""One shard on one worker: `rowbeam farm worker DIR SHARD` (every engine runs this same command).
+
+Refuses a changed .blend/rig/dependency (exit 2, nothing rendered), runs the shard's export command in DIR
+(the exporter publishes each event atomically, skips events already complete and tolerates a second
+writer on the same shard), then records DIR/status/<shard>.json: done, quarantined (with each event's
+minimal replay command) or failed. Exit status: 0 done or quarantined, 2 refused (do not retry),
+3 failed (an engine retries).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from contracts.errors import RowbeamError
+from contracts.files import atomic_write_json, load_json
+
+from .plan import load_plan, shard_by_id, verify_inputs
+
+EXIT_REFUSED, EXIT_RETRY = 2, 3
+STATUS_SCHEMA = "rowbeam/shard_status@1"
+
+
+def python_argv(argv: list) -> list:
+    """A plan command (`rowbeam ...`) as this interpreter runs it: sys.executable -m rowbeam ..."""
+    return [sys.executable, "-m", "rowbeam", *argv[1:]] if argv and argv[0] == "rowbeam" else list(argv)
+
+
+def child_env() -> dict:
+    """The environment of a child: rowbeam's source root first on PYTHONPATH (engines start from anywhere)."""
+    root = str(Path(__file__).resolve().parents[2])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+
+
+def status_path(plan_dir: Path, shard_id: str) -> Path:
+    return Path(plan_dir) / "status" / f"{shard_id}.json"
+
+
+def read_status(plan_dir: Path, shard_id: str) -> dict | None:
+    p = status_path(plan_dir, shard_id)
+    return load_json(p, "shard status") if p.exists() else None
+
+
+def _write_status(plan_dir: Path, shard_id: str, doc: dict) -> None:
+    p = status_path(plan_dir, shard_id)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(p, {"schema": STATUS_SCHEMA, "shard": shard_id, **doc})
+
+
+def shard_outcome(plan_dir: Path, plan: dict, shard: dict) -> dict:
+    """What the bundle holds for a shard: {published: [ids], quarantined: [{sample_id, folder, replay}], missing}."""
+    bundle = Path(plan_dir) / next(sc["bundle"] for sc in plan["scenarios"] if sc["scenario"] == shard["scenario"])
+    out = {"published": [], "quarantined": [], "missing": []}
+    for k, sid in zip(range(shard["first_event"], shard["first_event"] + shard["count"]), shard["sample_ids"]):
+        loc = f"events/{shard['sensor']}/{k:06d}"
+        for top, kind in ((bundle, "published"), (bundle / "quarantine", "quarantined")):
+            m = top / loc / "manifest.json"
+            if m.is_file() and json.loads(m.read_text()).get("sample_id") == sid:
+                if kind == "published":
+                    out["published"].append(sid)
+                else:
+                    out["quarantined"].append({"sample_id": sid, "folder": str(m.parent.relative_to(plan_dir)),
+                                               "replay": replay_command(plan_dir, sid),
+                                               "export": export_command(shard, k)})
+                break
+        else:
+            out["missing"].append(sid)
+    return out
+
+
+def export_command(shard: dict, index: int, out: str | None = None) -> str:
+    """The minimal export command of one event of `shard` (run in the plan folder), into `out` if given."""
+    argv = list(shard["argv"])
+    argv[argv.index("--first-event") + 1] = str(index)
+    argv[argv.index("--count") + 1] = "1"
+    if out is not None:
+        argv[argv.index("--out") + 1] = out
+    return shlex.join(argv)
+
+
+def replay_command(plan_dir, sid: str) -> str:
+    return shlex.join(["rowbeam", "replay", str(Path(plan_dir).resolve()), sid])
+
+
+def run_shard(plan_dir, shard_id: str) -> int:
+    plan, plan_dir = load_plan(plan_dir)
+    shard = shard_by_id(plan, shard_id)
+    previous = read_status(plan_dir, shard_id) or {}
+    attempt = int(previous.get("attempts", 0)) + 1
+    base = {"scenario": shard["scenario"], "sensor": shard["sensor"], "events": shard["count"], "attempts": attempt,
+            "host": platform.node(), "pid": os.getpid(), "command": shard["command"]}
+    try:
+        verify_inputs(plan, shard["scenario"])
+    except RowbeamError as exc:
+        _write_status(plan_dir, shard_id, {**base, "state": "refused", "error": str(exc)})
+        print(f"rowbeam farm worker: error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    t0 = time.time()
+    _write_status(plan_dir, shard_id, {**base, "state": "running", "started_unix": round(t0, 3)})
+    log = plan_dir / "logs" / f"{shard_id}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        f.write(f"--- attempt {attempt} pid {os.getpid()} host {platform.node()}: {shard['command']}\n".encode())
+        f.flush()
+        child = subprocess.Popen(python_argv(shard["argv"]), cwd=plan_dir, stdout=f, stderr=subprocess.STDOUT,
+                                 env=child_env())
+        _write_status(plan_dir, shard_id, {**base, "state": "running", "started_unix": round(t0, 3),
+                                           "child_pid": child.pid})
+        rc = child.wait()
+    seconds = time.time() - t0
+    outcome = shard_outcome(plan_dir, plan, shard)
+    state = ("failed" if outcome["missing"] or rc not in (0, 1)
+             else "quarantined" if outcome["quarantined"] else "done")
+    tail = log.read_text(errors="replace").strip().splitlines()[-1:] if state == "failed" else []
+    _write_status(plan_dir, shard_id, {**base, "state": state, "exit_code": rc, "started_unix": round(t0, 3),
+                                       "seconds": round(seconds, 3), **outcome,
+                                       **({"error": tail[0][:300]} if tail else {})})
+    return 0 if state in ("done", "quarantined") else (EXIT_REFUSED if rc == 2 else EXIT_RETRY)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="rowbeam farm worker", description=__doc__.split("\n\n")[0])
+    p.add_argument("plan", help="plan folder (holds plan.json)")
+    p.add_argument("shard", nargs="?", help="shard id (e.g. 00003)")
+    p.add_argument("--index", type=int, help="shard by position in the plan (a Slurm array index)")
+    args = p.parse_args(argv)
+    try:
+        if args.shard is None:
+            plan, _ = load_plan(args.plan)
+            if args.index is None or not 0 <= args.index < len(plan["shards"]):
+                raise RowbeamError(f"--index {args.index}: the plan has shards 0 .. {len(plan['shards']) - 1}")
+            args.shard = plan["shards"][args.index]["id"]
+        return run_shard(args.plan, args.shard)
+    except RowbeamError as exc:
+        print(f"rowbeam farm worker: error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
