@@ -51,7 +51,7 @@ def _rowbeam(*args, python=sys.executable, **kw):
 def test_rowbeam_help_documents_every_subcommand_and_option():
     top = _rowbeam("--help")
     assert top.returncode == 0
-    for sub in ("export", "check", "adapt", "scenes", "schemas", "associate"):
+    for sub in ("export", "check", "adapt", "scenes", "schemas", "associate", "plan", "farm", "finalize", "replay"):
         assert f"  {sub} " in top.stdout, sub
     expected = {"export": ["blend", "--rig", "--out", "--sensors", "--first-event", "--count", "--device", "--flow",
                            "--flow-pairs", "--quiet", "--verbose"],
@@ -61,7 +61,9 @@ def test_rowbeam_help_documents_every_subcommand_and_option():
                 "adapt kitti-object": ["bundle", "out_dir", "--sensor"], "adapt ply": ["source", "out"],
                 "adapt kitti-lidar": ["bundle", "out_dir", "--sensor", "--frame", "--intensity"],
                 "scenes": ["name", "out", "--scale", "--rgb-samples", "--object-labels"], "schemas": ["out"],
-                "associate": ["bundle", "--max-skew-us"]}
+                "associate": ["bundle", "--max-skew-us"],
+                "plan": ["spec", "--out"], "farm run": ["plan", "--engine", "--workers", "--retries", "--shards"],
+                "farm status": ["plan"], "finalize": ["plan"], "replay": ["plan", "sample_id"]}
     for sub, options in expected.items():
         r = _rowbeam(*sub.split(), "--help")
         assert r.returncode == 0, r.stderr

@@ -45,7 +45,8 @@ def farm_main(argv: list[str]) -> int:
     sub = p.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="run every shard not yet done (local process pool, Slurm job array or Ray)")
     run.add_argument("plan", help="plan folder or its plan.json")
-    run.add_argument("--engine", choices=("local", "slurm", "ray"), default="local")
+    run.add_argument("--engine", choices=("local", "slurm", "ray"), default="local",
+                     help="local: a process pool (default); slurm: one sbatch job array; ray: a task per shard")
     run.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                      help="local: worker processes at once")
     run.add_argument("--retries", type=int, default=2, help="retries of a failed or killed shard (default 2)")
