@@ -26,10 +26,17 @@ def plan_main(argv: list[str]) -> int:
                 "(deterministic: the same spec gives the same bytes).")
     p.add_argument("spec", help="dataset spec JSON (rowbeam/dataset@1)")
     p.add_argument("--out", required=True, help="plan folder (new or empty; or holding this same plan)")
+    p.add_argument("--pack", metavar="PACK", help="first copy every scenario with its external files into this new "
+                   "folder (paths rewritten, relative) and plan from the packed spec PACK/dataset.json")
     args = p.parse_args(argv)
     from .plan import make_plan, write_plan
 
     try:
+        if args.pack:
+            from .pack import pack_spec
+
+            args.spec = pack_spec(args.spec, args.pack)
+            print(f"rowbeam plan: packed scenarios and their dependencies into {args.pack} (spec {args.spec})")
         plan = make_plan(args.spec)
         path = write_plan(plan, args.out)
     except RowbeamError as exc:

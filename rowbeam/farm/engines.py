@@ -40,7 +40,8 @@ def run_local(plan: dict, plan_dir: Path, shard_ids: list, workers: int, retries
     """Run shards on `workers` processes at a time; a shard whose worker fails (or is killed) is retried up
     to `retries` times; a refused shard (exit 2) is not. {shard: final exit status}."""
     def one(shard_id: str) -> int:
-        for attempt in range(retries + 1):
+        rc = 1
+        for attempt in range(max(0, retries) + 1):
             rc = subprocess.run(worker_argv(plan_dir, shard_id), env=child_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode
             state = (read_status(plan_dir, shard_id) or {}).get("state", "?")
@@ -50,7 +51,7 @@ def run_local(plan: dict, plan_dir: Path, shard_ids: list, workers: int, retries
         return rc
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return dict(zip(shard_ids, pool.map(one, shard_ids)))
+        return dict(zip(shard_ids, pool.map(one, shard_ids), strict=True))
 
 
 # ------------------------------------------------------------------------------------------------- Slurm

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from contracts.bundle_reader import Bundle
+from contracts.bundle_reader import Bundle, Event
 from contracts.check import check_bundle
 from contracts.dataset import (DATASET_HASH_RULE, LEVELS, SPLIT_HASH_RULE, dataset_hash, leakage_audit,
                                rgb_fingerprint, sample_content_hash)
@@ -39,15 +39,13 @@ def collect(plan: dict, plan_dir) -> tuple[list, list, dict]:
     for sc in plan["scenarios"]:
         bundle = Bundle(plan_dir / sc["bundle"])
         for sh in (s for s in plan["shards"] if s["scenario"] == sc["scenario"]):
-            for k, sid in zip(range(sh["first_event"], sh["first_event"] + sh["count"]), sh["sample_ids"]):
+            for k, sid in zip(range(sh["first_event"], sh["first_event"] + sh["count"]), sh["sample_ids"], strict=True):
                 loc = f"events/{sh['sensor']}/{k:06d}"
                 quarantined = not (bundle.path / loc / "manifest.json").is_file()
                 folder = bundle.path / ("quarantine/" + loc if quarantined else loc)
                 if not (folder / "manifest.json").is_file():
                     missing.append(sid)
                     continue
-                from contracts.bundle_reader import Event
-
                 event = Event(folder, bundle.path)
                 if event.sample_id != sid:
                     raise RowbeamError(f"{folder}: holds sample {event.sample_id!r}, the plan expects {sid!r}")

@@ -34,7 +34,7 @@ def _first_manifest_difference(a, b, path="manifest") -> str | None:
                 return d
         return None
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             d = _first_manifest_difference(x, y, f"{path}[{i}]")
             if d:
                 return d

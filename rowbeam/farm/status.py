@@ -1,10 +1,21 @@
-"""`rowbeam farm status DIR`: per shard done / failed / quarantined / running / pending, events/s and ETA."""
+"""`rowbeam farm status DIR`: per shard done / quarantined / failed / refused / running / died / pending, events/s, ETA."""
 from __future__ import annotations
 
-import time
+import os
+import platform
 
 from .plan import load_plan
 from .worker import read_status
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def farm_status(plan_dir) -> dict:
@@ -16,8 +27,8 @@ def farm_status(plan_dir) -> dict:
     for sh in plan["shards"]:
         st = read_status(plan_dir, sh["id"]) or {}
         state = st.get("state", "pending")
-        if state == "running" and time.time() - st.get("started_unix", 0) > 7 * 24 * 3600:
-            state = "stale"
+        if state == "running" and st.get("host") == platform.node() and not _alive(st.get("pid")):
+            state = "died"                 # its worker is gone from this host: `farm run` reruns it (resumes)
         rows.append({"id": sh["id"], "scenario": sh["scenario"], "sensor": sh["sensor"], "events": sh["count"],
                      "state": state, "attempts": st.get("attempts", 0), "seconds": st.get("seconds"),
                      "quarantined": [q["sample_id"] for q in st.get("quarantined", [])]})

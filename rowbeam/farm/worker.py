@@ -56,7 +56,8 @@ def shard_outcome(plan_dir: Path, plan: dict, shard: dict) -> dict:
     """What the bundle holds for a shard: {published: [ids], quarantined: [{sample_id, folder, replay}], missing}."""
     bundle = Path(plan_dir) / next(sc["bundle"] for sc in plan["scenarios"] if sc["scenario"] == shard["scenario"])
     out = {"published": [], "quarantined": [], "missing": []}
-    for k, sid in zip(range(shard["first_event"], shard["first_event"] + shard["count"]), shard["sample_ids"]):
+    ids = zip(range(shard["first_event"], shard["first_event"] + shard["count"]), shard["sample_ids"], strict=True)
+    for k, sid in ids:
         loc = f"events/{shard['sensor']}/{k:06d}"
         for top, kind in ((bundle, "published"), (bundle / "quarantine", "quarantined")):
             m = top / loc / "manifest.json"
