@@ -354,6 +354,7 @@ ReturnToService=2
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
+SlurmdParameters=config_overrides
 NodeName=rowbeamnode NodeHostname={host} NodeAddr=127.0.0.1 CPUs=3 RealMemory=4000 State=UNKNOWN
 PartitionName=rowbeam Nodes=rowbeamnode Default=YES MaxTime=INFINITE State=UP
 """)
