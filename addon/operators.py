@@ -369,6 +369,49 @@ class ROWBEAM_OT_report(bpy.types.Operator):
         return {"FINISHED"}
 
 
+def dataset_spec(context, spec_path) -> dict:
+    """A rowbeam/dataset@1 spec for the open, saved .blend: one scenario (its stored rig, the panel's scenario,
+    lineage group, split, sensors and event range), the explicit split rule; .blend path relative to the spec."""
+    import os
+
+    from contracts.sample_identity import token_from_name
+
+    s = _settings(context)
+    blend = bpy.data.filepath
+    if not blend:
+        raise RowbeamError("save the .blend first: the dataset spec names its file")
+    scenario = s.scenario or token_from_name(Path(blend).stem)
+    entry = {"blend": os.path.relpath(blend, Path(spec_path).resolve().parent), "scenario": scenario,
+             "lineage_group": s.lineage_group or scenario, "split": s.split}
+    sensors = [x for x in s.sensor_filter.split(",") if x]
+    if sensors:
+        entry["sensors"] = sensors
+    entry["events"] = {"first": s.first_event, **({"count": s.event_count} if s.event_count else {})}
+    return {"schema": "rowbeam/dataset@1", "name": scenario, "scenarios": [entry], "split": {"rule": "explicit"}}
+
+
+class ROWBEAM_OT_dataset_spec(bpy.types.Operator, ExportHelper):
+    """Write a dataset spec (rowbeam/dataset@1) for this .blend: scenario, lineage group, split, sensors, events"""
+    bl_idname = "rowbeam.dataset_spec"
+    bl_label = "Write Dataset Spec"
+    filename_ext = ".json"
+    filter_glob: StringProperty(default="*.json", options={"HIDDEN"})
+
+    def execute(self, context):
+        from contracts.schema import schema_errors
+
+        try:
+            doc = dataset_spec(context, self.filepath)
+            errors = schema_errors(doc, "rowbeam/dataset@1")
+            if errors:
+                raise RowbeamError(f"dataset spec: {errors[0]}")
+            atomic_write_json(self.filepath, doc)
+        except (OSError, RowbeamError) as exc:
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        return {"FINISHED"}
+
+
 CLASSES = (ROWBEAM_OT_sensor_add, ROWBEAM_OT_sensor_remove, ROWBEAM_OT_sensor_move, ROWBEAM_OT_camera_preset,
            ROWBEAM_OT_rig_import, ROWBEAM_OT_rig_export, ROWBEAM_OT_set_class, ROWBEAM_OT_assign_ids,
-           ROWBEAM_OT_export, ROWBEAM_OT_check, ROWBEAM_OT_report)
+           ROWBEAM_OT_export, ROWBEAM_OT_check, ROWBEAM_OT_report, ROWBEAM_OT_dataset_spec)

@@ -141,11 +141,13 @@ class ROWBEAM_PT_export(SceneButtons, bpy.types.Panel):
         col = layout.column()
         for name in ("output_dir", "sensor_filter", "first_event", "event_count", "device", "flow"):
             col.prop(settings, name)
+        col.prop(settings, "split")
         if state.running:
             layout.progress(factor=state.progress, type="BAR", text=state.message or "exporting")
             layout.label(text="Esc cancels after the current event", icon="INFO")
         else:
             layout.operator("rowbeam.export", icon="RENDER_ANIMATION")
+            layout.operator("rowbeam.dataset_spec", icon="FILE_NEW")
             if state.message:
                 layout.label(text=state.message)
 

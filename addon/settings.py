@@ -29,6 +29,8 @@ class RowbeamSceneSettings(bpy.types.PropertyGroup):
     scenario: StringProperty(name="Scenario", default="", update=_write_lineage)
     lineage_group: StringProperty(name="Lineage group", default="", update=_write_lineage,
                                   description="Everything sharing causal ancestry: keep it in one split")
+    split: StringProperty(name="Split", default="train",
+                          description="Dataset split of this scenario's lineage group (written into the dataset spec)")
     auto_ids: BoolProperty(name="Assign ids automatically", default=True,
                            description="Give new and duplicated objects their own stable 64-bit id")
     output_dir: StringProperty(name="Output", subtype="DIR_PATH", default="//rowbeam_bundle")

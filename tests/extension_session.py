@@ -70,6 +70,8 @@ res["check_status"], res["check_lines"], res["report_path"] = state.check_status
 bpy.ops.rowbeam.report(open_browser=False)        # the visual QA report beside the bundle (no browser here)
 res["report_html"], res["report_status"] = state.report_html, state.check_status
 res["stored_rig"] = json.loads(scene["rowbeam_rig"])
+settings.split = "val"
+res["dataset_spec_op"] = list(bpy.ops.rowbeam.dataset_spec(filepath=args["spec_out"]))
 
 # every panel draws without error, and everything it draws exists (layout stand-in: no UI here)
 class Layout:

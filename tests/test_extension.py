@@ -32,7 +32,9 @@ def session(extension_zip, tmp_path_factory):
     stored = common.camera_rig("stored_cam", "camera_front")       # as a script would store it
     bpy.context.scene["rowbeam_rig"] = json.dumps(stored)
     blend = common.save(d / "scene.blend")
-    args = {"blend": str(blend), "zip": str(extension_zip), "out_ui": str(d / "out_ui"), "rig_out": str(d / "rig.json")}
+    (d / "specs").mkdir()
+    args = {"blend": str(blend), "zip": str(extension_zip), "out_ui": str(d / "out_ui"), "rig_out": str(d / "rig.json"),
+            "spec_out": str(d / "specs" / "dataset.json")}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["BLENDER_USER_RESOURCES"] = str(d / "user")              # isolated extension repository
     r = run_python(REPO / "tests" / "extension_session.py", json.dumps(args), cwd=d, env=env, timeout=900)
@@ -102,6 +104,22 @@ def test_ui_export_checks_clean(session):
     assert Path(res["report_path"]).is_file()
     assert Path(res["report_html"]).is_file() and res["report_html"].endswith("out_ui_report/index.html")
     assert res["report_status"] == "pass"
+
+
+def test_export_panel_writes_the_dataset_spec(session):
+    """The Export panel writes a rowbeam/dataset@1 spec for the open .blend (path relative to the spec) that
+    `rowbeam plan` accepts as it is: scenario, lineage group and split as the panel set them."""
+    from contracts.dataset import assign_splits, load_spec
+
+    res, blend, d = session
+    assert res["dataset_spec_op"] == ["FINISHED"]
+    spec = json.loads((d / "specs" / "dataset.json").read_text())
+    entry = spec["scenarios"][0]
+    assert entry == {"blend": "../scene.blend", "scenario": "ui_test", "lineage_group": "ui_test/group",
+                     "split": "val", **({} if tuple(res["blender"]) >= (4, 5, 0) else {"sensors": ["camera_front"]}),
+                     "events": {"first": 1, "count": 1}}
+    loaded = load_spec(d / "specs" / "dataset.json")
+    assert loaded.scenarios[0].blend == blend.resolve() and assign_splits(loaded) == {"ui_test/group": "val"}
 
 
 def test_headless_export_of_the_saved_file_is_identical(session):
