@@ -25,6 +25,7 @@ PLAN_SCHEMA = "rowbeam/plan@1"
 COST_MODEL = {"unit": "pixel-sample (camera) or beam (LiDAR)",
               "camera_event": "image width x height x (1 label sample + rgb_samples)",
               "lidar_sweep": "azimuth_steps x channels",
+              "radar_frame": "chirps x beams",
               "shard": "consecutive events of one scenario and sensor, total cost <= max_cost (at least one event)"}
 
 
@@ -32,6 +33,8 @@ def event_cost(sensor, size_px) -> int:
     """Declared cost of one event of `sensor` (COST_MODEL); size_px = (W, H) of a camera."""
     if isinstance(sensor, CameraSensor):
         return int(size_px[0]) * int(size_px[1]) * (1 + int(sensor.rgb_samples))
+    if sensor.type == "radar":
+        return int(sensor.chirps) * int(sensor.beams)
     return int(sensor.azimuth_steps) * len(sensor.beam_table())
 
 
