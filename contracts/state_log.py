@@ -140,8 +140,7 @@ def check_event_against_log(manifest: dict, arrays: dict, tracks: dict, add) -> 
         add("state_log_poses", False, f"the state log has no samples of {manifest['sensor']['object']!r} covering the "
             f"event's {what}")
         return
-    step = max(1, len(times) // 512)                 # at most ~512 poses per event, first and last included
-    idx = sorted(set(range(0, len(times), step)) | {len(times) - 1})
+    idx = range(len(times))                          # every row / firing group / chirp
     worst_t = worst_r = 0.0
     for i in idx:
         dt, dr = pose_error(track.pose(times[i]), poses[i])
