@@ -29,12 +29,12 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
         return
     valid = arrays["valid"]
     check_validity(arrays, ("camera_z", "range", "normal_geometric", "normal_shading"), add)
-    u, v = pixel_grid(W, H)
     lens = _manifest_lens(cal, K, add)
-    if lens is None:
-        xn, yn = normalized(K, u, v)
+    if lens is None:                                       # x_n (1, W) and y_n (H, 1) broadcast over the image
+        xn, yn = normalized(K, np.arange(W, dtype=np.float64)[None, :], np.arange(H, dtype=np.float64)[:, None])
         factor = np.sqrt(1.0 + xn * xn + yn * yn)          # range / camera_z on each pixel-centre ray
     else:                                                  # the ray through the lens: (x, y, 1), NaN outside the domain
+        u, v = pixel_grid(W, H)
         rays, in_domain, _ = unproject(lens, u, v)
         xn, yn = rays[..., 0], rays[..., 1]
         factor = np.linalg.norm(rays, axis=-1)
