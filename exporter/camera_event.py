@@ -131,7 +131,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
     seconds["row_poses"] = time.perf_counter() - t0
 
     arrays = {"row_time_ns": timing.row_reference_times_ns(), "row_T_world_camera": row_poses}
-    objects = ctx.render_objects()
+    moving, static = ctx.shutter_objects()       # static objects render with motion blur off (identical, cheaper)
     seed = rgb_seed(sample_id(ctx.scenario, sensor.id, timing.reference_time_ns()))
     if sensor.rgb_samples > 0:
         t0 = time.perf_counter()
@@ -140,7 +140,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
             ctx.base_settings(p, W, H)
             cs.rgb_settings(p, scene, sensor.rgb_samples, seed)
             rcam = render_camera(p, scene, cam, sensor, lens)
-            cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, objects + [rcam])
+            cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, moving + [rcam], static)
             passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
         arrays["rgb"] = np.ascontiguousarray(passes["combined"][..., :3], dtype=np.float32)
         seconds["rgb_render"] = time.perf_counter() - t0
@@ -153,7 +153,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
         if lens is not None:
             device = custom_camera_device(p, scene, device)
         rcam = setup_label_render(p, ctx, sensor, W, H, lens)
-        cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objects + [rcam])
+        cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, moving + [rcam], static)
         passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
         seconds["label_render"] = time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Export the flow between two camera events of one sensor (bpy for object poses over time).
 
 Reads both exported events (camera_z, instance_id, per-row poses), evaluates every moving
-object's matrix_world at every row time of both events (frame_set with subframe), runs
+object's matrix_world at every row time of both events (scene_clock: direct where plain, else frame_set), runs
 `flow_math.geometric_flow` both ways and writes a `rowbeam/flow@1` folder
 flows/<sensor>/<i0>-<i1>/ next to the events.
 """
@@ -23,7 +23,7 @@ from contracts.timing import RollingShutterTiming
 
 from .flow_math import EventGeometry, geometric_flow
 from .mesh_motion import MESH_PATH_METHOD, sample_rows, same_topology, uses_mesh_path
-from .scene_clock import set_time
+from .scene_clock import pose_method, set_time
 
 NEEDED = ("camera_z", "instance_id", "row_T_world_camera")
 DEFINITION = ("material-point flow: the source pixel's surface point, fixed in its object's frame (matrix_world, "
@@ -122,8 +122,9 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
     method = {
         "definition": DEFINITION,
         "depth_test": {"abs_m": tol[0], "rel": tol[1]},
-        "object_poses": "matrix_world of every moving object at every row's exact time of both events "
-                        "(scene.frame_set with subframe)",
+        "object_poses": "matrix_world of every moving object at every row's exact time of both events: "
+                        + ("scene.frame_set with subframe (deforming objects need the evaluated mesh)" if deforming
+                           else pose_method(ctx.scene, [ctx.scene.objects[n] for n in rigid])),
         "deforming_objects": MESH_PATH_METHOD,
         "objects": _object_methods(ctx, rigid, deforming, reasons),
         "forward": {**fwd.stats, "max_row_time_residual_ns": fwd.stats["max_row_residual"] * row_ns},

@@ -136,7 +136,10 @@ def _render_part(ctx, sensor, timing, layout, part, objects, shader=lidar_shader
     with ScenePatch() as q:
         cs.set_resolution(q, scene, layout.width, part.rows)
         cam = make_lidar_camera(q, scene, mount, shader(sensor, layout, part))
-        cs.apply_shutter(q, scene, ctx.clock, part.shutter(timing), sensor.motion_steps, objects + [cam, mount])
+        static = {o.name for o in ctx.shutter_objects()[1]}  # certainly static: motion blur off (identical, cheaper)
+        cs.apply_shutter(q, scene, ctx.clock, part.shutter(timing), sensor.motion_steps,
+                         [o for o in objects if o.name not in static] + [cam, mount],
+                         [o for o in objects if o.name in static])
         passes = cs.render_passes(scene, ctx.view_layer)
     shape = passes["position"].shape[:2]
     if shape != (part.rows, layout.width):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .material_points import DeformingMesh
-from .scene_clock import set_time
+from .scene_clock import objects_world_matrices, set_time
 from .scene_patch import ScenePatch
 
 MESH_PATH_METHOD = ("material point = (triangle, barycentric coordinates) of the object's evaluated mesh (render "
@@ -58,8 +58,12 @@ def _evaluated_mesh(obj, depsgraph) -> tuple[np.ndarray, np.ndarray]:
 
 def sample_rows(scene, clock, rigid, deforming, times_ns):
     """One frame_set per time: (matrix_world of each `rigid` object (R, N, 4, 4), and per `deforming` object
-    either a DeformingMesh (vertices (N, V, 3)) or the reason its topology is not constant (str))."""
+    either a DeformingMesh (vertices (N, V, 3)) or the reason its topology is not constant (str)). Without
+    deforming objects the matrices come from scene_clock.objects_world_matrices (direct where plain, identical)."""
     import bpy
+
+    if not deforming:
+        return objects_world_matrices(scene, clock, rigid, times_ns), []
 
     mats = np.empty((len(rigid), len(times_ns), 4, 4))
     verts = [[] for _ in deforming]

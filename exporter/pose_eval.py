@@ -71,6 +71,18 @@ def plain_reason(objects) -> str | None:
     return None
 
 
+def certainly_static(obj) -> bool:
+    """True when nothing can move `obj` over time: plain (see plain_reason) with no transform F-curve on it or
+    on any parent (a static object renders identically with Cycles motion blur off)."""
+    if _plain_reason(obj) is not None:
+        return False
+    while obj is not None:
+        if any(fc.data_path in _CHANNELS for fc in blender_compat.fcurves(obj)):
+            return False
+        obj = obj.parent
+    return True
+
+
 def blender_ctime(frames, subframes) -> np.ndarray:
     """Blender's evaluation time: float32(float32(frame) + float32(subframe)) (scene framelen 1)."""
     return (np.asarray(frames, dtype=F32) + np.asarray(subframes, dtype=F32)).astype(F32)

@@ -114,6 +114,18 @@ class ExportContext:
     def render_objects(self) -> list:
         return [self.scene.objects[e.obj_name] for e in self.table]
 
+    def shutter_objects(self) -> tuple[list, list]:
+        """(render objects that may move: motion blur, render objects certainly static: motion blur off) --
+        static in the object table (matrix_world and evaluated mesh constant over the range) and nothing
+        animates their transform (pose_eval.certainly_static)."""
+        from .pose_eval import certainly_static
+
+        moving, static = [], []
+        for e in self.table:
+            obj = self.scene.objects[e.obj_name]
+            (static if e.motion == "static" and certainly_static(obj) else moving).append(obj)
+        return moving, static
+
     def base_settings(self, patch: ScenePatch, width: int, height: int) -> None:
         cs.common_settings(patch, self.scene)
         cs.set_resolution(patch, self.scene, width, height)

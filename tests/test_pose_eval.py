@@ -148,3 +148,24 @@ def test_frames_subframes_equal_the_clock():
                  Fraction(33_366_667 * 7 + 1, 2)] + list(range(0, 10**9, 9_999_991))
         frames, subframes = scene_clock.frames_subframes(clock, times)
         assert list(zip(frames, subframes, strict=True)) == [clock.frame_subframe(t) for t in times]
+
+
+def test_certainly_static_only_when_nothing_can_move_the_object():
+    """Motion blur is turned off only for objects nothing animates (own or parent F-curves, constraints, drivers)."""
+    from exporter.pose_eval import certainly_static
+
+    common.new_scene(8, 8)
+    still = common.add_empty("still", (1, 2, 3), (0.1, 0.2, 0.3))
+    keyed = common.add_empty("keyed", (0, 0, 0))
+    keyed.keyframe_insert("location", frame=1)                       # one key: still counts as animated
+    child = common.add_empty("child_of_keyed", (1, 0, 0))
+    child.parent = keyed
+    constrained = common.add_empty("constrained", (0, 0, 0))
+    constrained.constraints.new("COPY_LOCATION").target = still
+    driven = common.add_empty("driven", (0, 0, 0))
+    driven.driver_add("location", 0).driver.expression = "frame"
+    hidden_only = common.add_empty("hidden_only", (0, 0, 0))
+    hidden_only.keyframe_insert("hide_render", frame=1)              # animates visibility, not the transform
+    assert certainly_static(still) and certainly_static(hidden_only)
+    for obj in (keyed, child, constrained, driven):
+        assert not certainly_static(obj), obj.name
