@@ -469,3 +469,30 @@ def test_ray_tasks_give_the_single_process_hash(scenes, reference, ray_cluster):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count(": done") == 3, r.stdout
     _finalized_hash_matches(p, reference)
+
+
+def test_quarantined_events_carry_their_replay_command(runs, tmp_path):
+    """An event the exporter quarantined (moved here by hand: events/... -> quarantine/events/...): the shard
+    outcome lists it with `rowbeam replay DIR SAMPLE` and its one-event export command; finalize keeps it out of
+    the splits and the hash and reports it."""
+    from rowbeam.farm.plan import load_plan
+    from rowbeam.farm.worker import shard_outcome
+
+    _, p1, _, _, _ = runs
+    p = tmp_path / "q"
+    shutil.copytree(p1, p, ignore=shutil.ignore_patterns("dataset.json", "splits", "qa_summary.json"))
+    (p / "bundles/a/quarantine/events/camera_front").mkdir(parents=True)
+    (p / "bundles/a/events/camera_front/000003").rename(p / "bundles/a/quarantine/events/camera_front/000003")
+    plan, _ = load_plan(p)
+    shard = plan["shards"][0]
+    out = shard_outcome(p, plan, shard)
+    sid = shard["sample_ids"][3]
+    assert out["missing"] == [] and sid not in out["published"] and len(out["published"]) == 5
+    (q,) = out["quarantined"]
+    assert q["sample_id"] == sid and q["folder"] == "bundles/a/quarantine/events/camera_front/000003"
+    assert q["replay"] == f"rowbeam replay {p.resolve()} {sid}"
+    assert "--first-event 3 --count 1 " in q["export"] and "--out bundles/a " in q["export"]
+    rowbeam("finalize", p)
+    doc = json.loads((p / "dataset.json").read_text())
+    assert doc["qa"]["quarantined"] == [sid] and sid not in (p / "splits/train.txt").read_text().split()
+    assert [s["quarantined"] for s in doc["samples"] if s["sample_id"] == sid] == [True]
