@@ -124,11 +124,12 @@ def sensor_lens(sensor, K, width: int, height: int) -> Lens | None:
         raise RowbeamError(f"sensor {sensor.id!r}: object_labels are not available with a lens (model "
                            f"{sensor.lens.model}{', given K' if sensor.lens.K else ''}) yet; export them with the "
                            "pinhole Blender camera")
+    lens = make_lens(sensor.lens, K, width, height, where=f"sensor {sensor.id!r}: lens")   # bad coefficients first
     if not blender_compat.HAS_CUSTOM_CAMERA:
         need = blender_compat.CUSTOM_CAMERA_SINCE
         raise RowbeamError(f"sensor {sensor.id!r}: lens model {sensor.lens.model} renders through a custom (OSL) "
                            f"camera: needs Blender >= {need[0]}.{need[1]} (found {blender_compat.VERSION_STRING})")
-    return make_lens(sensor.lens, K, width, height, where=f"sensor {sensor.id!r}: lens")
+    return lens
 
 
 def use_lens_camera(patch, scene, cam_obj, lens: Lens, sensor_id: str, direction: str):

@@ -53,6 +53,8 @@ def skip_without_custom_camera(rig: dict) -> None:
 
     if not blender_compat.HAS_CUSTOM_CAMERA and any(s["type"] in ("spinning_lidar", "radar") for s in rig["sensors"]):
         pytest.skip(f"spinning LiDAR needs Blender >= 4.5 (custom OSL camera); this is {blender_compat.VERSION_STRING}")
+    if not blender_compat.HAS_CUSTOM_CAMERA and any(s.get("lens") for s in rig["sensors"]):
+        pytest.skip(f"a camera lens needs Blender >= 4.5 (custom OSL camera); this is {blender_compat.VERSION_STRING}")
 
 
 @pytest.fixture(scope="session")

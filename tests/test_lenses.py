@@ -170,10 +170,14 @@ def test_custom_camera_blender_refused(monkeypatch):
 
     sensor = parse_rig({**RIG, "sensors": [{**RIG["sensors"][0], "lens": {"model": "opencv", "D": [0.1, 0, 0, 0]}}]}
                        ).sensors[0]
+    refusal = r"sensor 'cam': lens model opencv renders through a custom \(OSL\) camera: needs Blender >= 4.5"
+    if not blender_compat.HAS_CUSTOM_CAMERA:            # the real 4.2
+        with pytest.raises(RowbeamError, match=refusal):
+            sensor_lens(sensor, K, W, H)
+        return
     monkeypatch.setattr(blender_compat, "HAS_CUSTOM_CAMERA", False)
     monkeypatch.setattr(blender_compat, "VERSION_STRING", "4.2.23")
-    with pytest.raises(RowbeamError, match=r"sensor 'cam': lens model opencv renders through a custom \(OSL\) camera: "
-                                           r"needs Blender >= 4.5 \(found 4.2.23\)"):
+    with pytest.raises(RowbeamError, match=refusal + r" \(found 4.2.23\)"):
         sensor_lens(sensor, K, W, H)
     monkeypatch.undo()
     assert sensor_lens(sensor, K, W, H).model == "opencv"
@@ -513,7 +517,10 @@ doc2 = json.loads(scene["rowbeam_rig"])
 rig_props.load_rig_document(scene, doc)
 back = json.loads(scene["rowbeam_rig"])
 print("RESULT" + json.dumps({{"doc": doc["sensors"][0]["lens"], "spec": [lens.model, list(lens.D), lens.K],
-                              "doc2": doc2["sensors"][0]["lens"], "back": back["sensors"][0]["lens"]}}))
+                              "doc2": doc2["sensors"][0]["lens"], "back": back["sensors"][0]["lens"]}}), flush=True)
+addon.unregister()
+import os
+os._exit(0)       # bpy 4.5 can loop in its leak report at interpreter exit after an add-on registered
 """
 
 
@@ -581,12 +588,14 @@ def test_calibration_scene_through_fisheye_with_blender_k(tmp_path):
     from scenes import calibration
     from scenes.build import main as build
 
+    from .conftest import skip_without_custom_camera
     from .helpers import load_event
 
     blend = tmp_path / "yaw.blend"
     assert build(["ego_yaw", str(blend), "--scale", "8", "--lens", "opencv_fisheye", "--rgb-samples", "0"]) == 0
     rig = json.loads(blend.with_suffix(".rig.json").read_text())
     assert rig["sensors"][0]["lens"]["model"] == "opencv_fisheye" and "K" not in rig["sensors"][0]["lens"]
+    skip_without_custom_camera(rig)
     run_export(plan_export(ExportRequest(out=tmp_path / "b", blend=blend, rig=blend.with_suffix(".rig.json"),
                                          first_event=1, count=1, device="cpu")))
     report = check_bundle(tmp_path / "b")

@@ -28,6 +28,8 @@ SELECTION=(
   tests/test_timing.py                               # Cycles shutter timing per row / per firing
   tests/test_lidar.py                                # spinning LiDAR through the OSL custom camera
   "tests/test_radar.py::test_wall_approaching_radial_velocity_is_minus_v_cos_theta"   # radar, same OSL camera
+  "tests/test_lenses.py::test_marker_board_through_lens"       # distorted cameras: OSL lens camera vs OpenCV
+  "tests/test_lenses.py::test_custom_camera_blender_refused"   # lens refused on 4.2 by name
   tests/test_flow.py                                 # optical / scene flow, adapters, EXR reading
   tests/test_checker.py                              # checker on exported EXR/npy payloads
   tests/test_extension.py                            # zip build, install, UI export + check, uninstall
