@@ -339,9 +339,10 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     # residuals of the camera contracts, per valid pixel
     u, v = pixel_grid(W, H)
     radius = _radius(K, W, H)
-    klass = np.vectorize(lambda s: names.get(int(s), str(int(s))))(a["semantic_id"]) if valid.any() else None
+    klass = a["semantic_id"]                        # sliced by class id; res.class_names names them
+    res.class_names.update(names)
     z = a["camera_z"].astype(np.float64)
-    keys = {"distance": z[valid], "radius": radius[valid], "klass": klass[valid] if klass is not None else None}
+    keys = {"distance": z[valid], "radius": radius[valid], "klass": klass[valid]}
     lens = manifest_lens(m["calibration"])          # a distorted camera: rays through the lens (contracts.lens)
     d = ray_directions(K, u, v) if lens is None else unproject(lens, u, v)[0]
     factor = np.linalg.norm(d, axis=-1)             # range / camera_z on each pixel-centre ray
@@ -382,7 +383,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
         if ok.any():
             r, c = np.clip(np.rint(p["uv"][ok, 1]).astype(int), 0, H - 1), np.clip(np.rint(p["uv"][ok, 0]).astype(int), 0, W - 1)
             pk = {"distance": p["z"][ok], "radius": radius[r, c],
-                  "klass": klass[r, c] if klass is not None else None}
+                  "klass": klass[r, c]}
             res.add("lidar_camera.z_residual_m", "m", np.abs(p["residual_m"][ok]),
                     "|camera_z (1/z-interpolated) − LiDAR return z| at the time-matched row", **pk)
             res.add("lidar_camera.skew_ns", "ns", p["skew_ns"][ok], "|row time − return time| of paired returns", **pk)
@@ -434,7 +435,8 @@ def _lidar_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, verify=Fa
     k, c = np.nonzero(valid)
     if k.size == len(pts):
         rng = a["range"][k, c].astype(np.float64)
-        klass = np.array([names.get(int(s), str(int(s))) for s in pts["semantic_id"]])
+        klass = pts["semantic_id"]
+        res.class_names.update(names)
         xyz = np.stack([pts["x"], pts["y"], pts["z"]], -1)
         res.add("lidar.range_vs_point_m", "m", np.abs(np.linalg.norm(xyz, axis=-1) - rng),
                 "|range − |point xyz|| (LiDAR frame at the beam's time)", distance=rng, klass=klass)
@@ -468,7 +470,8 @@ def _flow_page(fl: Flow, w: Writer, rel: str, res: Residuals, stats, verify=Fals
     K = np.array(src.manifest["calibration"]["K"], dtype=np.float64)
     radius = _radius(K, W, H)
     names = _class_names(src.manifest)
-    klass = np.vectorize(lambda s: names.get(int(s), str(int(s))))(sa["semantic_id"])
+    klass = sa["semantic_id"]
+    res.class_names.update(names)
     dt_s = (m["endpoints"]["destination"]["reference_time_ns"] - m["endpoints"]["source"]["reference_time_ns"]) / 1e9
     speed = np.linalg.norm(a["scene_flow_world"].astype(np.float64), axis=-1) / abs(dt_s) if dt_s else None
     if "rgb" in sa and "rgb" in da:

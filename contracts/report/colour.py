@@ -26,6 +26,9 @@ def lut(n: int = 256) -> np.ndarray:
     return np.rint(VIRIDIS[i] * (1 - f) + VIRIDIS[i + 1] * f).astype(np.uint8)
 
 
+_LUT = lut()
+
+
 def normalise(values, lo: float, hi: float, log: bool = False) -> np.ndarray:
     """values -> [0, 1] (clipped), linearly or in log10 (lo > 0); NaN stays NaN."""
     v = np.asarray(values, dtype=np.float64)
@@ -38,13 +41,21 @@ def normalise(values, lo: float, hi: float, log: bool = False) -> np.ndarray:
 
 
 def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.ndarray:
-    """Scalar image (H, W) -> (H, W, 3) uint8 with the colour map over [lo, hi]; NaN or ~mask -> NO_DATA."""
-    t = normalise(values, lo, hi, log)
-    table = lut()
-    ok = np.isfinite(t) if mask is None else np.isfinite(t) & np.asarray(mask, dtype=bool)
-    out = np.empty(t.shape + (3,), dtype=np.uint8)
-    out[...] = NO_DATA
-    out[ok] = table[np.rint(t[ok] * 255).astype(np.int64)]
+    """Scalar image (H, W) -> (H, W, 3) uint8 with the colour map over [lo, hi] (the 256-entry table of lut(),
+    index rint(255 t), t = normalise(values)); NaN, values <= 0 with log, or ~mask -> NO_DATA."""
+    v = np.asarray(values, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if log:
+            lo, hi = np.log10(max(lo, 1e-12)), np.log10(max(hi, lo * (1 + 1e-9), 1e-12))
+            v = np.log10(v)                         # <= 0 -> -inf or NaN: not finite, no data
+        scale = 255.0 / (hi - lo) if hi > lo else 0.0
+        t = (v - lo) * scale
+    ok = np.isfinite(t)
+    if mask is not None:
+        ok &= np.asarray(mask, dtype=bool)
+    idx = np.rint(np.clip(np.where(ok, t, 0.0), 0.0, 255.0)).astype(np.uint8)
+    out = _LUT[idx]
+    out[~ok] = NO_DATA
     return out
 
 
@@ -157,9 +168,9 @@ def hsv_to_rgb(h, s, v) -> np.ndarray:
 
 def normal_colour(normals) -> np.ndarray:
     """(H, W, 3) unit vectors (camera frame) -> uint8 RGB = (n + 1) / 2 (x red, y green, z blue); NaN -> NO_DATA."""
-    n = np.asarray(normals, dtype=np.float64)
+    n = np.asarray(normals, dtype=np.float32)
     ok = np.isfinite(n).all(-1)
-    out = np.rint(np.clip((np.nan_to_num(n) + 1) / 2, 0, 1) * 255).astype(np.uint8)
+    out = (np.clip(np.where(ok[..., None], n, 0.0), -1.0, 1.0) * 127.5 + 128.0).astype(np.uint8)  # rint((n+1)/2 * 255)
     out[~ok] = NO_DATA
     return out
 

@@ -56,7 +56,7 @@ def id_image(instance_id, objects: list[dict]) -> np.ndarray:
     for o in objects:
         if 0 <= int(o["render_index"]) < len(table):
             table[int(o["render_index"])] = int(o["id"]) & 0xFFFFFFFFFFFFFFFF
-    return colour.id_colours(table[ids.astype(np.int64)])
+    return colour.id_colours(table)[ids.astype(np.int64)]        # colour each render index once, then look up
 
 
 def semantic_image(semantic_id) -> np.ndarray:

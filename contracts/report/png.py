@@ -51,8 +51,11 @@ def thumbnail(image: np.ndarray, max_side: int = 320) -> np.ndarray:
     if f == 1:
         return image
     h, w = H // f, W // f
-    block = image[:h * f, :w * f].astype(np.float32).reshape(h, f, w, f, -1).mean(axis=(1, 3))
-    return np.rint(block).astype(np.uint8).reshape(h, w, *image.shape[2:])
+    acc = np.zeros((h, w, *image.shape[2:]), dtype=np.uint32)
+    for i in range(f):                              # f*f strided views: much faster than a 5-D reshape mean
+        for j in range(f):
+            acc += image[i:h * f:f, j:w * f:f]
+    return ((acc + (f * f) // 2) // (f * f)).astype(np.uint8)
 
 
 def upscale(image: np.ndarray, min_side: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
-MAX_SAMPLES_PER_EVENT = 200_000
+MAX_SAMPLES_PER_EVENT = 100_000
 DISTANCE_BINS_M = (0.0, 5.0, 10.0, 20.0, 40.0, 80.0, np.inf)
 RADIUS_BINS = (0.0, 0.25, 0.5, 0.75, np.inf)      # fraction of the half diagonal from the principal point
 SPEED_BINS_M_S = (0.0, 0.01, 1.0, 5.0, 15.0, np.inf)
@@ -33,9 +33,9 @@ def _bin_labels(edges, unit: str) -> list[str]:
 class Residuals:
     """Collects residual samples by name; summary() -> {name: distribution}."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self):
         self.data: dict[str, dict] = {}
-        self.rng = np.random.default_rng(seed)
+        self.class_names: dict[int, str] = {}      # semantic id -> class name, for the class slices
 
     def add(self, name: str, unit: str, values, meaning: str, distance=None, radius=None, speed=None,
             klass=None) -> None:
@@ -46,9 +46,9 @@ class Residuals:
         v = v[ok]
         keys = {k: a[ok] for k, a in keys.items()}
         total = v.size
-        if v.size > MAX_SAMPLES_PER_EVENT:
-            pick = self.rng.choice(v.size, MAX_SAMPLES_PER_EVENT, replace=False)
-            v, keys = v[pick], {k: a[pick] for k, a in keys.items()}
+        if v.size > MAX_SAMPLES_PER_EVENT:          # a regular subset (every step-th sample): fast, reproducible
+            step = -(-v.size // MAX_SAMPLES_PER_EVENT)
+            v, keys = v[::step], {k: a[::step] for k, a in keys.items()}
         d = self.data.setdefault(name, {"unit": unit, "meaning": meaning, "values": [], "keys": {}, "count": 0})
         d["values"].append(v)
         d["count"] += total
@@ -65,7 +65,7 @@ class Residuals:
                 a = np.concatenate(parts)
                 if a.size != v.size:
                     continue
-                entry["slices"][k] = slice_by(v, a, k)
+                entry["slices"][k] = slice_by(v, a, k, self.class_names)
             out[name] = entry
         return out
 
@@ -96,11 +96,13 @@ def histogram(v, bins: int = HIST_BINS) -> dict:
     return {"scale": "log10", "edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros}
 
 
-def slice_by(v, key, kind: str) -> list[dict]:
-    """Quantiles of v per bin of `key`: distance (m), radius (fraction of the half diagonal), speed (m/s) or class."""
+def slice_by(v, key, kind: str, class_names: dict | None = None) -> list[dict]:
+    """Quantiles of v per bin of `key`: distance (m), radius (fraction of the half diagonal), speed (m/s) or class
+    (key = class id or name; ids are named through class_names)."""
     if kind == "class":
-        labels = sorted(set(key.tolist()))
-        groups = [(str(lab), key == lab) for lab in labels]
+        names = class_names or {}
+        groups = [(names.get(int(lab), str(lab)) if np.issubdtype(key.dtype, np.integer) else str(lab), key == lab)
+                  for lab in np.unique(key)]
     else:
         edges, unit = {"distance": (DISTANCE_BINS_M, "m"), "radius": (RADIUS_BINS, "× half diagonal"),
                        "speed": (SPEED_BINS_M_S, "m/s")}[kind]
