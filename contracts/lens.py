@@ -311,34 +311,36 @@ def project_uv(lens_or_K, points_camera) -> tuple[np.ndarray, np.ndarray]:
         return K[0, 0] * X[..., 0] / X[..., 2] + K[0, 2], K[1, 1] * X[..., 1] / X[..., 2] + K[1, 2]
 
 
-def _first_turn(model, D, r_max) -> float:
-    """Smallest r in (0, r_max] where the radial map stops increasing (inf if none): dense scan + bisection."""
-    r = np.concatenate([np.linspace(0.0, 1.0, 20001)[1:], np.geomspace(1.0, max(r_max, 1.0), 20001)[1:]])
-    r = r[r <= r_max]
-    f = _radial_map(model, D, r)
+def _radial_slope(model, D, r):
+    """d(distorted radius)/d(r) along a ray (opencv: tangential terms off; fisheye: r = theta), NaN where the
+    rational denominator is not positive (the opencv map is undefined there)."""
+    r = np.asarray(r, np.float64)
     if model == "opencv":
         k4, k5, k6 = _opencv_coeffs(D)[5:]
         s = r * r
-        den = 1.0 + s * (k4 + s * (k5 + s * k6))
-        bad_den = den <= 0
-    else:
-        bad_den = np.zeros(r.shape, bool)
-    step_bad = np.concatenate([[False], np.diff(f) <= 0]) | bad_den | ~np.isfinite(f)
-    if not step_bad.any():
+        R, dR = _opencv_radial(D, s)
+        return np.where(1.0 + s * (k4 + s * (k5 + s * k6)) > 0, R + 2.0 * s * dR, np.nan)
+    return _fisheye_dtheta_d(D, r)
+
+
+def _first_turn(model, D, r_max) -> float:
+    """Smallest r in (0, r_max] where the radial map stops increasing (inf if none): a dense scan of its slope
+    (analytic), then bisection on the slope's sign."""
+    r = np.concatenate([np.linspace(0.0, 1.0, 20001)[1:], np.geomspace(1.0, max(r_max, 1.0), 20001)[1:]])
+    r = r[r <= r_max]
+    with np.errstate(all="ignore"):
+        bad = ~(_radial_slope(model, D, r) > 0)
+    if not bad.any():
         return math.inf
-    i = int(np.argmax(step_bad))
-    lo, hi = (r[i - 2] if i >= 2 else 0.0), r[i]
-    # bisection on the sign of the derivative (finite differences) between lo and hi
-    def increasing(x):
-        h = max(1e-9, x * 1e-9)
-        return _radial_map(model, D, np.array([x + h]))[0] > _radial_map(model, D, np.array([x]))[0]
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if increasing(mid) and (model != "opencv" or 1.0 + mid * mid * (_opencv_coeffs(D)[5] + mid * mid * (
-                _opencv_coeffs(D)[6] + mid * mid * _opencv_coeffs(D)[7])) > 0):
-            lo = mid
-        else:
-            hi = mid
+    i = int(np.argmax(bad))
+    lo, hi = (r[i - 1] if i >= 1 else 0.0), r[i]
+    with np.errstate(all="ignore"):
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            if _radial_slope(model, D, mid) > 0:
+                lo = mid
+            else:
+                hi = mid
     return lo
 
 

@@ -545,8 +545,8 @@ def test_ui_lens_fields_round_trip(tmp_path):
 
 
 def test_checker_catches_lens_faults(exports, tmp_path):
-    """Planted faults in a fisheye export: D that differs from the rig, a valid pixel outside the valid domain,
-    a range off the unprojected ray, and a manifest claiming a pinhole camera."""
+    """Planted faults in a fisheye export: D that differs from the rig, a manifest claiming a pinhole camera, a
+    declared valid domain the lens does not have, a valid pixel outside the domain, a range off the unprojected ray."""
     from .helpers import assert_fails, load_event
     from .test_checker_faults import _copy, _edit_manifest, _replace
 
@@ -562,6 +562,9 @@ def test_checker_catches_lens_faults(exports, tmp_path):
         assert_fails(root, "lens_rig", "vs the rig's")
         if name == "pinhole":
             assert_fails(root, "camera_z_range")       # range/camera_z on the pinhole ray, not the fisheye's
+    root, ev = _copy(e, tmp_path / "declared_domain")
+    _edit_manifest(ev, lambda m: m["calibration"]["distortion"]["valid_domain"].update(theta_max_rad=1.4))
+    assert_fails(root, "lens_model", "disagree with the opencv_fisheye lens")
     root, ev = _copy(e, tmp_path / "domain")
     _, a = load_event(ev)
     valid, z, r = a["valid"].copy(), a["camera_z"].copy(), a["range"].copy()
