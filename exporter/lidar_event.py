@@ -69,7 +69,8 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
     poses = rigid_poses(scene, clock, mount, times).reshape(F, len(offsets), 4, 4)
     ref_pose = rigid_poses(scene, clock, mount, [timing.reference_time_ns()])[0]
     seconds["poses"] = time.perf_counter() - t0
-    beam_poses = poses[:, group_of_channel]
+    beam_poses = (np.broadcast_to(poses[:, :1], (F, C, 4, 4)) if len(offsets) == 1   # one time group: a view
+                  else poses[:, group_of_channel])
     directions = sensor.directions(timing)
 
     renders = layout.renders()
