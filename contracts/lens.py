@@ -232,22 +232,37 @@ def _radial_guess(D, xd, yd, r_max):
 
 
 def _newton_opencv(D, xd, yd, x, y):
+    """Newton's method on the Brown-Conrady map from (x, y); the radial factor and its derivative are computed
+    once per step for both the residual and the Jacobian; converged pixels leave the iteration."""
+    k1, k2, p1, p2, k3, k4, k5, k6 = _opencv_coeffs(D)
+    rational = (k4, k5, k6) != (0.0, 0.0, 0.0)
     shape = np.shape(xd)
     xd, yd = np.asarray(xd, np.float64).ravel(), np.asarray(yd, np.float64).ravel()
     x, y = np.array(x, np.float64).ravel(), np.array(y, np.float64).ravel()
     active = np.arange(x.size)
     for _ in range(MAX_ITERATIONS):
         xa, ya = x[active], y[active]
-        fx, fy = opencv_distort(D, xa, ya)
-        ex, ey = fx - xd[active], fy - yd[active]
+        s = xa * xa + ya * ya
+        R = 1.0 + s * (k1 + s * (k2 + s * k3))
+        dR = k1 + s * (2.0 * k2 + 3.0 * s * k3)
+        if rational:
+            den = 1.0 + s * (k4 + s * (k5 + s * k6))
+            dR = (dR * den - R * (k4 + s * (2.0 * k5 + 3.0 * s * k6))) / (den * den)
+            R = R / den
+        xy = xa * ya
+        ex = xa * R + 2.0 * p1 * xy + p2 * (s + 2.0 * xa * xa) - xd[active]
+        ey = ya * R + p1 * (s + 2.0 * ya * ya) + 2.0 * p2 * xy - yd[active]
         keep = ~(np.abs(ex) + np.abs(ey) <= CONVERGED)        # NaN stays (and fails the residual test later)
         if not keep.any():
             break
-        active, xa, ya, ex, ey = active[keep], xa[keep], ya[keep], ex[keep], ey[keep]
-        a, b, c, d = _opencv_jacobian(D, xa, ya)
-        det = a * d - b * c
+        if not keep.all():
+            active, xa, ya, ex, ey, R, dR, xy = (a[keep] for a in (active, xa, ya, ex, ey, R, dR, xy))
+        a = R + 2.0 * xa * xa * dR + 2.0 * p1 * ya + 6.0 * p2 * xa
+        b = 2.0 * xy * dR + 2.0 * p1 * xa + 2.0 * p2 * ya
+        d = R + 2.0 * ya * ya * dR + 6.0 * p1 * ya + 2.0 * p2 * xa
+        det = a * d - b * b
         x[active] = xa - (d * ex - b * ey) / det
-        y[active] = ya - (a * ey - c * ex) / det
+        y[active] = ya - (a * ey - b * ex) / det
     return x.reshape(shape), y.reshape(shape)
 
 
