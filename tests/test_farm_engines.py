@@ -496,3 +496,24 @@ def test_quarantined_events_carry_their_replay_command(runs, tmp_path):
     doc = json.loads((p / "dataset.json").read_text())
     assert doc["qa"]["quarantined"] == [sid] and sid not in (p / "splits/train.txt").read_text().split()
     assert [s["quarantined"] for s in doc["samples"] if s["sample_id"] == sid] == [True]
+
+
+def test_two_workers_on_one_shard_publish_each_event_once(scenes, reference):
+    """Two workers given the same shard at the same time: both succeed, every event is published once and the
+    content equals the single-worker run's."""
+    root, _ = scenes
+    spec = _write_spec(root, "twice", [{"blend": "c.blend", "rig": "c.rig.json", "scenario": "c",
+                                        "lineage_group": "gc", "events": {"count": 1}}], {"gc": "val"})
+    p = root / "twice"
+    assert rowbeam("plan", spec, "--out", p).returncode == 0
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    workers = [subprocess.Popen([sys.executable, "-m", "rowbeam", "farm", "worker", str(p), "00000"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [w.communicate(timeout=600)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outs
+    events = sorted(q.relative_to(p).as_posix() for q in (p / "bundles/c/events").rglob("manifest.json"))
+    assert events == ["bundles/c/events/camera_front/000000/manifest.json"]
+    assert not [q for q in (p / "bundles/c").rglob("*") if q.name.startswith(".") and q.name != ".staging"]
+    assert rowbeam("finalize", p).returncode == 0
+    (sample,) = json.loads((p / "dataset.json").read_text())["samples"]
+    assert sample["content_sha256"] == reference[sample["sample_id"]]
