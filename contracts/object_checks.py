@@ -88,9 +88,11 @@ def rasterise_object(manifest, arrays, o, V, F, margin_px: float = 0.0) -> np.nd
     T_wo = object_row_poses(manifest, arrays, o)
     T_co = np.einsum("rij,rjk->rik", np.linalg.inv(T_wc), T_wo)
     rows = np.arange(-H, 2 * H)
+    clip = manifest["object_labels"]["canvas"].get("clip_m")     # camera rays start at z = near, end at z = far
+    near, far = (clip["near"], clip["far"]) if clip else (None, np.inf)
     if np.allclose(T_co, T_co[0], atol=0, rtol=0):
-        return rasterize_rows(V, F, K, T_co[0], rows, 3 * W, -W, margin_px)
-    return rasterize_rows(V, F, K, T_co, rows, 3 * W, -W, margin_px)
+        T_co = T_co[0]
+    return rasterize_rows(V, F, K, T_co, rows, 3 * W, -W, margin_px, near=near, far=far)
 
 
 def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
@@ -211,7 +213,7 @@ def _check_assets(manifest, arrays, objs, masks, add, root) -> None:
                             f"{violation} px farther than {EDGE_MARGIN_PX} px from an edge")
     msg = (f"{checked} object(s) re-rasterised from their assets at the exported per-row poses and K: worst mismatch "
            f"{worst} px, none farther than {EDGE_MARGIN_PX} px from an edge"
-           + (f"; not re-rasterised (deforming or crossing the camera plane): {skipped}" if skipped else ""))
+           + (f"; not re-rasterised (deforming, or crossing the camera plane in a bundle without canvas.clip_m): {skipped}" if skipped else ""))
     add("objects:rasterisation", not problems, msg if not problems else
         problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
         mismatch_px=worst, violation_px=worst_violation)

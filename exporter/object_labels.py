@@ -1,7 +1,10 @@
 """Object-level labels of a camera event (bpy): exact amodal masks on BOP's 3x canvas, counts, boxes,
 poses at row time, content-addressed mesh assets.
 
-Method (declared in the manifest): Cycles label renders (1 sample, Gaussian 0.01 px, Object Index pass)
+Method (declared in the manifest): rigid meshes with few enough (row x triangle) pairs are rasterised from
+their asset at every canvas row's pose (contracts.rasterize, clipped to the camera's near/far slab), Cycles'
+visible pixels OR-ed in and counted as a cross-check; objects nothing can cover take the modal mask; the rest
+(deforming, heavy meshes, hidden during the event) use Cycles label renders (1 sample, Gaussian 0.01 px, Object Index pass)
 of a virtual 3W x 3H camera with the image's focal length in pixels and principal point shifted by
 (W, H) — the "canvas" — whose rolling shutter is stretched so canvas row c keeps the timing model's
 (extrapolated) time of image row c - H. In each render only one group of objects is visible to camera
@@ -24,7 +27,7 @@ from contracts.errors import RowbeamError
 from contracts.files import atomic_write_bytes, sha256_file
 from contracts.frames import invert_rigid, rigid_part, world_from_opencv_camera
 from contracts.object_checks import DEFINITION, tight_box
-from contracts.rasterize import ply_bytes
+from contracts.rasterize import ply_bytes, rasterize_rows
 
 from . import cycles_setup as cs
 from .cycles_timing import timed_rows_shutter
@@ -36,12 +39,23 @@ POSE_SAMPLES = 5            # canvas rows at which boxes are projected
 ASSET_DIR = "assets/meshes"
 RENDER_COST_PX = 100_000    # fixed cost of one Cycles render (sync, film, EXR) in rendered pixels (measured ~0.1 s vs ~1 us/px)
 SHORTCUT_UNOCCLUDED = True  # objects no other object can cover take their amodal mask from the label render
+RASTERISE_RIGID = True      # rigid meshes: amodal canvas mask rasterised from the asset instead of Cycles renders
+RASTER_MAX_PAIRS = 20_000_000   # (canvas row, triangle) pairs above which an object is rendered by Cycles instead
+RASTER_RULE = ("a rigid (not deforming), always-shown object whose (canvas rows of its box) x (triangles) <= "
+               f"{RASTER_MAX_PAIRS} gets its canvas silhouette rasterised from its asset (float64: a pixel centre "
+               "is covered when it lies inside the projection of a triangle clipped to near <= camera_z <= far) at "
+               "each canvas row's pose (camera and object at the row's time), the same K; Cycles' visible pixels "
+               "(instance_id) are then OR-ed in and counted (method.modal_pixels_added), so every modal pixel is "
+               "cross-checked against the rasterised silhouette (the checker fails one farther than 0.02 px from an "
+               "edge)")
 UNOCCLUDED_RULE = ("an object whose padded projected box (mesh-box corners at 5 canvas-row times, padded 2 px + half the "
                    "largest motion between samples) lies inside the image and whose box pixels that show another "
                    "surface in the label render all have camera_z > 1.01 * (its farthest sampled camera z) + 0.01 m "
                    "takes amodal = modal from the label render (nothing can be in front of it)")
 
-METHOD = ("cycles_canvas_group_renders: Cycles renders of a 3W x 3H canvas camera (same f in px, principal point "
+METHOD = ("rasterised_or_cycles_canvas: rigid meshes rasterised from their assets (raster_rule); objects no other "
+          "object can cover from the label render (unoccluded_rule); the others by cycles_canvas_group_renders: "
+          "Cycles renders of a 3W x 3H canvas camera (same f in px, principal point "
           "+ (W, H), lens / 3, shift / 3), rolling shutter stretched over 3H rows so canvas row c has the timing "
           "model's time of image row c - H (half-row correction applied), same motion steps as the label render; "
           "1 sample, Gaussian 0.01 px, Object Index pass; objects packed in groups whose padded projected boxes do "
@@ -88,12 +102,26 @@ def mesh_of(obj, depsgraph):
     return V.reshape(-1, 3), F.reshape(-1, 3)
 
 
+def _refuse_mirroring(M_world, name: str) -> None:
+    if np.linalg.det(np.asarray(M_world, dtype=np.float64)[:3, :3]) <= 0:
+        raise RowbeamError(f"object {name!r}: negative (mirroring) or zero scale; object labels need a rigid "
+                           "pose with positive scale (apply the scale in Blender: Object > Apply > Scale)")
+
+
+def check_object_scales(scene, table, sensors) -> None:
+    """Planning-time refusal (before anything renders) of an object-table object whose world matrix mirrors or
+    collapses (det <= 0) at the scene's current frame, when some camera sensor exports object labels.
+    Non-uniform positive scale is allowed: it is baked into the asset (asset_for) and noted."""
+    if not any(getattr(s, "object_labels", False) for s in sensors):
+        return
+    for e in table:
+        _refuse_mirroring(scene.objects[e.obj_name].matrix_world, e.obj_name)
+
+
 def asset_for(M_world, V_local, F, name: str):
     """(T_world_object rigid, baked vertices, notes): matrix_world = T_rigid @ S, vertices = S v."""
     M = np.asarray(M_world, dtype=np.float64)
-    if np.linalg.det(M[:3, :3]) <= 0:
-        raise RowbeamError(f"object {name!r}: negative (mirroring) or zero scale; object labels need a rigid "
-                           "pose with positive scale (apply the scale in Blender: Object > Apply > Scale)")
+    _refuse_mirroring(M, name)          # also at export time: an animated scale may turn negative later
     T = rigid_part(M)
     S = T[:3, :3].T @ M[:3, :3]
     notes = []
@@ -234,6 +262,7 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     table = list(ctx.table)
     objs = [scene.objects[e.obj_name] for e in table]
     moving = [k for k, e in enumerate(table) if e.motion == "moving"]
+    row_of_moving = {k: i for i, k in enumerate(moving)}
 
     # meshes and assets at the reference time
     set_time(scene, clock, t_ref)
@@ -304,7 +333,24 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     depths = dict(zip(keys, depth_list, strict=True))
     from_modal = unoccluded_inside(boxes, depths, {k: table[k].render_index for k in boxes}, instance_id, camera_z,
                                    W, H) if SHORTCUT_UNOCCLUDED else set()
-    groups = pack_groups({k: b for k, b in boxes.items() if k not in from_modal})
+    clip_near, clip_far = float(cam.data.clip_start), float(cam.data.clip_end)
+    rasterised = {}
+    t_raster = time.perf_counter()
+    if RASTERISE_RIGID:
+        T_cw_rows = np.linalg.inv(cam_rows)                              # (3H, 4, 4) camera <- world per canvas row
+        for k, (x0, x1, y0, y1) in boxes.items():
+            ent = entries[k]
+            if (k in from_modal or not ent["checkable"] or k in hidden_notes
+                    or (y1 - y0) * len(ent["F"]) > RASTER_MAX_PAIRS):
+                continue
+            T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k], y0:y1]]) if k in row_of_moving
+                    else ent["T_wo_ref"])
+            T_co = T_cw_rows[y0:y1] @ T_wo                                # (rows, 4, 4)
+            rasterised[k] = ((x0, x1, y0, y1), rasterize_rows(
+                ent["V"], ent["F"], np.asarray(K, dtype=np.float64), T_co, np.arange(y0, y1) - H, x1 - x0, x0 - W,
+                near=clip_near, far=clip_far))
+    t_raster = time.perf_counter() - t_raster
+    groups = pack_groups({k: b for k, b in boxes.items() if k not in from_modal and k not in rasterised})
 
     # renders
     canvas_masks = {}
@@ -357,6 +403,7 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
                 ri = table[k].render_index
                 canvas_masks[k] = (box, idx == ri)
 
+    canvas_masks.update(rasterised)
     for k in from_modal:                       # no possible occluder, inside the image: amodal = modal
         canvas_masks[k] = ((W, 2 * W, H, 2 * H), np.asarray(instance_id) == table[k].render_index)
 
@@ -365,7 +412,6 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     inst = np.asarray(instance_id)
     T_cw_ref = invert_rigid(ref_pose)
     ref_obj = {k: entries[k]["T_wo_ref"] for k in entries}
-    row_of_moving = {k: i for i, k in enumerate(moving)}
     for k in sorted(canvas_masks, key=lambda k: table[k].render_index):
         e, ent = table[k], entries[k]
         (x0, x1, y0, y1), m = canvas_masks[k]
@@ -437,16 +483,25 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
         if moving else np.zeros((0, Hc, 4, 4)),
     }
     seconds = {"object_labels": time.perf_counter() - t_start, "object_label_meshes": t_meshes - t_start,
-               "object_label_row_poses": t_poses - t_meshes, "object_label_renders": sum(render_seconds)}
+               "object_label_row_poses": t_poses - t_meshes, "object_label_renders": sum(render_seconds),
+               "object_label_rasterise": t_raster}
     block = {
         "definition": DEFINITION,
-        "method": {"amodal": METHOD, "renders": len(groups), "objects_rendered": len(boxes) - len(from_modal),
-                   "objects_from_modal": len(from_modal), "rendered_px": rendered_px, "image_px": W * H,
-                   "unoccluded_rule": UNOCCLUDED_RULE,
+        "method": {"amodal": METHOD, "renders": len(groups),
+                   "objects_rendered": len(boxes) - len(from_modal) - len(rasterised),
+                   "objects_from_modal": len(from_modal), "objects_rasterised": len(rasterised),
+                   "amodal_source": {"cycles_renders": sorted(table[k].render_index for g in groups for k in g),
+                                     "modal": sorted(table[k].render_index for k in from_modal),
+                                     "rasterised": sorted(table[k].render_index for k in rasterised)},
+                   "rendered_px": rendered_px, "image_px": W * H,
+                   "unoccluded_rule": UNOCCLUDED_RULE, "raster_rule": RASTER_RULE,
                    "modal_pixels_added": added_total, "canvas_K_max_abs_error": K_canvas_err,
                    "canvas_shutter": {"first_row_ns": float(first), "row_period_ns": float(period), "rows": Hc,
                                       "motion_steps": sensor.motion_steps}},
         "canvas": {"size_px": [Wc, Hc], "origin_px": [-W, -H],
+                   "clip_m": {"near": float(cam.data.clip_start), "far": float(cam.data.clip_end),
+                              "rule": "camera rays start on the plane camera_z = near and end on camera_z = far "
+                                      "(Cycles clip_start / clip_end): surface outside that slab is not seen"},
                    "row_times": "canvas row c <-> image row v = c - H; time = start + readout*(v'+0.5)/H + "
                                 "exposure/2 (v' = v top_to_bottom, H-1-v bottom_to_top), extrapolated beyond the image"},
         "objects": objects_out,

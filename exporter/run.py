@@ -36,7 +36,7 @@ from .camera_labels import semantic_lut
 from .flow_pair import compute_flow_pair, endpoint, flow_manifest
 from .lidar_event import export_lidar_event
 from .manifest import assemble_manifest, camera_core, lidar_core, radar_core, write_manifest, write_payloads
-from .object_labels import write_assets
+from .object_labels import check_object_scales, write_assets
 from .object_table import build_object_table
 from .progress import Progress
 from .radar_event import export_radar_event
@@ -219,6 +219,7 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     view_layer = bpy.context.view_layer
     clock = scene_clock(scene)
     table = build_object_table(scene, view_layer, ontology)
+    check_object_scales(scene, table, sensors)                        # object labels: no mirroring scale
     jobs = []
     for s in sensors:
         count = request.count if request.count is not None else max(

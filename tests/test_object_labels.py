@@ -232,10 +232,17 @@ def test_bad_input_curve_without_geometry_and_non_uniform_scale(exports):
     assert failures(e.bundle)[0]["status"] == "pass"
 
 
-def test_bad_input_negative_scale_refused(tmp_path):
+def test_bad_input_negative_scale_refused(tmp_path, monkeypatch):
+    """Refused at planning time, before anything renders, by one line naming the object."""
+    from exporter import cycles_setup
     from .conftest import build_and_export
-    with pytest.raises(RowbeamError, match="negative .*scale"):
+
+    def no_render(*a, **k):
+        raise AssertionError("rendered before refusing the negative scale")
+    monkeypatch.setattr(cycles_setup, "render_passes", no_render)
+    with pytest.raises(RowbeamError, match="object 'scaled': negative .*scale") as exc:
         build_and_export(tmp_path, "neg", object_scenes.object_bad_input, kind="negative_scale")
+    assert "\n" not in str(exc.value)
     assert not list((tmp_path / "neg_bundle").glob("events/*/*"))
 
 
@@ -259,16 +266,22 @@ def test_bottom_to_top_readout(exports):
     assert report["status"] == "pass", fails
 
 
-def test_unoccluded_shortcut_equals_rendering_every_object(calib, tmp_path, monkeypatch):
-    """Objects nothing can cover take amodal = modal; rendering them instead gives the same masks and counts."""
+def test_unoccluded_shortcut_and_rasterised_masks_equal_rendering_every_object(calib, tmp_path, monkeypatch):
+    """Objects nothing can cover take amodal = modal and rigid ones are rasterised from their assets (the
+    default); rendering every object with Cycles instead (an independent second path) gives the same masks
+    and counts, the mover's per-row shear and the truncated square's off-image half included."""
     from exporter import object_labels
     from .conftest import build_and_export
     e0, m0, a0, objs0 = calib
     assert m0["object_labels"]["method"]["objects_from_modal"] >= 1
+    assert m0["object_labels"]["method"]["objects_rasterised"] >= 3
+    assert m0["object_labels"]["method"]["modal_pixels_added"] == 0
     monkeypatch.setattr(object_labels, "SHORTCUT_UNOCCLUDED", False)
+    monkeypatch.setattr(object_labels, "RASTERISE_RIGID", False)
     e1 = build_and_export(tmp_path, "all_rendered", object_scenes.object_calibration)
     m1, a1 = load_event(e1.event)
     assert m1["object_labels"]["method"]["objects_from_modal"] == 0
+    assert m1["object_labels"]["method"]["objects_rasterised"] == 0
     for o1 in m1["object_labels"]["objects"]:
         o0 = objs0[o1["name"]]
         for key in ("px_count_all", "px_count_in_image", "px_count_visib", "bbox_amodal_unclipped"):
@@ -286,3 +299,28 @@ def test_checker_catches_changed_asset_bytes(calib, tmp_path):
     report, fails = failures(root)
     hits = [f for f in fails if f["check"] == "objects:rasterisation"]
     assert hits and "does not match its sha256" in hits[0]["message"]
+
+
+def test_rasteriser_clips_at_the_near_and_far_planes():
+    """No bpy: a ground strip (camera y = 0.1 m, |x| <= 2 m, z from -5 m behind the camera to 30 m) seen by a
+    camera whose rays start on z = near = 0.5 m and end on z = far = 10 m covers exactly the pixel centres with
+    1 <= v - cy <= 20 (z = fy * 0.1 / (v - cy) in [near, far]) and |u - cx| <= 2 fx (v - cy) / (fy 0.1). Without
+    clipping the strip is refused (a vertex behind the camera); clipping at z = 0 instead would fill every row
+    below the horizon; ignoring `far` would add the rows 0 < v - cy < 1. Per-row poses clip the same way."""
+    fx = fy = 100.0
+    cx, cy = 60.2, 40.3
+    K = np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1]])
+    V = np.array([[-2, 0.1, -5], [2, 0.1, -5], [2, 0.1, 30], [-2, 0.1, 30]], dtype=float)
+    F = np.array([[0, 1, 2], [0, 2, 3]])
+    rows, us = np.arange(-40, 120), np.arange(-60, 180)
+    dv = rows[:, None] - cy
+    expect = (dv >= 1) & (dv <= 20) & (np.abs(us[None, :] - cx) <= 2 * fx * dv / (fy * 0.1))
+    m = rasterize_rows(V, F, K, np.eye(4), rows, len(us), int(us[0]), near=0.5, far=10.0)
+    assert expect.sum() > 1000 and np.array_equal(m, expect)
+    with pytest.raises(ValueError):
+        rasterize_rows(V, F, K, np.eye(4), rows, len(us), int(us[0]))
+    no_far = rasterize_rows(V, F, K, np.eye(4), rows, len(us), int(us[0]), near=0.5)
+    assert np.array_equal(no_far & ~m, no_far & (dv > fy * 0.1 / 30) & (dv < 1))
+    assert (no_far & ~m).sum() > 0
+    T = np.repeat(np.eye(4)[None], len(rows), 0)       # per-row poses: the same pose each row
+    assert np.array_equal(rasterize_rows(V, F, K, T, rows, len(us), int(us[0]), near=0.5, far=10.0), expect)
