@@ -71,7 +71,8 @@ def object_calibration(scale: int = 16, mover_speed: float = 150.0, direction: s
 
 def object_bad_input(kind: str = "mixed"):
     """Bad-input variants: "mixed" = a curve without geometry (skipped with a reason), a quad with non-uniform
-    scale (2, 0.5, 1) (baked into its asset, noted) and a normal quad; "negative_scale" = a quad with
+    scale (2, 0.5, 1) (baked into its asset, noted), a normal quad, a quad hidden from frame 2 and an instanced
+    collection (an empty instancing a quad: listed in skipped); "negative_scale" = a quad with
     scale (-1, 1, 1) (refused)."""
     import bpy
 
@@ -95,4 +96,17 @@ def object_bad_input(kind: str = "mixed"):
         obj = bpy.data.objects.new("empty_curve", curve)
         bpy.context.scene.collection.objects.link(obj)
         common.tag(obj, 0xA003, "target")
+        # an instanced collection (an empty instancing a quad that projects to u 9.5..29.5, v 27.5..37.5)
+        Mw, hx, hy, _ = _rect_matrix(T, K, 9.5, 29.5, 27.5, 37.5, 10.0)
+        src = common.add_quad("instanced_quad", hx, hy)
+        coll = bpy.data.collections.new("instanced_collection")
+        for c in list(src.users_collection):
+            c.objects.unlink(src)
+        coll.objects.link(src)
+        from mathutils import Matrix
+
+        inst = bpy.data.objects.new("collection_instancer", None)
+        inst.instance_type, inst.instance_collection = "COLLECTION", coll
+        inst.matrix_world = Matrix(np.asarray(Mw, dtype=np.float64).tolist())
+        bpy.context.scene.collection.objects.link(inst)
     return {"K": K}, common.camera_rig("camera_front", cam.name, rgb_samples=0, verify_rows=1, object_labels=True)
