@@ -174,6 +174,40 @@ def _boxes(Kc, Wc, Hc, cam_poses, obj_mats, corners, clip):
     return boxes, depths
 
 
+_BOX_EDGES = np.array([(i, i | b) for b in (1, 2, 4) for i in range(8) if not i & b])   # 12 edges of 8 corners
+
+
+def hull_box(corners, T_co, K, W: int, H: int, near: float):
+    """Canvas box [x0, x1) x [y0, y1) (canvas px, origin at image (-W, -H)) that contains every pixel centre a
+    mesh inside the box `corners` (8, 3, object frame, index bits = x, y, z) can cover, camera rows having
+    their own pose T_co (3H, 4, 4, camera <- object, canvas row c = image row c - H); None if none.
+    Row c can be covered only if its v = c - H lies within the projection of the corners in front of the
+    plane z = near and the edges' crossings of it (the projection of the clipped box), 1 px margin."""
+    P = np.einsum("rij,vj->rvi", T_co[:, :3, :3], corners) + T_co[:, None, :3, 3]          # (R, 8, 3)
+    a, b = P[:, _BOX_EDGES[:, 0]], P[:, _BOX_EDGES[:, 1]]                                   # (R, 12, 3)
+    za, zb = a[..., 2] - near, b[..., 2] - near
+    cross = za * zb < 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(cross, za / (za - zb), 0.0)
+    X = np.concatenate([P, a + t[..., None] * (b - a)], axis=1)                             # (R, 20, 3)
+    ok = np.concatenate([P[..., 2] >= near, cross], axis=1)
+    z = np.where(ok, X[..., 2], 1.0)
+    u = np.where(ok, K[0, 0] * X[..., 0] / z + K[0, 1] * X[..., 1] / z + K[0, 2], np.nan)
+    v = np.where(ok, K[1, 1] * X[..., 1] / z + K[1, 2], np.nan)
+    rows = np.arange(len(T_co)) - H
+    with np.errstate(invalid="ignore"):
+        vmin, vmax = np.nanmin(np.where(ok.any(1)[:, None], v, 0), 1), np.nanmax(np.where(ok.any(1)[:, None], v, 0), 1)
+        hit = ok.any(1) & (rows >= vmin - 1) & (rows <= vmax + 1)
+    if not hit.any():
+        return None
+    c = np.nonzero(hit)[0]
+    umin, umax = np.nanmin(u[hit]), np.nanmax(u[hit])
+    x0, x1 = max(0, math.floor(umin) - 1 + W), min(3 * W, math.ceil(umax) + 2 + W)
+    if x1 <= x0:
+        return None
+    return x0, x1, int(c[0]), int(c[-1]) + 1
+
+
 def unoccluded_inside(boxes: dict, depths: dict, render_index: dict, instance_id, camera_z, W: int, H: int) -> set:
     """Objects no other object can cover: the padded canvas box lies inside the image and every pixel of it
     that shows another surface in the label render shows it beyond the object's farthest sampled camera z
@@ -338,17 +372,24 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     t_raster = time.perf_counter()
     if RASTERISE_RIGID:
         T_cw_rows = np.linalg.inv(cam_rows)                              # (3H, 4, 4) camera <- world per canvas row
-        for k, (x0, x1, y0, y1) in boxes.items():
+        K64 = np.asarray(K, dtype=np.float64)
+        for k in keys:
             ent = entries[k]
-            if (k in from_modal or not ent["checkable"] or k in hidden_notes
-                    or (y1 - y0) * len(ent["F"]) > RASTER_MAX_PAIRS):
+            if k in from_modal or not ent["checkable"] or k in hidden_notes:
                 continue
-            T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k], y0:y1]]) if k in row_of_moving
+            T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k]]]) if k in row_of_moving
                     else ent["T_wo_ref"])
-            T_co = T_cw_rows[y0:y1] @ T_wo                                # (rows, 4, 4)
-            rasterised[k] = ((x0, x1, y0, y1), rasterize_rows(
-                ent["V"], ent["F"], np.asarray(K, dtype=np.float64), T_co, np.arange(y0, y1) - H, x1 - x0, x0 - W,
-                near=clip_near, far=clip_far))
+            T_co = T_cw_rows @ T_wo                                       # (3H, 4, 4) camera <- object per row
+            box = hull_box(corners[k], T_co, K64, W, H, clip_near)
+            if box is None:
+                boxes.pop(k, None)                                        # no pixel centre of the canvas
+                continue
+            x0, x1, y0, y1 = box
+            if (y1 - y0) * len(ent["F"]) > RASTER_MAX_PAIRS:
+                continue
+            boxes[k] = box
+            rasterised[k] = (box, rasterize_rows(ent["V"], ent["F"], K64, T_co[y0:y1], np.arange(y0, y1) - H,
+                                                 x1 - x0, x0 - W, near=clip_near, far=clip_far))
     t_raster = time.perf_counter() - t_raster
     groups = pack_groups({k: b for k, b in boxes.items() if k not in from_modal and k not in rasterised})
 
@@ -405,24 +446,40 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
 
     canvas_masks.update(rasterised)
     for k in from_modal:                       # no possible occluder, inside the image: amodal = modal
-        canvas_masks[k] = ((W, 2 * W, H, 2 * H), np.asarray(instance_id) == table[k].render_index)
+        x0, x1, y0, y1 = boxes[k]
+        canvas_masks[k] = (boxes[k], np.asarray(instance_id)[y0 - H:y1 - H, x0 - W:x1 - W] == table[k].render_index)
 
     # assemble per-object results
     objects_out, amodal, canvas_list, added_total = [], [], [], 0
     inst = np.asarray(instance_id)
     T_cw_ref = invert_rigid(ref_pose)
     ref_obj = {k: entries[k]["T_wo_ref"] for k in entries}
+    # visible pixels of every render index at once: (image rows, image cols) of index i = pix[start[i]:stop[i]]
+    flat = inst.ravel()
+    order = np.argsort(flat, kind="stable")
+    ids, start, counts = np.unique(flat[order], return_index=True, return_counts=True)
+    where = {int(i): order[a:a + n] for i, a, n in zip(ids, start, counts, strict=True)}
     for k in sorted(canvas_masks, key=lambda k: table[k].render_index):
         e, ent = table[k], entries[k]
         (x0, x1, y0, y1), m = canvas_masks[k]
-        full = np.zeros((Hc, Wc), dtype=bool)
-        full[y0:y1, x0:x1] = m
-        modal = inst == e.render_index
-        img = full[H:2 * H, W:2 * W]
-        added = int((modal & ~img).sum())
+        pix = where.get(e.render_index, np.zeros(0, np.int64))
+        mv, mu = pix // W + H, pix % W + W                         # visible pixels, canvas coordinates
+        if pix.size:                                                # window = box plus the visible pixels
+            x0w, x1w = min(x0, int(mu.min())), max(x1, int(mu.max()) + 1)
+            y0w, y1w = min(y0, int(mv.min())), max(y1, int(mv.max()) + 1)
+        else:
+            x0w, x1w, y0w, y1w = x0, x1, y0, y1
+        full = np.zeros((y1w - y0w, x1w - x0w), dtype=bool)       # amodal silhouette in the window
+        full[y0 - y0w:y1 - y0w, x0 - x0w:x1 - x0w] = m
+        modal = np.zeros_like(full)
+        modal[mv - y0w, mu - x0w] = True
+        added = int((modal & ~full).sum())
         added_total += added
-        img |= modal
-        n_all, n_img, n_vis = int(full.sum()), int(img.sum()), int(modal.sum())
+        full |= modal
+        inside = np.zeros_like(full)                                # the image part of the window
+        inside[max(H - y0w, 0):max(2 * H - y0w, 0), max(W - x0w, 0):max(2 * W - x0w, 0)] = True
+        img_w = full & inside
+        n_all, n_img, n_vis = int(full.sum()), int(img_w.sum()), int(pix.size)
         if n_all == 0:        # projected box met the canvas, silhouette did not: not in view (or hidden then)
             if k in hidden_notes:
                 skipped.append({"instance_id": e.render_index, "id": str(e.id), "name": e.obj_name,
@@ -431,15 +488,20 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
         mask_index = None
         if n_img:
             mask_index = len(amodal)
+            img = np.zeros((H, W), dtype=bool)
+            img[max(y0w - H, 0):min(y1w - H, H), max(x0w - W, 0):min(x1w - W, W)] = \
+                img_w[max(H - y0w, 0):min(2 * H - y0w, y1w - y0w), max(W - x0w, 0):min(2 * W - x0w, x1w - x0w)]
             amodal.append(np.packbits(img, axis=-1))
         canvas_index = None
         if n_all > n_img:
             canvas_index = len(canvas_list)
-            canvas_list.append(np.packbits(full, axis=-1))
+            canvas = np.zeros((Hc, Wc), dtype=bool)
+            canvas[y0w:y1w, x0w:x1w] = full
+            canvas_list.append(np.packbits(canvas, axis=-1))
         T_wo_ref = ref_obj[k]
         if k in row_of_moving:
             T_wo_ref = None
-        centroid_row = int(np.floor(np.nonzero(modal)[0].mean() + 0.5)) if n_vis else None
+        centroid_row = int(np.floor((mv - H).mean() + 0.5)) if n_vis else None
         if k in row_of_moving:
             Tm = obj_rows[row_of_moving[k]]
             T_ref_w = rigid_part(np.array(_matrix_at(scene, clock, objs[k], t_ref)))
@@ -459,8 +521,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
             "px_count_all": n_all, "px_count_in_image": n_img, "px_count_visib": n_vis,
             "visib_fract": n_vis / n_all, "truncation_fraction": 1 - n_img / n_all,
             "occlusion_fraction": (1 - n_vis / n_img) if n_img else 0.0,
-            "bbox_modal": tight_box(modal), "bbox_amodal_clipped": tight_box(img),
-            "bbox_amodal_unclipped": tight_box(full, -W, -H),
+            "bbox_modal": tight_box(modal, x0w - W, y0w - H), "bbox_amodal_clipped": tight_box(img_w, x0w - W, y0w - H),
+            "bbox_amodal_unclipped": tight_box(full, x0w - W, y0w - H),
             "box3d": {"kind": "object_template_aabb", "frame": "object",
                       "centre_m": [float(x) for x in (lo + hi) / 2], "size_m": [float(x) for x in hi - lo]},
             "T_camera_object_reference": (T_cw_ref @ T_ref_w).tolist(), "reference_time_ns": int(t_ref),
