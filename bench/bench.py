@@ -224,6 +224,8 @@ def object_label_benchmark(work: Path, width: int = 1280, height: int = 720, fra
                     "renders": m["object_labels"]["method"]["renders"],
                     "rendered_images": m["object_labels"]["method"]["rendered_px"] / m["object_labels"]["method"]["image_px"],
                     "from_modal": m["object_labels"]["method"].get("objects_from_modal", 0),
+                    "rasterised": m["object_labels"]["method"].get("objects_rasterised", 0),
+                    "raster_s": sec.get("object_label_rasterise", 0.0), "poses_s": sec.get("object_label_row_poses", 0.0),
                     "object_s": sec["object_labels"], "render_s": sec["object_label_renders"], "label_s": label,
                     "ratio": sec["object_labels"] / label, "passed": bool(summary["published"])})
     return out
@@ -670,7 +672,8 @@ def _print_objects(rows: list, size: str) -> None:
         print(f"(O) {r['objects']:4d} objects kept ({r['listed']} listed, {r['visible']} visible): object labels "
               f"{r['object_s']:8.3f} s ({r['renders']} renders {r['render_s']:.3f} s covering {r['rendered_images']:.1f} "
               f"image areas, {r['from_modal']} from the modal "
-              f"mask) vs the event's label export {r['label_s']:.3f} s: ratio {r['ratio']:.2f}  [target <= 1.5]"
+              f"mask, {r['rasterised']} rasterised {r['raster_s']:.3f} s, canvas-row poses {r['poses_s']:.3f} s) "
+              f"vs the event's label export {r['label_s']:.3f} s: ratio {r['ratio']:.2f}  [target <= 1.5]"
               f"{'' if r['passed'] else '  QUARANTINED'}")
 
 

@@ -126,23 +126,32 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
         if cam_ok and t_ok else "canvas rows H..2H-1 differ from row_time_ns / row_T_world_camera")
 
     problems = {"subset": [], "counts": [], "boxes": [], "fractions": [], "poses": []}
-    masks = {}
+    flat = np.asarray(inst).ravel()                  # visible pixels of every instance id, grouped once
+    order = np.argsort(flat, kind="stable")
+    ids, start, n = np.unique(flat[order], return_index=True, return_counts=True)
+    visible = {int(i): order[a:a + c] for i, a, c in zip(ids, start, n, strict=True)}
     for o in objs:
         name = f"object {o['instance_id']}"
-        img, canvas = object_masks(block, arrays, W, H, o)
-        masks[o["instance_id"]] = canvas
-        modal = inst == o["instance_id"]
-        if np.any(modal & ~img):
-            problems["subset"].append(f"{name}: {int((modal & ~img).sum())} modal pixel(s) outside the amodal mask")
-        if not np.array_equal(canvas[H:2 * H, W:2 * W], img):
+        img = unpack(arrays["amodal_masks"][o["mask_index"]], W) if o["mask_index"] is not None \
+            else np.zeros((H, W), dtype=bool)
+        canvas = unpack(arrays["amodal_masks_canvas"][o["canvas_mask_index"]], 3 * W) \
+            if o.get("canvas_mask_index") is not None else None      # None: the silhouette is inside the image
+        pix = visible.get(o["instance_id"], np.zeros(0, dtype=np.int64))
+        modal = np.zeros((H, W), dtype=bool)
+        modal.ravel()[pix] = True
+        outside = int((~img.ravel()[pix]).sum())
+        if outside:
+            problems["subset"].append(f"{name}: {outside} modal pixel(s) outside the amodal mask")
+        if canvas is not None and not np.array_equal(canvas[H:2 * H, W:2 * W], img):
             problems["subset"].append(f"{name}: canvas mask differs from the image mask inside the image")
-        counts = {"px_count_all": int(canvas.sum()), "px_count_in_image": int(img.sum()),
-                  "px_count_visib": int(modal.sum())}
+        n_img = int(img.sum())
+        counts = {"px_count_all": int(canvas.sum()) if canvas is not None else n_img, "px_count_in_image": n_img,
+                  "px_count_visib": int(pix.size)}
         for key, value in counts.items():
             if o[key] != value:
                 problems["counts"].append(f"{name}: {key} {o[key]} != mask sum {value}")
         boxes = {"bbox_modal": tight_box(modal), "bbox_amodal_clipped": tight_box(img),
-                 "bbox_amodal_unclipped": tight_box(canvas, -W, -H)}
+                 "bbox_amodal_unclipped": tight_box(canvas, -W, -H) if canvas is not None else tight_box(img)}
         for key, value in boxes.items():
             if o[key] != value:
                 problems["boxes"].append(f"{name}: {key} {o[key]} is not the tight box {value}")
@@ -159,7 +168,7 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
         if (o["centroid_row"] is None) != (n_vis == 0):
             problems["poses"].append(f"{name}: centroid_row must be null exactly when no pixel is visible")
         elif o["centroid_row"] is not None:
-            rows = np.nonzero(modal)[0]
+            rows = pix // W
             if o["centroid_row"] != int(np.floor(rows.mean() + 0.5)) or \
                     o["centroid_row_time_ns"] != int(arrays["canvas_row_time_ns"][H + o["centroid_row"]]):
                 problems["poses"].append(f"{name}: centroid_row / centroid_row_time_ns do not match the modal mask")
@@ -168,7 +177,7 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
                       ("poses", "poses rigid, centroid rows consistent")):
         p = problems[key]
         add(f"objects:{key}", not p, what if not p else f"{p[0]}" + (f" (+{len(p) - 1} more)" if len(p) > 1 else ""))
-    _check_assets(manifest, arrays, objs, masks, add, root)
+    _check_assets(manifest, arrays, objs, block, add, root)
 
 
 def load_asset(root, asset: dict):
@@ -178,7 +187,7 @@ def load_asset(root, asset: dict):
     return read_ply(path.read_bytes())
 
 
-def _check_assets(manifest, arrays, objs, masks, add, root) -> None:
+def _check_assets(manifest, arrays, objs, block, add, root) -> None:
     """box3d against the asset, and the amodal canvas mask against an independent rasterisation."""
     worst, worst_violation, checked, problems, skipped = 0, 0, 0, [], []
     for o in objs:
@@ -197,7 +206,7 @@ def _check_assets(manifest, arrays, objs, masks, add, root) -> None:
             continue
         try:
             nominal = rasterise_object(manifest, arrays, o, V, F)
-            m = masks[o["instance_id"]]
+            m = object_masks(block, arrays, *manifest["calibration"]["image_size_px"], o)[1]
             mismatch, violation = int((m ^ nominal).sum()), 0
             if mismatch:          # inner <= nominal <= outer: only a mismatch needs the edge bands
                 outer = rasterise_object(manifest, arrays, o, V, F, EDGE_MARGIN_PX)

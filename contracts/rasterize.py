@@ -83,6 +83,7 @@ def rasterize_rows(vertices, triangles, K, T_camera_object, rows, width: int, u0
 
     uv = None if clip else project(P)                                        # (R?, V, 2)
     diff = np.zeros((R, width + 1), dtype=np.int32)
+    r_lo, r_hi, c_lo, c_hi = R, 0, width + 1, 0                              # touched part of `diff`
     F = tris.shape[0] * ((4 if np.isfinite(far) else 2) if clip else 1)
     step = max(1, CHUNK // F)
     for r0 in range(0, R, step):
@@ -125,7 +126,10 @@ def rasterize_rows(vertices, triangles, K, T_camera_object, rows, width: int, u0
         stop = last[ri, fi].astype(np.int64) + 1
         np.add.at(diff, (ri + r0, start), 1)
         np.add.at(diff, (ri + r0, stop), -1)
-    out[:] = np.cumsum(diff[:, :width], axis=1) > 0
+        r_lo, r_hi = min(r_lo, int(ri.min()) + r0), max(r_hi, int(ri.max()) + r0 + 1)
+        c_lo, c_hi = min(c_lo, int(start.min())), max(c_hi, int(stop.max()))
+    if r_hi > r_lo:
+        out[r_lo:r_hi, c_lo:c_hi] = np.cumsum(diff[r_lo:r_hi, c_lo:c_hi], axis=1) > 0
     return out
 
 
