@@ -18,7 +18,7 @@ DEFINITION = {
               "row 0 = top image row); canvas row c = image row c - H keeps the rolling-shutter time the timing "
               "model extrapolates to it (canvas_row_time_ns); amodal_masks_canvas row c, column x <-> (u, v) = (x - W, c - H)",
     "amodal_mask": "pixel centres whose ray hits the object when every other object is removed (its own "
-                   "self-occlusion kept), at the row's time; amodal_masks (in image) and amodal_masks_canvas (only "
+                   "self-occlusion kept), at the row's time, between the camera's clip planes (canvas.clip_m); amodal_masks (in image) and amodal_masks_canvas (only "
                    "objects with pixels outside the image) are np.packbits(mask, axis=-1), bitorder big",
     "modal_mask": "instance_id == instance_id of the object",
     "px_count_all": "amodal pixels on the whole canvas (truncated part included; BOP px_count_all)",

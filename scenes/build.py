@@ -19,8 +19,9 @@ def main(argv=None, prog: str = "python -m scenes.build") -> int:
     p.add_argument("out", help="output .blend path")
     p.add_argument("--scale", type=int, default=1, help="divide the 1280x720 seed resolution by this")
     p.add_argument("--rgb-samples", type=int, default=None, help="rgb samples in the rig (0: labels only)")
-    p.add_argument("--object-labels", action="store_true",
-                   help="running_example: also export object labels (amodal masks, boxes, poses) for the camera")
+    p.add_argument("--object-labels", action=argparse.BooleanOptionalAction, default=True,
+                   help="running_example: export object labels (amodal masks, boxes, poses) for the camera "
+                        "(default; --no-object-labels leaves them out)")
     p.add_argument("--lens", choices=sorted(lens_scenes.SCENE_LENSES),
                    help="give every camera this lens (K from the Blender camera; lens_board: its own preset)")
     args = p.parse_args(argv)
@@ -28,7 +29,7 @@ def main(argv=None, prog: str = "python -m scenes.build") -> int:
         _, rig = lens_scenes.marker_board(lens=args.lens or "opencv", scale=args.scale)
     elif args.name == "running_example":
         running_example.build(1280 // args.scale, 720 // args.scale)
-        rig = running_example.rig(radar=True, state_log=True, **({"object_labels": True} if args.object_labels else {}))
+        rig = running_example.rig(radar=True, state_log=True, object_labels=args.object_labels)
     else:
         _, rig = calibration.SCENES[args.name](scale=args.scale)
     if args.lens and args.name != "lens_board":

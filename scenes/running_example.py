@@ -126,11 +126,10 @@ RADAR = {"id": "radar_front", "type": "radar", "object": "radar_mount", "rate_hz
 
 def rig(lidar: bool = True, lidar_fields: dict | None = None, radar: bool = False, state_log: bool = False,
         **camera_fields) -> dict:
-    """camera_front (the seed's rolling-shutter camera; object labels when object_labels=True: they cost ~13x the
-    label export at 1280x720 today), by default lidar_top (10 Hz, 64 x 2048); with radar=True radar_front (20 Hz,
-    64 chirps x 32 beams: small, so `make demo` stays quick), with state_log=True the 200 Hz state log with the
-    shuttle as ego body (`rowbeam scenes running_example` turns both on)."""
-    doc = common.camera_rig("camera_front", "ego_camera", **camera_fields)
+    """camera_front (the seed's rolling-shutter camera; object labels unless object_labels=False), by default
+    lidar_top (10 Hz, 64 x 2048); with radar=True radar_front (20 Hz, 64 chirps x 32 beams: small, so `make demo`
+    stays quick), with state_log=True the 200 Hz state log with the shuttle as ego body (`rowbeam scenes running_example` turns both on)."""
+    doc = common.camera_rig("camera_front", "ego_camera", **{"object_labels": True, **camera_fields})
     if lidar:
         fields = {"azimuth_steps": 2048, "preset": "uniform_64", **(lidar_fields or {})}
         doc["sensors"] += common.lidar_rig("lidar_top", "lidar_mount", **fields)["sensors"]
