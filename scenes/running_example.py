@@ -128,7 +128,8 @@ def rig(lidar: bool = True, lidar_fields: dict | None = None, radar: bool = Fals
         **camera_fields) -> dict:
     """camera_front (the seed's rolling-shutter camera; object labels unless object_labels=False), by default
     lidar_top (10 Hz, 64 x 2048); with radar=True radar_front (20 Hz, 64 chirps x 32 beams: small, so `make demo`
-    stays quick), with state_log=True the 200 Hz state log with the shuttle as ego body (`rowbeam scenes running_example` turns both on)."""
+    stays quick), with state_log=True the 200 Hz state log with the shuttle as ego body (`rowbeam scenes
+    running_example` turns both on)."""
     doc = common.camera_rig("camera_front", "ego_camera", **{"object_labels": True, **camera_fields})
     if lidar:
         fields = {"azimuth_steps": 2048, "preset": "uniform_64", **(lidar_fields or {})}
