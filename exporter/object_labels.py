@@ -109,11 +109,17 @@ def _refuse_mirroring(M_world, name: str) -> None:
 
 
 def check_object_scales(scene, table, sensors) -> None:
-    """Planning-time refusal (before anything renders) of an object-table object whose world matrix mirrors or
-    collapses (det <= 0) at the scene's current frame, when some camera sensor exports object labels.
+    """Planning-time refusal (before anything renders), when some camera sensor exports object labels, of a lens
+    block on it (the canvas renders and the rasteriser are pinhole) and of an object-table object whose world
+    matrix mirrors or collapses (det <= 0) at the scene's current frame.
     Non-uniform positive scale is allowed: it is baked into the asset (asset_for) and noted."""
     if not any(getattr(s, "object_labels", False) for s in sensors):
         return
+    for s in sensors:
+        lens = getattr(s, "lens", None)
+        if getattr(s, "object_labels", False) and lens is not None and lens.needs_custom_camera:
+            raise RowbeamError(f"sensor {s.id!r}: object_labels need the pinhole Blender camera (no lens block); this "
+                               f"camera has lens model {lens.model!r}{' with its own K' if lens.K else ''}")
     for e in table:
         _refuse_mirroring(scene.objects[e.obj_name].matrix_world, e.obj_name)
 

@@ -330,3 +330,16 @@ def test_rasteriser_clips_at_the_near_and_far_planes():
     assert (no_far & ~m).sum() > 0
     T = np.repeat(np.eye(4)[None], len(rows), 0)       # per-row poses: the same pose each row
     assert np.array_equal(rasterize_rows(V, F, K, T, rows, len(us), int(us[0]), near=0.5, far=10.0), expect)
+
+
+def test_object_labels_with_a_lens_block_refused_at_planning(tmp_path):
+    """A camera rendered through a lens (distortion) cannot take pinhole object labels: one line at planning."""
+    from exporter.run import ExportRequest, plan_export
+    from scenes import common
+
+    _, rig = object_scenes.object_calibration()
+    rig["sensors"][0]["lens"] = {"model": "opencv_fisheye", "D": [-0.02, 0.01, -0.004, 0.0005]}
+    blend = common.save(tmp_path / "lens.blend", rig)
+    with pytest.raises(RowbeamError, match="sensor 'camera_front': object_labels need the pinhole") as exc:
+        plan_export(ExportRequest(out=tmp_path / "b", blend=blend, rig=blend.with_suffix(".rig.json"), device="cpu"))
+    assert "\n" not in str(exc.value)
