@@ -13,6 +13,10 @@ RIGID_TOL = 1e-6                # orthonormality of stored poses
 # 1 mm range and 1 px silhouette: below a 2 m/s pedestrian's motion in one 0.5 ms readout step.
 VERIFY_MAX_RANGE_ERROR_M = 1e-3
 VERIFY_MAX_SILHOUETTE_ERROR_PX = 1.0
+# Deformation between Cycles' motion steps (linear per vertex) vs the exactly evaluated mesh: the exporter
+# raises an object's motion_steps until its worst vertex error is within both (1 mm: VERIFY_MAX_RANGE_ERROR_M).
+DEFORM_MAX_ERROR_M = 1e-3
+DEFORM_MAX_ERROR_PX = 0.1
 
 # LiDAR
 LIDAR_RANGE_TOL_M = 2e-5            # |range - |p_world - origin||: float32 world hits near 100 m carry ~8e-6 m

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from contracts import qa_profile
 from contracts.camera_model import BlenderCameraParams, intrinsics_from_blender
 from contracts.rig import CameraSensor
 from contracts.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
@@ -16,9 +17,10 @@ from .camera_labels import derive_labels
 from .cycles_timing import label_shutter, rgb_shutter
 from .lens_camera import LENS_CAMERA_METHOD, OSL_NEWTON_STEPS, pixel_rays, sensor_lens, use_lens_camera
 from .osl_camera import custom_camera_device
+from .mesh_motion import STEPS_METHOD, choose_deform_steps, uses_mesh_path
 from .scene_clock import camera_poses, pose_method, set_time
 from .scene_patch import ScenePatch
-from .verify import compare_row, verify_rows
+from .verify import ROW_SELECTION, compare_row, motion_rows
 
 LABEL_METHOD = ("cycles_rolling_shutter_labels: one Cycles render with motion blur and a TOP rolling shutter "
                 "(rolling_shutter_duration=0, half-row correction applied) so every row is traced at its reference "
@@ -132,6 +134,15 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
 
     arrays = {"row_time_ns": timing.row_reference_times_ns(), "row_T_world_camera": row_poses}
     moving, static = ctx.shutter_objects()       # static objects render with motion blur off (identical, cheaper)
+    objects = ctx.render_objects()
+    shutter = label_shutter(timing)
+    t0 = time.perf_counter()
+    deform_steps = choose_deform_steps(
+        scene, clock, [o for o, e in zip(objects, ctx.table) if e.motion == "moving" and uses_mesh_path(scene, o)],
+        shutter, sensor.motion_steps, [timing.row_time_exact(v) for v in range(H)], row_poses, K,
+        qa_profile.DEFORM_MAX_ERROR_M, qa_profile.DEFORM_MAX_ERROR_PX)
+    if deform_steps:
+        seconds["deform_steps"] = time.perf_counter() - t0
     seed = rgb_seed(sample_id(ctx.scenario, sensor.id, timing.reference_time_ns()))
     if sensor.rgb_samples > 0:
         t0 = time.perf_counter()
@@ -141,11 +152,11 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
             cs.rgb_settings(p, scene, sensor.rgb_samples, seed)
             rcam = render_camera(p, scene, cam, sensor, lens)
             cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, moving + [rcam], static)
+            _deform_motion_steps(p, scene, deform_steps)
             passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
         arrays["rgb"] = np.ascontiguousarray(passes["combined"][..., :3], dtype=np.float32)
         seconds["rgb_render"] = time.perf_counter() - t0
 
-    shutter = label_shutter(timing)
     device = ctx.device
     with ScenePatch() as p:
         t0 = time.perf_counter()
@@ -154,6 +165,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
             device = custom_camera_device(p, scene, device)
         rcam = setup_label_render(p, ctx, sensor, W, H, lens)
         cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, moving + [rcam], static)
+        _deform_motion_steps(p, scene, deform_steps)
         passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
         seconds["label_render"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -193,6 +205,9 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
                           "unprojection": "contracts.lens.unproject: Newton's method in float64 per pixel centre",
                           "max_unprojection_residual_px": unproject_residual,
                           "invalid_domain_pixels": int((~np.isfinite(rays).all(axis=-1)).sum())}
+    if deform_steps:
+        method["deformation"] = {"method": STEPS_METHOD, "objects": deform_steps,
+                                 "tolerance": {"m": qa_profile.DEFORM_MAX_ERROR_M, "px": qa_profile.DEFORM_MAX_ERROR_PX}}
     if sensor.rgb_samples > 0:
         method["rgb_render"] = {"samples": sensor.rgb_samples, "shutter_duration_ns": float(rgb_shutter(timing).duration_ns),
                                 "rolling_shutter_duration": rgb_shutter(timing).rolling_duration,
@@ -200,6 +215,12 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
                                 "seed": seed, "seed_rule": RGB_SEED_RULE}
     return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=device,
                              object_labels=object_block, assets=assets, lens=lens)
+
+
+def _deform_motion_steps(patch: ScenePatch, scene, deform_steps: list) -> None:
+    """Give each deforming object the motion_steps chosen for it (`choose_deform_steps`)."""
+    for row in deform_steps:
+        patch.set(scene.objects[row["name"]].cycles, "motion_steps", row["motion_steps"])
 
 
 def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int, height: int, lens=None):
@@ -234,13 +255,15 @@ def _verify(ctx, patch: ScenePatch, sensor, timing, labels, row_poses, K, H, ray
     """Re-render sampled rows alone at their exact times (motion blur off) and compare."""
     patch.set(ctx.scene.render, "use_motion_blur", False)
     per_row = []
-    for v in verify_rows(H, sensor.verify_rows):
+    moving = [e.render_index for e in ctx.table if e.motion == "moving"]
+    for v in motion_rows(labels["instance_id"], moving, sensor.verify_rows):
         ref = exact_row_labels(ctx, sensor, timing, v, K, row_poses[v], rays)
         result = compare_row({k: labels[k][v] for k in ("instance_id", "valid", "range")}, ref)
         per_row.append({"row": v, **result})
     return {
         "method": "row_render_exact_time: each listed row rendered alone (border render) with motion blur off "
                   "after frame_set to the row's exact reference time; labels derived with the same pose code",
+        "row_selection": ROW_SELECTION,
         "rows_checked": len(per_row),
         "rows": per_row,
         "worst_range_error_m": max((r["range_error_m"] for r in per_row), default=0.0),

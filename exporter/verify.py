@@ -13,6 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 
+ROW_SELECTION = ("the first and last rows, then the middle row of each moving or deforming object (largest first), "
+                 "then rows spread evenly over the rows those objects cross; rows spread over the image when no "
+                 "moving object is seen")
+
+
 def verify_rows(rows: int, count: int) -> list[int]:
     """`count` image rows spread over the image, first and last included."""
     if count <= 0:
@@ -20,6 +25,28 @@ def verify_rows(rows: int, count: int) -> list[int]:
     if count == 1:
         return [rows // 2]
     return sorted({round(i * (rows - 1) / (count - 1)) for i in range(count)})
+
+
+def motion_rows(instance_id: np.ndarray, moving, count: int) -> list[int]:
+    """`count` rows of an (H, W) render-index image where the motion is (ROW_SELECTION); `moving`: render
+    indices of moving or deforming objects."""
+    H = instance_id.shape[0]
+    moving = np.asarray(sorted(moving), dtype=instance_id.dtype)
+    on = np.isin(instance_id, moving) if moving.size else np.zeros(instance_id.shape, bool)
+    if count <= 0 or not on.any():
+        return verify_rows(H, count)
+    picks = [0, H - 1][:count]
+    ids, sizes = np.unique(instance_id[on], return_counts=True)
+    for obj in ids[np.argsort(-sizes, kind="stable")]:
+        rows = np.flatnonzero((instance_id == obj).any(axis=1))
+        mid = int(rows[len(rows) // 2])
+        if len(picks) < count and mid not in picks:
+            picks.append(mid)
+    crossing = [int(r) for r in np.flatnonzero(on.any(axis=1)) if r not in picks]
+    need = count - len(picks)
+    if need > 0 and crossing:
+        picks += sorted({crossing[round(i * (len(crossing) - 1) / max(need - 1, 1))] for i in range(need)})
+    return sorted(set(picks))
 
 
 def compare_row(label: dict, ref: dict) -> dict:

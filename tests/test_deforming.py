@@ -155,3 +155,81 @@ def test_deforming_flow_passes_the_checker_including_cycle_consistency(deform):
     # the deforming pixels take part: the bar's and the plate's pixels are mutually visible
     assert fm["method"]["forward"]["deforming_pixels"] > 5000
     assert (fa["flow_forward_dest_visible"] == 1).sum() > 50000
+
+
+def test_verification_rows_cross_the_moving_and_deforming_objects(deform):
+    """verify_rows = 3: the first and last rows, and one through the largest moving object (the shape-key plate
+    or the bar), re-rendered alone at their exact time: the deforming objects' labels agree there."""
+    e, _, events = deform
+    for m, a in events:
+        ver = m["method"]["verification"]
+        rows = [r["row"] for r in ver["rows"]]
+        H = a["instance_id"].shape[0]
+        moving = [o["render_index"] for o in m["objects"] if o["motion"] == "moving"]
+        assert rows[0] == 0 and rows[-1] == H - 1 and len(rows) == 3
+        assert np.isin(a["instance_id"][rows[1]], moving).sum() > 20
+        assert ver["worst_range_error_m"] < 1e-3 and ver["worst_silhouette_error_px"] <= 1.0
+
+
+def test_motion_rows_selection():
+    from exporter.verify import motion_rows, verify_rows
+
+    ids = np.zeros((20, 8), np.uint32)
+    ids[3:6, 1:3] = 7          # small moving object, rows 3..5
+    ids[10:17, 2:8] = 9        # large moving object, rows 10..16
+    ids[:, 0] = 4              # static object in every row
+    assert motion_rows(ids, [7, 9], 3) == [0, 13, 19]
+    assert motion_rows(ids, [7, 9], 4) == [0, 4, 13, 19]
+    assert motion_rows(ids, [7, 9], 6) == [0, 3, 4, 13, 16, 19]
+    assert motion_rows(ids, [], 3) == verify_rows(20, 3) == [0, 10, 19]
+    assert motion_rows(ids, [7, 9], 0) == []
+
+
+def test_deformation_motion_steps_measured_and_within_tolerance(deform):
+    """Each deforming object's Cycles motion steps are chosen so linear interpolation between them stays within
+    1 mm and 0.1 px of the exactly evaluated mesh."""
+    _, _, events = deform
+    for m, _ in events:
+        block = m["method"]["deformation"]
+        rows = {o["name"]: o for o in block["objects"]}
+        assert block["tolerance"] == {"m": 1e-3, "px": 0.1}
+        for name in ("bar", "blend_plate"):
+            o = rows[name]
+            assert o["within_tolerance"] and o["max_error_m"] <= 1e-3 and o["max_error_px"] <= 0.1, o
+            assert o["motion_samples"] == 2 ** o["motion_steps"] + 1 and o["motion_steps"] >= 7
+        assert rows["blend_plate"]["max_error_m"] < 1e-6   # a linear blend is exact between samples (float32 mesh)
+        assert rows["bar"]["max_error_m"] > 0                      # a rotation is not
+        grid = rows["built_grid"]              # no vertex moves; its vertex count may change inside the shutter
+        assert ("reason" in grid and not grid["within_tolerance"]) or grid["max_error_m"] == 0.0
+
+
+def test_motion_steps_are_raised_until_within_tolerance(tmp_path):
+    """A bar spinning at 40 rad/s starting from 1 motion step (3 samples over the 12 ms shutter): the chord error
+    of the farthest tip vertex is 14 mm at 1 step, 3.6 mm at 2, 0.9 mm at 3, so 3 steps are chosen; the recorded
+    error equals the closed-form sagitta r (1 - cos(dtheta / 2)). (At the default 7 steps a 1 mm error needs
+    ~670 rad/s.)"""
+    import bpy
+
+    from exporter.cycles_timing import label_shutter
+    from exporter.mesh_motion import choose_deform_steps
+    from contracts.rig import parse_rig
+    from exporter.scene_clock import camera_poses, scene_clock
+
+    truth, rig = ds.deforming_actors(scale=SCALE, omega=40.0)
+    scene = bpy.context.scene
+    clock = scene_clock(scene)
+    sensor = parse_rig(rig).sensors[0]
+    timing = sensor.timing(0, truth["size"][1])
+    times = [timing.row_time_exact(v) for v in range(timing.rows)]
+    poses = camera_poses(scene, clock, scene.objects["camera_front"], times)
+    shutter = label_shutter(timing)
+    out = choose_deform_steps(scene, clock, [scene.objects["bar"]], shutter, 1, times, poses, truth["K"], 1e-3, 0.1)
+    (bar,) = out
+    # chord sagitta of the farthest rigid tip vertex (r = |(2.3, +-0.3) - joint|) over one sample interval
+    r = np.hypot(ds.BAR_COLUMNS[-1] - ds.JOINT_CAMERA[0], ds.BAR_HALF_HEIGHT)
+
+    def sagitta(steps):
+        return r * (1 - np.cos(40.0 * float(shutter.duration_ns) * 1e-9 / 2 ** steps / 2))
+    assert sagitta(2) > 1e-3 > sagitta(3)
+    assert bar["motion_steps"] == 3 and bar["within_tolerance"] and bar["max_error_px"] <= 0.1
+    assert bar["max_error_m"] == pytest.approx(sagitta(3), rel=0.02)
