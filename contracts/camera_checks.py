@@ -198,7 +198,24 @@ def _check_normals(xn, yn, factor, valid, arrays, add):
             worst_cos=float(np.max(cos, where=hit, initial=-1.0)))
 
 
+def _check_deformation(manifest, add):
+    """Deforming objects: the recorded interpolation error between Cycles' motion steps is within tolerance."""
+    block = manifest["method"].get("deformation")
+    if not block:
+        return
+    over = [o["name"] for o in block["objects"] if not o.get("reason") and
+            not (o["max_error_m"] <= tol.DEFORM_MAX_ERROR_M and o["max_error_px"] <= tol.DEFORM_MAX_ERROR_PX)]
+    worst_m = max((o.get("max_error_m") or 0.0 for o in block["objects"]), default=0.0)
+    worst_px = max((o.get("max_error_px") or 0.0 for o in block["objects"]), default=0.0)
+    add("deformation_motion_steps", not over,
+        f"deformation interpolated between motion steps exceeds {tol.DEFORM_MAX_ERROR_M} m / "
+        f"{tol.DEFORM_MAX_ERROR_PX} px for {', '.join(over)}" if over else
+        f"deformation between motion steps within {tol.DEFORM_MAX_ERROR_M} m / {tol.DEFORM_MAX_ERROR_PX} px "
+        f"(worst {worst_m:.3g} m, {worst_px:.3g} px)", severity="warn", worst_m=worst_m, worst_px=worst_px)
+
+
 def _check_verification(manifest, add):
+    _check_deformation(manifest, add)
     ver = manifest["method"]["verification"]
     if ver.get("rows_checked", 0) == 0:
         add("exact_reference", True, "no rows were verified against an exact reference", severity="warn")

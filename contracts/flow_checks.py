@@ -25,12 +25,29 @@ def check_flow(manifest: dict, arrays: dict, src: dict, dst: dict, add) -> None:
     K = K if lens is None else lens           # what projects: pinhole K or the lens (contracts.lens)
     for direction, source_event in (("forward", src), ("backward", dst)):
         _check_flags(direction, arrays, source_event, add)
+    _check_object_reasons(manifest, arrays, src, dst, add)
     if not {"flow_forward", "scene_flow_world", "flow_forward_dest_visible"} <= arrays.keys():
         return
     moved_z, landing = _reproject(K, arrays, src, dst, add)
     _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add)
     if {"flow_backward", "flow_backward_dest_visible"} <= arrays.keys():
         _check_cycle(arrays, src, dst, add)
+
+
+def _check_object_reasons(manifest, arrays, src, dst, add):
+    """An object declared undefined in method.objects (with its reason) has no defined pixel in either direction."""
+    undefined = [o for o in manifest["method"].get("objects", []) if o.get("correspondence") == "undefined"]
+    bad = []
+    for o in undefined:
+        for direction, event in (("forward", src), ("backward", dst)):
+            name = f"flow_{direction}_correspondence_defined"
+            if name in arrays and np.any(arrays[name].astype(bool) & (event["instance_id"] == o["render_index"])):
+                bad.append(f"{o['name']} ({direction})")
+    if undefined or bad:
+        add("flow_undefined_objects", not bad,
+            f"objects declared undefined have defined pixels: {', '.join(bad)}" if bad else
+            f"{len(undefined)} objects declared undefined (reason recorded) have no defined pixel",
+            objects=len(undefined))
 
 
 def _check_flags(direction, arrays, source_event, add):

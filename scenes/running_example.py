@@ -3,7 +3,9 @@ emerging from behind it (bpy).
 
 World: x along the street (the shuttle's direction), y left, z up, metres. The ego camera
 (1280x720, seed K) rides at 1.6 m and moves forward at 10 m/s. The van is parked on the right
-at x = 30; the pedestrian starts hidden beyond it and walks left across the street at 2 m/s.
+at x = 30; the pedestrian starts hidden beyond it and walks left across the street at 2 m/s: a skinned
+figure (torso, head, two legs, two arms; one mesh) on a procedural armature with a 1 Hz walk cycle (legs
+swing +-26 deg, arms +-17 deg in opposition, sine in time), so its flow is deforming, not rigid.
 Buildings, parked cars, poles, trees and signs bring the scene to about 200 objects. The rig
 (an empty "shuttle" moving forward at 10 m/s) carries the camera, a spinning LiDAR mount and a front radar mount. A cyclist
 accelerates with Bezier keys, so motion-step interpolation is exercised, not only linear motion.
@@ -55,6 +57,74 @@ def _box(ids, mats, name, size, loc, cls, mat, rot=0.0):
     return common.tag(o, ids.next(), cls)
 
 
+# Walker parts in the figure's frame (x: shoulder axis, y: walking direction, z up; origin 0.875 m above the
+# feet): (name, half sizes, centre, bone). Limbs hang from their bone's head; every vertex follows one bone.
+WALKER_PARTS = (("torso", (0.2, 0.12, 0.3), (0.0, 0.0, 0.275), "spine"),
+                ("head", (0.11, 0.11, 0.12), (0.0, 0.0, 0.73), "spine"),
+                ("leg_L", (0.07, 0.07, 0.425), (-0.1, 0.0, -0.45), "leg_L"),
+                ("leg_R", (0.07, 0.07, 0.425), (0.1, 0.0, -0.45), "leg_R"),
+                ("arm_L", (0.05, 0.05, 0.28), (-0.26, 0.0, 0.27), "arm_L"),
+                ("arm_R", (0.05, 0.05, 0.28), (0.26, 0.0, 0.27), "arm_R"))
+WALKER_BONES = (("spine", (0.0, 0.0, -0.025), (0.0, 0.0, 0.85), None),
+                ("leg_L", (-0.1, 0.0, -0.025), (-0.1, 0.0, -0.875), "spine"),
+                ("leg_R", (0.1, 0.0, -0.025), (0.1, 0.0, -0.875), "spine"),
+                ("arm_L", (-0.26, 0.0, 0.55), (-0.26, 0.0, -0.01), "spine"),
+                ("arm_R", (0.26, 0.0, 0.55), (0.26, 0.0, -0.01), "spine"))
+WALK_HZ = 1.0
+WALK_SWING = {"leg_L": 0.45, "leg_R": -0.45, "arm_L": -0.3, "arm_R": 0.3}     # rad amplitude, sign = phase
+
+
+def _walker(ids, mats, location):
+    """The skinned pedestrian: one mesh of six boxes (each split into 4 segments along its height so the
+    silhouette is a real mesh) on an armature child of it, walk cycle as sine F-curve modifiers."""
+    verts, faces, owner = [], [], []
+    for part, half, centre, bone in WALKER_PARTS:
+        hx, hy, hz = half
+        levels = [centre[2] - hz + 2 * hz * i / 4 for i in range(5)]
+        base = len(verts)
+        ring = [(-hx, -hy), (hx, -hy), (hx, hy), (-hx, hy)]
+        for z in levels:
+            verts += [(centre[0] + x, centre[1] + y, z) for x, y in ring]
+            owner += [bone] * 4
+        for i in range(4):
+            a, b = base + 4 * i, base + 4 * (i + 1)
+            faces += [(a + k, a + (k + 1) % 4, b + (k + 1) % 4, b + k) for k in range(4)]
+        faces += [(base + 3, base + 2, base + 1, base), (base + 16, base + 17, base + 18, base + 19)]
+    ped = common._mesh_object("pedestrian", verts, faces)
+    ped.location = location
+    ped.data.materials.append(mats["pedestrian"])
+    common.tag(ped, ids.next(), "pedestrian")
+    arm = bpy.data.objects.new("pedestrian_rig", bpy.data.armatures.new("pedestrian_rig"))
+    bpy.context.scene.collection.objects.link(arm)
+    arm.parent = ped
+    bpy.context.view_layer.objects.active = arm
+    bpy.ops.object.mode_set(mode="EDIT")
+    for name, head, tail, parent in WALKER_BONES:
+        b = arm.data.edit_bones.new(name)
+        b.head, b.tail = head, tail
+        b.align_roll((0.0, 1.0, 0.0) if name != "spine" else (0.0, -1.0, 0.0))   # bone x = figure x
+        if parent:
+            b.parent = arm.data.edit_bones[parent]
+    bpy.ops.object.mode_set(mode="OBJECT")
+    for bone in {b for _, _, _, b in WALKER_PARTS}:
+        ped.vertex_groups.new(name=bone).add([i for i, o in enumerate(owner) if o == bone], 1.0, "REPLACE")
+    mod = ped.modifiers.new("walk", "ARMATURE")
+    mod.object = arm
+    for name, amplitude in WALK_SWING.items():
+        pb = arm.pose.bones[name]
+        pb.rotation_mode = "XYZ"
+        pb.keyframe_insert("rotation_euler", index=0, frame=1)
+    for fc in blender_compat.fcurves(arm):
+        name = fc.data_path.split('"')[1]
+        gen = fc.modifiers.new("FNGENERATOR")      # amplitude * sin(phase_multiplier * frame + phase_offset)
+        gen.function_type = "SIN"
+        gen.amplitude = WALK_SWING[name]
+        gen.phase_multiplier = 2 * math.pi * WALK_HZ / FPS
+        gen.phase_offset = -2 * math.pi * WALK_HZ / FPS          # phase 0 at frame 1
+        gen.use_additive = False
+    return ped
+
+
 def build(width: int = 1280, height: int = 720, frames: int = 60):
     scene = common.new_scene(width, height, fps=FPS, frame_start=1, frame_end=frames)
     scene[SCENARIO_PROPERTY] = SCENARIO
@@ -95,7 +165,7 @@ def build(width: int = 1280, height: int = 720, frames: int = 60):
 
     van = _box(ids, mats, "delivery_van", (5.5, 2.1, 2.6), (30, -4.4, 1.3), "van", "van")
     start = (33.6, -4.9, 0.875)        # just beyond the van, hidden from the shuttle until ~0.6 s
-    pedestrian = _box(ids, mats, "pedestrian", (0.5, 0.4, 1.75), start, "pedestrian", "pedestrian")
+    pedestrian = _walker(ids, mats, start)
     common.key_locations(pedestrian, [(1, start), (1 + FPS, (start[0], start[1] + SPEED_PEDESTRIAN, start[2]))])
     cyclist = _box(ids, mats, "cyclist", (1.8, 0.5, 1.7), (20, 2.5, 0.85), "pedestrian", "pedestrian")
     for frame, x in ((1, 20.0), (1 + frames, 45.0)):   # Bezier ease-in/out: non-linear in time

@@ -152,9 +152,29 @@ def test_deforming_flow_passes_the_checker_including_cycle_consistency(deform):
     checks = {c["check"]: c for ev in report["events"] for c in ev["checks"]}
     cycle = checks["flow_cycle_consistency"]
     assert cycle["status"] == "pass" and cycle["values"]["pixels"] > 50000
+    assert checks["flow_undefined_objects"]["status"] == "pass" and checks["flow_undefined_objects"]["values"] == {
+        "objects": 1}
+    assert checks["deformation_motion_steps"]["status"] == "pass"
     # the deforming pixels take part: the bar's and the plate's pixels are mutually visible
     assert fm["method"]["forward"]["deforming_pixels"] > 5000
     assert (fa["flow_forward_dest_visible"] == 1).sum() > 50000
+
+
+def test_checker_catches_a_defined_object_declared_undefined(deform, tmp_path):
+    import json
+    import shutil
+
+    from .helpers import assert_fails
+
+    e, _, _ = deform
+    root = tmp_path / "b"
+    shutil.copytree(e.bundle, root)
+    path = root / "flows" / "camera_front" / "000000-000001" / "manifest.json"
+    m = json.loads(path.read_text())
+    bar = next(o for o in m["method"]["objects"] if o["name"] == "bar")
+    bar.update(correspondence="undefined", reason="topology changes (claimed)")
+    path.write_text(json.dumps(m))
+    assert_fails(root, "flow_undefined_objects", "bar (forward)", "bar (backward)")
 
 
 def test_verification_rows_cross_the_moving_and_deforming_objects(deform):
@@ -233,3 +253,86 @@ def test_motion_steps_are_raised_until_within_tolerance(tmp_path):
     assert sagitta(2) > 1e-3 > sagitta(3)
     assert bar["motion_steps"] == 3 and bar["within_tolerance"] and bar["max_error_px"] <= 0.1
     assert bar["max_error_m"] == pytest.approx(sagitta(3), rel=0.02)
+
+
+def _walker(scale):
+    from scenes import running_example
+
+    running_example.build(1280 // scale, 720 // scale)
+    return None, running_example.rig(lidar=False, rgb_samples=0, verify_rows=3)
+
+
+def test_running_example_pedestrian_walks_with_material_point_flow(exports):
+    """The demo's skinned pedestrian (events 30 -> 31, 320x180): its pixels take the mesh path with correspondence
+    defined, and a second path agrees — Blender's ray cast at the source row's time identifies the hit triangle
+    and barycentric coordinates, the evaluated mesh at the landing row's exact time (frame_set) moves that point,
+    and the camera pose interpolated at that row projects it to the exported pixel + flow."""
+    import bpy
+
+    from contracts.camera_model import ray_directions
+    from contracts.check import check_bundle
+    from contracts.timing import SceneClock
+    from exporter.run import ExportRequest, plan_export, run_export
+
+    e = exports("walker", _walker, scale=4, events={"camera_front": (30, 2)})
+    flow = e.bundle / "flows" / "camera_front" / "000030-000031"
+    run_export(plan_export(ExportRequest(out=e.bundle, blend=e.blend, rig=e.rig, first_event=30, count=2, flow=True,
+                                         device="cpu")))
+    report = check_bundle(e.bundle)
+    assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+    fm, fa = load_event(flow)
+    (m0, a0), (m1, a1) = (load_event(e.bundle / "events" / "camera_front" / f"{i:06d}") for i in (30, 31))
+    rows = {o["name"]: o for o in fm["method"]["objects"]}
+    assert rows["pedestrian"]["material_points"] == "mesh" and rows["pedestrian"]["correspondence"] == "defined"
+    ped = _index(m0, "pedestrian")
+    v_all, u_all = np.nonzero((a0["instance_id"] == ped) & (fa["flow_forward_correspondence_defined"] == 1))
+    assert u_all.size > 30
+    bpy.ops.wm.open_mainfile(filepath=str(e.blend), use_scripts=False)
+    scene = bpy.context.scene
+    clock = SceneClock(scene.render.fps, scene.render.fps_base, scene.frame_start)
+    obj = scene.objects["pedestrian"]
+    K = np.array(m0["calibration"]["K"])
+    H = a0["instance_id"].shape[0]
+    errors = []
+    for i in np.linspace(0, u_all.size - 1, 12).round().astype(int):
+        u, v = int(u_all[i]), int(v_all[i])
+        frame, sub = clock.frame_subframe(int(a0["row_time_ns"][v]))
+        scene.frame_set(frame, subframe=sub)
+        dg = bpy.context.evaluated_depsgraph_get()
+        T = a0["row_T_world_camera"][v]
+        d = T[:3, :3] @ ray_directions(K, u, v)
+        hit, loc, _, face, hit_obj, _ = scene.ray_cast(dg, T[:3, 3].tolist(), (d / np.linalg.norm(d)).tolist())
+        assert hit and hit_obj.name == "pedestrian"
+        ev = obj.evaluated_get(dg)
+        mesh = ev.to_mesh()
+        M = np.array(ev.matrix_world)
+        V = np.array([M[:3, :3] @ np.array(x.co) + M[:3, 3] for x in mesh.vertices])
+        loc = np.array(loc)
+        corners = [list(mesh.polygons[face].vertices)]
+        ev.to_mesh_clear()
+        q = V[corners[0]]                       # the hit quad: barycentric in the triangle holding the hit
+        for tri in ((0, 1, 2), (0, 2, 3)):
+            A, B, C = q[list(tri)]
+            n = np.cross(B - A, C - A)
+            b = np.array([np.cross(C - B, loc - B) @ n, np.cross(A - C, loc - C) @ n, np.cross(B - A, loc - A) @ n])
+            b /= n @ n
+            if b.min() > -1e-6:
+                ids = [corners[0][k] for k in tri]
+                break
+        vd = v + float(fa["flow_forward"][v, u, 1])
+        r0 = min(int(np.floor(np.clip(vd, 0, H - 1))), H - 1)
+        a = np.clip(vd, 0, H - 1) - r0
+        r1 = min(r0 + 1, H - 1)
+        t_d = (1 - a) * int(a1["row_time_ns"][r0]) + a * int(a1["row_time_ns"][r1])
+        frame, sub = clock.frame_subframe(int(round(t_d)))
+        scene.frame_set(frame, subframe=sub)
+        ev = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
+        mesh = ev.to_mesh()
+        M = np.array(ev.matrix_world)
+        P = sum(bk * (M[:3, :3] @ np.array(mesh.vertices[k].co) + M[:3, 3]) for bk, k in zip(b, ids))
+        ev.to_mesh_clear()
+        Tc = (1 - a) * a1["row_T_world_camera"][r0] + a * a1["row_T_world_camera"][r1]
+        X = np.linalg.solve(Tc, np.r_[P, 1.0])[:3]
+        uv = K[:2, :2] @ (X[:2] / X[2]) + K[:2, 2]
+        errors.append(float(np.hypot(*(uv - (np.array([u, v]) + fa["flow_forward"][v, u])))))
+    assert max(errors) < 0.02, errors
