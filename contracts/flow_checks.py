@@ -31,7 +31,7 @@ def check_flow(manifest: dict, arrays: dict, src: dict, dst: dict, add) -> None:
     moved_z, landing = _reproject(K, arrays, src, dst, add)
     _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add)
     if {"flow_backward", "flow_backward_dest_visible"} <= arrays.keys():
-        _check_cycle(arrays, src, dst, add)
+        _check_cycle(K, arrays, src, dst, add)
 
 
 def _check_object_reasons(manifest, arrays, src, dst, add):
@@ -140,9 +140,10 @@ def _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add):
         worst_m=float(err.max()))
 
 
-def _check_cycle(arrays, src, dst, add):
+def _check_cycle(K, arrays, src, dst, add):
     """Forward then backward (bilinear over four destination pixels on the source pixel's object and
-    one planar face) returns to the start where both directions are visible and the landing point lies
+    one planar face: same normal and same plane offset, so parallel faces of two limbs of an articulated
+    object are not mixed) returns to the start where both directions are visible and the landing point lies
     between pixel centres."""
     err = cycle_residuals(arrays, src, dst)[0]
     bad = int(np.count_nonzero(err > tol.FLOW_CYCLE_TOL_PX))
@@ -166,19 +167,34 @@ def cycle_residuals(arrays, src, dst) -> tuple[np.ndarray, np.ndarray]:
     obj = src["instance_id"][vis_f]
     corners = bilinear_corners(q[:, 0], q[:, 1], W, H)
     face = _face_keys(dst)
+    plane = _plane_offsets(K, dst)
     first = face[corners[0][0], corners[0][1]]
+    first_plane = plane[corners[0][0], corners[0][1]]
     usable = dst["instance_id"][corners[0][0], corners[0][1]] == obj
     # bilinear interpolates only between pixel centres; beyond the outer centres it would hold the edge value,
     # wrong by the flow's gradient (large near the corners of a distorted image)
     usable &= (q[:, 0] >= 0) & (q[:, 0] <= W - 1) & (q[:, 1] >= 0) & (q[:, 1] <= H - 1)
     back = np.zeros_like(q)
     for r, c, w in corners:
-        usable &= vis_b[r, c] & (face[r, c] == first)
+        usable &= vis_b[r, c] & (face[r, c] == first) & (plane[r, c] == first_plane)
         back += w[:, None] * np.nan_to_num(bwd[r, c])
     err = np.hypot(*(q + back - p)[usable].T) if usable.any() else np.zeros(0)
     pixels = np.zeros((H, W), dtype=bool)
     pixels[vis_f] = usable
     return err, pixels
+
+
+def _plane_offsets(K, event) -> np.ndarray:
+    """(H, W) int64: the plane offset n_w . P_w of the pixel's surface (world frame, m, so a moving camera does
+    not change it from row to row) quantised to 1 mm (-1 where invalid)."""
+    H, W = event["camera_z"].shape
+    u, v = pixel_grid(W, H)
+    X = pixel_rays(K, u, v) * event["camera_z"].astype(np.float64)[..., None]    # camera-frame points
+    n = event["normal_geometric"].astype(np.float64)
+    T = event["row_T_world_camera"]
+    origin_c = np.einsum("hji,hj->hi", T[:, :3, :3], T[:, :3, 3])          # R^T t per row
+    d = np.einsum("hwi,hwi->hw", n, X) + np.einsum("hwi,hi->hw", n, origin_c)
+    return np.where(np.isfinite(d), np.rint(np.nan_to_num(d) / 1e-3), -1).astype(np.int64)
 
 
 def _face_keys(event) -> np.ndarray:
