@@ -57,26 +57,19 @@ def _evaluated_mesh(obj, depsgraph) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sample_rows(scene, clock, rigid, deforming, times_ns):
-    """One frame_set per time: (matrix_world of each `rigid` object (R, N, 4, 4), and per `deforming` object
-    either a DeformingMesh (vertices (N, V, 3)) or the reason its topology is not constant (str)). Without
-    deforming objects the matrices come from scene_clock.objects_world_matrices (direct where plain, identical)."""
+    """(matrix_world of each `rigid` object (R, N, 4, 4) (`objects_world_matrices`: direct evaluation where the
+    motion is plain), and per `deforming` object either a DeformingMesh (vertices (N, V, 3)) or the reason its
+    topology is not constant (str): one frame_set per time for the deforming objects)."""
     import bpy
 
-    if not deforming:
-        return objects_world_matrices(scene, clock, rigid, times_ns), []
-
-    mats = np.empty((len(rigid), len(times_ns), 4, 4))
+    mats = objects_world_matrices(scene, clock, rigid, times_ns) if rigid else np.empty((0, len(times_ns), 4, 4))
     verts = [[] for _ in deforming]
     tris = [None] * len(deforming)
     changed = [None] * len(deforming)
     with ScenePatch() as patch:
         _render_modifiers(patch, deforming)
-        for i, t in enumerate(times_ns):
+        for t in times_ns if deforming else ():
             set_time(scene, clock, t)
-            for j, obj in enumerate(rigid):
-                mats[j, i] = np.array(obj.matrix_world, dtype=np.float64)
-            if not deforming:
-                continue
             depsgraph = bpy.context.evaluated_depsgraph_get()
             for j, obj in enumerate(deforming):
                 if changed[j]:
