@@ -122,9 +122,9 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
     method = {
         "definition": DEFINITION,
         "depth_test": {"abs_m": tol[0], "rel": tol[1]},
-        "object_poses": "matrix_world of every moving object at every row's exact time of both events: "
-                        + ("scene.frame_set with subframe (deforming objects need the evaluated mesh)" if deforming
-                           else pose_method(ctx.scene, [ctx.scene.objects[n] for n in rigid])),
+        "object_poses": "matrix_world of every rigidly moving object at every row's exact time of both events: "
+                        + pose_method(ctx.scene, [ctx.scene.objects[n] for n in rigid])
+                        + ("; deforming objects' evaluated meshes by scene.frame_set with subframe" if deforming else ""),
         "deforming_objects": MESH_PATH_METHOD,
         "objects": _object_methods(ctx, rigid, deforming, reasons),
         "forward": {**fwd.stats, "max_row_time_residual_ns": fwd.stats["max_row_residual"] * row_ns},
