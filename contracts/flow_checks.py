@@ -145,7 +145,7 @@ def _check_cycle(K, arrays, src, dst, add):
     one planar face: same normal and same plane offset, so parallel faces of two limbs of an articulated
     object are not mixed) returns to the start where both directions are visible and the landing point lies
     between pixel centres."""
-    err = cycle_residuals(arrays, src, dst)[0]
+    err = cycle_residuals(arrays, src, dst, K)[0]
     bad = int(np.count_nonzero(err > tol.FLOW_CYCLE_TOL_PX))
     add("flow_cycle_consistency", bad == 0,
         f"forward+backward misses the start by more than {tol.FLOW_CYCLE_TOL_PX} px at {bad} of {err.size} pixels "
@@ -154,10 +154,12 @@ def _check_cycle(K, arrays, src, dst, add):
         pixels=int(err.size), worst_px=float(err.max(initial=0.0)))
 
 
-def cycle_residuals(arrays, src, dst) -> tuple[np.ndarray, np.ndarray]:
+def cycle_residuals(arrays, src, dst, K=None) -> tuple[np.ndarray, np.ndarray]:
     """(err (N,) px, pixels (H, W) bool): |p + forward + backward(p + forward) - p| at the N source pixels where
     forward is visible, the landing point lies between pixel centres and the four destination pixels around it
-    are backward-visible, on the source pixel's object and one planar face (the pixels marked in `pixels`)."""
+    are backward-visible, on the source pixel's object and one planar face (the pixels marked in `pixels`).
+    With K (pinhole 3x3 or Lens) and the destination's camera_z and row poses, one face also means one plane
+    offset (`_plane_offsets`)."""
     fwd, bwd = arrays["flow_forward"].astype(np.float64), arrays["flow_backward"].astype(np.float64)
     vis_f, vis_b = arrays["flow_forward_dest_visible"].astype(bool), arrays["flow_backward_dest_visible"].astype(bool)
     H, W = vis_f.shape
@@ -167,7 +169,7 @@ def cycle_residuals(arrays, src, dst) -> tuple[np.ndarray, np.ndarray]:
     obj = src["instance_id"][vis_f]
     corners = bilinear_corners(q[:, 0], q[:, 1], W, H)
     face = _face_keys(dst)
-    plane = _plane_offsets(K, dst)
+    plane = _plane_offsets(K, dst) if K is not None else np.zeros(face.shape, np.int64)
     first = face[corners[0][0], corners[0][1]]
     first_plane = plane[corners[0][0], corners[0][1]]
     usable = dst["instance_id"][corners[0][0], corners[0][1]] == obj
