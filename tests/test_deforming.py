@@ -259,7 +259,7 @@ def _walker(scale):
     from scenes import running_example
 
     running_example.build(1280 // scale, 720 // scale)
-    return None, running_example.rig(lidar=False, rgb_samples=0, verify_rows=3)
+    return None, running_example.rig(lidar=False, rgb_samples=0, verify_rows=3, object_labels=False)
 
 
 def test_running_example_pedestrian_walks_with_material_point_flow(exports):
