@@ -71,7 +71,7 @@ def rasterize_rows(vertices, triangles, K, T_camera_object, rows, width: int, u0
     if R == 0 or tris.shape[0] == 0:
         return out
     per_row = T.ndim == 3
-    P = np.einsum("...ij,vj->...vi", T[..., :3, :3], V) + T[..., None, :3, 3]   # (R?, V, 3)
+    P = V @ np.swapaxes(T[..., :3, :3], -1, -2) + T[..., None, :3, 3]          # (R?, V, 3)
     z = P[..., 2]
     clip = near is not None and (np.any(z < near) or np.any(z > far))
     if near is None and np.any(z <= 0):

@@ -189,7 +189,7 @@ def hull_box(corners, T_co, K, W: int, H: int, near: float):
     their own pose T_co (3H, 4, 4, camera <- object, canvas row c = image row c - H); None if none.
     Row c can be covered only if its v = c - H lies within the projection of the corners in front of the
     plane z = near and the edges' crossings of it (the projection of the clipped box), 1 px margin."""
-    P = np.einsum("rij,vj->rvi", T_co[:, :3, :3], corners) + T_co[:, None, :3, 3]          # (R, 8, 3)
+    P = corners @ T_co[:, :3, :3].transpose(0, 2, 1) + T_co[:, None, :3, 3]               # (R, 8, 3)
     a, b = P[:, _BOX_EDGES[:, 0]], P[:, _BOX_EDGES[:, 1]]                                   # (R, 12, 3)
     za, zb = a[..., 2] - near, b[..., 2] - near
     cross = za * zb < 0
