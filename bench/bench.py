@@ -411,9 +411,21 @@ def scale_child(kind: str, value: str, work: Path) -> dict:
     wall, cpu, summary = cpu_timed(lambda: run_export(p))
     event = Path((summary["published"] or summary["quarantined"])[0])
     seconds = json.loads((event / "manifest.json").read_text())["run"]["seconds"]
-    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _own_peak_rss_mb(),
             "published": bool(summary["published"]), "seconds": seconds,
             "objects": len([o for o in bpy.data.objects if o.type == "MESH"])}
+
+
+def _own_peak_rss_mb() -> float:
+    """This process's peak RSS (MB): VmHWM of its own address space. ru_maxrss is not used in the children:
+    Linux carries the forking parent's peak across exec into it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _add_objects(total: int) -> None:
