@@ -12,6 +12,10 @@ from .pixel_sampling import bilinear_corners, camera_z_at
 from .modalities import FLAG_NAMES
 
 ENDPOINT_NEEDS = ("camera_z", "valid", "instance_id", "normal_geometric", "row_T_world_camera")
+# The flow payloads each invariant reads (a payload missing from `arrays` failed its modality contract).
+REPROJECT_NEEDS = {"flow_forward", "scene_flow_world", "flow_forward_dest_visible",
+                   "flow_forward_correspondence_defined"}
+CYCLE_NEEDS = {"flow_forward", "flow_backward", "flow_forward_dest_visible", "flow_backward_dest_visible"}
 
 
 def check_flow(manifest: dict, arrays: dict, src: dict, dst: dict, add) -> None:
@@ -26,11 +30,11 @@ def check_flow(manifest: dict, arrays: dict, src: dict, dst: dict, add) -> None:
     for direction, source_event in (("forward", src), ("backward", dst)):
         _check_flags(direction, arrays, source_event, add)
     _check_object_reasons(manifest, arrays, src, dst, add)
-    if not {"flow_forward", "scene_flow_world", "flow_forward_dest_visible"} <= arrays.keys():
+    if not REPROJECT_NEEDS <= arrays.keys():      # a payload that failed its contract is reported, not re-used
         return
     moved_z, landing = _reproject(K, arrays, src, dst, add)
     _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add)
-    if {"flow_backward", "flow_backward_dest_visible"} <= arrays.keys():
+    if CYCLE_NEEDS <= arrays.keys():
         _check_cycle(K, arrays, src, dst, add)
 
 

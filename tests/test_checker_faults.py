@@ -406,3 +406,12 @@ def test_scene_flow_in_the_wrong_frame(plate_flow, tmp_path):
     _replace(flow, "scene_flow_source_camera", s)
     hit = _only(root, "scene_flow_frames", "differs from R_camera_world scene_flow_world")
     assert hit["values"]["worst_m"] == pytest.approx(moved, rel=1e-3)
+
+
+@pytest.mark.parametrize("name", ["flow_forward_correspondence_defined", "flow_backward"])
+def test_flow_payload_breaking_its_contract_is_reported_not_a_crash(plate_flow, tmp_path, name):
+    """A flow payload declared with the wrong dtype fails its contract; the invariants that read it are skipped
+    (no traceback) and only that contract check fails."""
+    root, flow = _copy(plate_flow, tmp_path, "flows")
+    _edit_manifest(flow, lambda m: m["modalities"][name].update(dtype="float16"))
+    _only(root, f"contract:{name}", f"{name}: declared dtype='float16'")

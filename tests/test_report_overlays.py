@@ -142,6 +142,14 @@ def test_residual_quantiles_histogram_and_slices():
     assert {b["bin"]: b["count"] for b in s["slices"]["class"]} == {"car": 30, "road": 70}
 
 
+@pytest.mark.parametrize("values", [[5.0, 5.0, 5.0], [1.0, 1.0 + 1e-9], [2.0, 2.0 * (1 + 1e-5)], [0.0, 3.0, 3.0]])
+def test_histogram_of_nearly_equal_values_has_increasing_edges_and_counts_every_value(values):
+    h = stats.histogram(np.array(values))
+    assert np.all(np.diff(h["edges"]) > 0)
+    assert sum(h["counts"]) + h["zeros"] == len(values)
+    assert h["edges"][0] <= min(v for v in values if v > 0) <= max(values) <= h["edges"][-1]
+
+
 def test_drift_flags_only_beyond_the_declared_thresholds():
     def doc(p99, invalid):
         return {"residuals": {"z": {"unit": "m", "quantiles": {"p50": 1e-4, "p90": 1e-4, "p99": p99, "max": p99}}},

@@ -87,10 +87,11 @@ def histogram(v, bins: int = HIST_BINS) -> dict:
     if pos.size == 0:
         return {"scale": "log10", "edges": [], "counts": [], "zeros": zeros}
     lo, hi = np.log10(pos.min()), np.log10(pos.max())
-    if hi - lo < 1e-6:
+    spread = hi - lo >= 1e-6
+    if not spread:                                      # (nearly) one value: one decade around it
         lo, hi = lo - 0.5, hi + 0.5
     edges = np.logspace(lo, hi, bins + 1)
-    if pos.max() > pos.min():
+    if spread:
         edges[0], edges[-1] = pos.min(), pos.max()      # 10**log10(x) may round below x: keep the extremes inside
     counts, _ = np.histogram(pos, edges)
     return {"scale": "log10", "edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros}
