@@ -13,19 +13,20 @@ from __future__ import annotations
 import numpy as np
 
 from . import qa_profile as tol
-from .camera_model import project
+from .lens import lens_from_calibration, project_uv
 from .pixel_sampling import bilinear_corners
 
 
-def row_of_projection(points_world, row_T_world_camera, K, iterations=4):
-    """(uv, z, row) of world points projected with the pose of the row they land on."""
+def row_of_projection(points_world, row_T_world_camera, lens_or_K, iterations=4):
+    """(uv, z, row) of world points projected with the pose of the row they land on, through the camera's
+    lens (contracts.lens) or pinhole K; uv is NaN outside the lens's valid domain."""
     H = row_T_world_camera.shape[0]
     T_cw = np.linalg.inv(row_T_world_camera)
     row = np.full(len(points_world), H // 2)
     for _ in range(iterations):
         T = T_cw[row]
         X = np.einsum("nij,nj->ni", T[:, :3, :3], points_world) + T[:, :3, 3]
-        uv, _ = project(K, X)
+        uv = np.stack(project_uv(lens_or_K, X), -1)
         row = np.clip(np.nan_to_num(np.rint(uv[:, 1]), nan=0).astype(np.int64), 0, H - 1)
     return uv, X[:, 2], row
 
@@ -51,7 +52,8 @@ def lidar_camera_pairs(lidar_manifest, lidar_arrays, camera_manifest, camera_arr
         return None
     sel = pts[keep]
     world = np.stack([sel["x_world"], sel["y_world"], sel["z_world"]], -1)
-    K = np.array(camera_manifest["calibration"]["K"])
+    lens = lens_from_calibration(camera_manifest["calibration"])
+    K = np.array(camera_manifest["calibration"]["K"]) if lens is None else lens
     uv, z, row = row_of_projection(world, camera_arrays["row_T_world_camera"], K)
     H, W = camera_arrays["camera_z"].shape
     skew = np.abs(row_t[row] - sel["t_ns"])

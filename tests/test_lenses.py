@@ -623,3 +623,25 @@ def test_calibration_scene_through_fisheye_with_blender_k(tmp_path):
         worst = max(worst, float(np.abs(a["camera_z"][r] - z)[ok].max(initial=0.0)))
     assert a["valid"].all() and worst < Z_TOL, worst
     print(f"ego_yaw through the fisheye (Blender K): worst per-row camera_z error {worst:.3g} m")
+
+
+@pytest.mark.parametrize("name", ["opencv5", "fisheye"])
+def test_lidar_returns_pair_with_the_camera_row_through_the_lens(name):
+    """The cross-modal pairing (contracts.cross_modal.row_of_projection) projects through the declared lens: on a
+    camera whose row r is translated by 1 mm x r, each world point lands where OpenCV projects it with the pose of
+    the row it lands on (a pinhole projection misses by up to tens of px near the corners)."""
+    from contracts.cross_modal import row_of_projection
+    rng = np.random.default_rng(7)
+    rows = np.tile(np.eye(4), (H, 1, 1))
+    rows[:, 0, 3] = 1e-3 * np.arange(H)
+    u, v = _pixels(rng, 400)
+    inner = (u > 2) & (u < W - 3) & (v > 2) & (v < H - 3)
+    rays, valid, _ = unproject(_lens(name), u[inner], v[inner])
+    rays = rays[valid]
+    world = rays * rng.uniform(4.0, 30.0, (len(rays), 1)) + [1e-3 * H / 2, 0, 0]
+    uv, zc, row = row_of_projection(world, rows, _lens(name), iterations=8)
+    expect = _cv_project(name, world - rows[row, :3, 3])
+    assert np.abs(uv - expect).max() < TOL_PX
+    assert np.array_equal(row, np.clip(np.rint(uv[:, 1]), 0, H - 1).astype(int))
+    pinhole_uv, _, _ = row_of_projection(world, rows, _lens(name).K)
+    assert np.abs(pinhole_uv - expect).max() > 1.0
