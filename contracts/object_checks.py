@@ -10,8 +10,10 @@ from .errors import RowbeamError
 from .files import resolve_inside, sha256_file
 from .frames import invert_rigid, is_rigid
 from .rasterize import rasterize_rows, read_ply
+from .ray_cast import robust_hits
 
 EDGE_MARGIN_PX = 0.02      # a mask pixel may differ from the rasterisation only within this of an edge
+RAY_SAMPLES = 48           # pixel rays per object cast at its silhouette edge (plus a quarter as many anywhere)
 
 DEFINITION = {
     "canvas": "BOP's 3x canvas: pixels u in [-W, 2W), v in [-H, 2H) on the image's OpenCV grid (centres at integers, "
@@ -190,6 +192,7 @@ def load_asset(root, asset: dict):
 def _check_assets(manifest, arrays, objs, block, add, root) -> None:
     """box3d against the asset, and the amodal canvas mask against an independent rasterisation."""
     worst, worst_violation, checked, problems, skipped = 0, 0, 0, [], []
+    rays = []
     for o in objs:
         name = f"object {o['instance_id']}"
         try:
@@ -216,6 +219,7 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
             skipped.append(f"{o['instance_id']} ({exc})")
             continue
         checked += 1
+        rays.append((o, *_ray_cast_edges(manifest, arrays, o, V, F, m)))
         worst, worst_violation = max(worst, mismatch), max(worst_violation, violation)
         if violation:
             problems.append(f"{name}: amodal mask differs from the rasterised asset by {mismatch} px, "
@@ -226,3 +230,43 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
     add("objects:rasterisation", not problems, msg if not problems else
         problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
         mismatch_px=worst, violation_px=worst_violation)
+    if rays:
+        cast, judged = sum(r[1] for r in rays), sum(r[2] for r in rays)
+        bad = [(o, n) for o, _, _, n in rays if n]
+        add("objects:ray_cast", not bad, f"{cast} pixel rays cast at the silhouette edges of {len(rays)} object(s) "
+            f"(Möller–Trumbore at each row's pose, independent of the rasteriser): {judged} judged, all agree "
+            f"with the amodal masks" if not bad else f"object {bad[0][0]['instance_id']}: {bad[0][1]} pixel ray(s) "
+            f"disagree with its amodal mask (hit where the mask is empty or missed where it is set)"
+            + (f" (+{len(bad) - 1} more objects)" if len(bad) > 1 else ""), rays=cast, judged=judged)
+
+
+def _ray_cast_edges(manifest, arrays, o, V, F, canvas, per_object: int = RAY_SAMPLES) -> tuple[int, int, int]:
+    """(rays cast, judged, disagreeing) for pixels on both sides of the object's canvas silhouette edge (plus a
+    few anywhere in its box), each ray cast at its canvas row's pose and judged only away from edges."""
+    W, H = manifest["calibration"]["image_size_px"]
+    ys, xs = np.nonzero(canvas)
+    if ys.size == 0:
+        return 0, 0, 0
+    r0, r1 = max(int(ys.min()) - 2, 0), min(int(ys.max()) + 3, canvas.shape[0])
+    c0, c1 = max(int(xs.min()) - 2, 0), min(int(xs.max()) + 3, canvas.shape[1])
+    w = canvas[r0:r1, c0:c1]
+    edge = np.zeros_like(w)
+    for axis in (0, 1):
+        for shift in (1, -1):
+            edge |= w != np.roll(w, shift, axis)
+    rng = np.random.default_rng(int(o["instance_id"]) & 0xFFFFFFFF)
+    on_edge = np.flatnonzero(edge)
+    pick = np.concatenate([rng.choice(on_edge, min(per_object, on_edge.size), replace=False),
+                           rng.choice(w.size, min(per_object // 4, w.size), replace=False)])
+    rows, cols = np.unravel_index(pick, w.shape)
+    rows, cols = rows + r0, cols + c0
+    T_wc = arrays["canvas_row_T_world_camera"][rows]
+    T_wo = np.asarray(object_row_poses(manifest, arrays, o))[rows]
+    T_co = np.linalg.inv(T_wc) @ T_wo
+    clip = manifest["object_labels"]["canvas"].get("clip_m")
+    near, far = (clip["near"], clip["far"]) if clip else (0.0, np.inf)
+    K = np.array(manifest["calibration"]["K"], dtype=np.float64)
+    uv = np.stack([cols - W, rows - H], axis=1).astype(np.float64)
+    inside, outside = robust_hits(V, F, K, T_co, uv, near, far)
+    mask = canvas[rows, cols]
+    return len(pick), int((inside | outside).sum()), int(((mask & outside) | (~mask & inside)).sum())

@@ -215,7 +215,83 @@ def test_checker_catches_moved_asset_vertex(calib, tmp_path):
         ob["asset"].update(uri=f"assets/meshes/{sha}.ply", sha256=sha)
         ob["box3d"].update(centre_m=((lo + hi) / 2).tolist(), size_m=(hi - lo).tolist())
     _edit(ev, edit)
-    assert _fails(root) == {"objects:rasterisation"}
+    assert {"objects:rasterisation"} <= _fails(root) <= {"objects:rasterisation", "objects:ray_cast"}
+
+
+def test_ray_cast_closed_form_rows_and_clip_planes():
+    """No bpy: the checker's second path. A square spanning u 9.5..29.5, v 4.5..14.5 at z = 10 m; row v's pose
+    shifts it by 0.25 v + 0.1 px: pixel centres inside/outside follow the closed form; a clip plane beyond the
+    square (near = 11 m) hides it; centres 0.01 px from an edge are not judged."""
+    from contracts.ray_cast import ray_hits, robust_hits
+    K = np.array([[100.0, 0, 39.5], [0, 100.0, 22.0], [0, 0, 1]])
+    z = 10.0
+    V = np.array([[(u - 39.5) * z / 100, (v - 22.0) * z / 100, z] for u, v in
+                  ((9.5, 4.5), (29.5, 4.5), (29.5, 14.5), (9.5, 14.5))])
+    F = np.array([[0, 1, 2], [0, 2, 3]])
+    u, v = np.meshgrid(np.arange(0, 60), np.arange(0, 30))
+    u, v = u.ravel().astype(float), v.ravel().astype(float)
+    T = np.repeat(np.eye(4)[None], u.size, 0)
+    T[:, 0, 3] = (0.25 * v + 0.1) * z / 100
+    shift = 0.25 * v + 0.1
+    truth = (u >= 9.5 + shift) & (u <= 29.5 + shift) & (v >= 4.5) & (v <= 14.5)
+    assert np.array_equal(ray_hits(V, F, K, T, np.stack([u, v], 1)), truth)
+    assert not ray_hits(V, F, K, T, np.stack([u, v], 1), near=11.0).any()
+    assert np.array_equal(ray_hits(V, F, K, T, np.stack([u, v], 1), near=0.1, far=10.5), truth)
+    edge = np.array([[9.5 + 0.1 + 0.01, 8.0], [9.5 + 0.1 - 0.01, 8.0]])        # row 8: shift 2.1 px
+    edge[:, 0] += 2.0
+    inside, outside = robust_hits(V, F, K, np.eye(4)[None].repeat(2, 0) @ _shift_T(2.1 * z / 100), edge)
+    assert not inside.any() and not outside.any()
+
+
+def _shift_T(x):
+    T = np.eye(4)
+    T[0, 3] = x
+    return T
+
+
+def test_ray_cast_agrees_with_the_rasteriser_on_a_random_mesh():
+    """Two independent algorithms (scanline edge functions vs Möller–Trumbore) on 40 random triangles with a
+    per-row pose: every pixel centre the ray cast judges (not within 0.02 px of an edge) agrees."""
+    from contracts.ray_cast import robust_hits
+    rng = np.random.default_rng(3)
+    K = np.array([[60.0, 0, 31.5], [0, 55.0, 17.25], [0, 0, 1]])
+    V = rng.uniform([-2, -1.2, 4], [2, 1.2, 9], (60, 3))
+    F = rng.integers(0, 60, (40, 3))
+    rows = np.arange(-10, 45)
+    T = np.repeat(np.eye(4)[None], len(rows), 0)
+    T[:, 0, 3] = 0.004 * rows
+    m = rasterize_rows(V, F, K, T, rows, 84, -10)
+    r, c = np.nonzero(np.ones_like(m))
+    inside, outside = robust_hits(V, F, K, T[r], np.stack([c - 10.0, rows[r]], 1).astype(float))
+    truth = m[r, c]
+    assert (inside | outside).mean() > 0.95 and 200 < truth.sum() < truth.size - 200
+    assert not (truth & outside).any() and not (~truth & inside).any()
+
+
+def test_checker_ray_cast_catches_what_a_shared_rasteriser_would_hide(calib, tmp_path, monkeypatch):
+    """The exporter and the checker share contracts.rasterize for rigid objects: if it were wrong, the
+    rasterisation check would agree with a wrong mask. Emulated: the checker's rasteriser returns the exported
+    mask, and the asset is scaled by 1.15 (its silhouette grows by px everywhere): the ray cast alone fails."""
+    import hashlib
+    from contracts import object_checks
+    root, ev = _copy(calib[0], tmp_path)
+    o = _obj(json.loads((ev / "manifest.json").read_text()), "back")
+    V, F = read_ply((root / o["asset"]["uri"]).read_bytes())
+    V = V * 1.15
+    data = ply_bytes(V, F)
+    sha = hashlib.sha256(data).hexdigest()
+    (root / "assets" / "meshes" / f"{sha}.ply").write_bytes(data)
+    lo, hi = V.min(0), V.max(0)
+
+    def edit(m):
+        ob = _obj(m, "back")
+        ob["asset"].update(uri=f"assets/meshes/{sha}.ply", sha256=sha)
+        ob["box3d"].update(centre_m=((lo + hi) / 2).tolist(), size_m=(hi - lo).tolist())
+    _edit(ev, edit)
+    W, H = calib[1]["calibration"]["image_size_px"]
+    monkeypatch.setattr(object_checks, "rasterise_object", lambda manifest, arrays, ob, V, F, margin_px=0.0:
+                        object_checks.object_masks(manifest["object_labels"], arrays, W, H, ob)[1])
+    assert _fails(root) == {"objects:ray_cast"}
 
 
 def test_bad_input_curve_without_geometry_and_non_uniform_scale(exports):
