@@ -192,7 +192,8 @@ def flow_benchmark(work: Path, repeat: int) -> dict:
         flow_cpu.append(cpu)
     manifest = __import__("json").loads((final / "manifest.json").read_text())
     a, b = statistics.median(flows), statistics.median(labels)
-    return {"flow_s": a, "label_s": b, "ratio": a / b, "passed": passed, "flow_cpu_s": statistics.median(flow_cpu), "breakdown": manifest["run"]["seconds"],
+    return {"flow_s": a, "label_s": b, "ratio": a / b, "passed": passed, "flow_cpu_s": statistics.median(flow_cpu),
+            "breakdown": manifest["run"]["seconds"],
             "forward": manifest["method"]["forward"]}
 
 
@@ -493,7 +494,7 @@ def report_scale(scale: dict) -> None:
             figure("lidar peak RSS ~ channels^k", fit_exponent(cs_, [r["peak_rss_mb"] for _, r in scale["lidar"]]))
     if scale["objects"]:
         print("Camera event 1280x720 (labels only, fresh process) against mesh objects in the scene:")
-        for n, r in scale["objects"]:
+        for _n, r in scale["objects"]:
             print(f"    {r['objects']:5d} objects: export {r['wall_s']:7.2f} s wall, {r['cpu_s']:7.2f} s CPU, "
                   f"peak RSS {r['peak_rss_mb']:6.0f} MB; {r['seconds']}")
         if len(scale["objects"]) > 1:

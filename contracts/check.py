@@ -474,7 +474,7 @@ def _check_state_logs(events, root: Path, bundle: EventReport) -> None:
             try:
                 log, tracks = load_state_log(root, m["state"])
                 logs[uri] = tracks
-                check_log(log, tracks, lambda name, ok, msg, **kw: bundle.add(name, ok, f"{uri}: {msg}", **kw))
+                check_log(log, tracks, lambda name, ok, msg, **kw: bundle.add(name, ok, f"{uri}: {msg}", **kw))  # noqa: B023 (called at once)
             except RowbeamError as exc:
                 logs[uri] = None
                 bundle.add("state_log", False, f"{uri}: {exc}")

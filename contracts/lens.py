@@ -62,7 +62,7 @@ class Lens:
         return self.model == "pinhole"
 
     def coefficients(self) -> dict:
-        return dict(zip(COEFFICIENT_NAMES[self.model], self.D))
+        return dict(zip(COEFFICIENT_NAMES[self.model], self.D, strict=False))
 
     def to_manifest(self) -> dict:
         """The manifest's calibration.distortion block (coefficients in OpenCV order)."""

@@ -35,7 +35,7 @@ def check_lidar_event(manifest: dict, arrays: dict, add) -> None:
     check_ids(manifest, arrays, add)
     if {"points", "firing_T_world_lidar"} <= arrays.keys():
         _check_points(timing, beams, valid, arrays, directions, np.array(T_ref["matrix"]), add)
-    _check_verification(manifest["method"]["verification"], add)
+    check_beam_verification(manifest["method"]["verification"], add)
 
 
 def _declared_directions(timing: SpinningTiming, cal: dict, beams: list) -> np.ndarray:
@@ -126,9 +126,11 @@ def _check_points(timing, beams, valid, arrays, directions, T_lidar_world_ref, a
             worst_error_m=worst_m)
 
 
-def _check_verification(ver, add):
-    if ver.get("firings_checked", 0) == 0:
-        add("exact_reference", True, "no firings were verified against an exact reference", severity="warn")
+def check_beam_verification(ver, add, unit: str = "firings"):
+    """The exporter's BVH re-cast of sampled beams (LiDAR firings or radar chirps): worst range error and the
+    fraction of beams that hit another object, within the QA profile's limits."""
+    if ver.get(f"{unit}_checked", 0) == 0:
+        add("exact_reference", True, f"no {unit} were verified against an exact reference", severity="warn")
         return
     r, frac = ver["worst_range_error_m"], ver["id_mismatch_fraction"]
     ok = r <= tol.VERIFY_MAX_RANGE_ERROR_M and frac <= tol.VERIFY_MAX_ID_MISMATCH_FRACTION

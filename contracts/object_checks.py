@@ -20,7 +20,8 @@ DEFINITION = {
               "row 0 = top image row); canvas row c = image row c - H keeps the rolling-shutter time the timing "
               "model extrapolates to it (canvas_row_time_ns); amodal_masks_canvas row c, column x <-> (u, v) = (x - W, c - H)",
     "amodal_mask": "pixel centres whose ray hits the object when every other object is removed (its own "
-                   "self-occlusion kept), at the row's time, between the camera's clip planes (canvas.clip_m); amodal_masks (in image) and amodal_masks_canvas (only "
+                   "self-occlusion kept), at the row's time, between the camera's clip planes (canvas.clip_m); "
+                   "amodal_masks (in image) and amodal_masks_canvas (only "
                    "objects with pixels outside the image) are np.packbits(mask, axis=-1), bitorder big",
     "modal_mask": "instance_id == instance_id of the object",
     "px_count_all": "amodal pixels on the whole canvas (truncated part included; BOP px_count_all)",
@@ -226,7 +227,8 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
                             f"{violation} px farther than {EDGE_MARGIN_PX} px from an edge")
     msg = (f"{checked} object(s) re-rasterised from their assets at the exported per-row poses and K: worst mismatch "
            f"{worst} px, none farther than {EDGE_MARGIN_PX} px from an edge"
-           + (f"; not re-rasterised (deforming, or crossing the camera plane in a bundle without canvas.clip_m): {skipped}" if skipped else ""))
+           + (f"; not re-rasterised (deforming, or crossing the camera plane in a bundle without canvas.clip_m): "
+              f"{skipped}" if skipped else ""))
     add("objects:rasterisation", not problems, msg if not problems else
         problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
         mismatch_px=worst, violation_px=worst_violation)

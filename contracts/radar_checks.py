@@ -8,6 +8,7 @@ import numpy as np
 from . import qa_profile as tol
 from .frames import is_rigid, rigid_mask
 from .label_checks import check_ids, check_validity
+from .lidar_checks import check_beam_verification
 from .radar import RadarTiming, table_directions
 
 
@@ -55,7 +56,7 @@ def check_radar_event(manifest: dict, arrays: dict, add) -> None:
     check_ids(manifest, arrays, add)
     if {"points", "chirp_T_world_radar"} <= arrays.keys():
         _check_points(timing, valid, arrays, directions, add)
-    _check_verification(manifest["method"]["verification"], add)
+    check_beam_verification(manifest["method"]["verification"], add, unit="chirps")
 
 
 def _check_points(timing: RadarTiming, valid, arrays, directions, add):
@@ -90,18 +91,6 @@ def _check_points(timing: RadarTiming, valid, arrays, directions, add):
         same_v = np.array_equal(pts["radial_velocity"].astype(np.float32), arrays["radial_velocity"][k, b])
         add("points_radial_velocity", same_v, "point radial velocities equal the per-beam array" if same_v
             else "point radial_velocity differs from the per-beam array")
-
-
-def _check_verification(ver, add):
-    if ver.get("chirps_checked", 0) == 0:
-        add("exact_reference", True, "no chirps were verified against an exact reference", severity="warn")
-        return
-    r, frac = ver["worst_range_error_m"], ver["id_mismatch_fraction"]
-    ok = r <= tol.VERIFY_MAX_RANGE_ERROR_M and frac <= tol.VERIFY_MAX_ID_MISMATCH_FRACTION
-    add("exact_reference", ok, f"beams vs exact BVH ray cast: worst range error {r:.3g} m, {ver['id_mismatch_beams']} "
-        f"of {ver['beams_compared']} beams hit another object" + ("" if ok else
-        f" (limits {tol.VERIFY_MAX_RANGE_ERROR_M} m, {tol.VERIFY_MAX_ID_MISMATCH_FRACTION:.0%})"),
-        worst_range_error_m=r, id_mismatch_fraction=frac)
 
 
 def _world_points_normals(pts, normals, poses):

@@ -138,7 +138,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
     shutter = label_shutter(timing)
     t0 = time.perf_counter()
     deform_steps = choose_deform_steps(
-        scene, clock, [o for o, e in zip(objects, ctx.table) if e.motion == "moving" and uses_mesh_path(scene, o)],
+        scene, clock, [o for o, e in zip(objects, ctx.table, strict=False) if e.motion == "moving" and uses_mesh_path(scene, o)],
         shutter, sensor.motion_steps, [timing.row_time_exact(v) for v in range(H)], row_poses, K,
         qa_profile.DEFORM_MAX_ERROR_M, qa_profile.DEFORM_MAX_ERROR_PX)
     if deform_steps:

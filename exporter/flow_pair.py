@@ -101,7 +101,7 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
             undefined[render_index] = 1
             dslot[render_index] = -1
     geoms = []
-    for (m, a, timing), (mats, meshes) in zip(((m0, a0, timing0), (m1, a1, timing1)), sampled):
+    for (m, a, _timing), (mats, meshes) in zip(((m0, a0, timing0), (m1, a1, timing1)), sampled, strict=False):
         meshes = tuple(x if not isinstance(x, str) else None for x in meshes)
         geoms.append(EventGeometry(np.array(m["calibration"]["K"]), a["camera_z"], a["instance_id"],
                                    a["row_T_world_camera"], mats, slot, undefined, dslot, meshes,

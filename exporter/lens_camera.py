@@ -108,7 +108,7 @@ def lens_shader_source(lens: Lens, sensor_id: str, flip: bool) -> str:
     names = {"opencv": ("k1", "k2", "p1", "p2", "k3", "k4", "k5", "k6"), "opencv_fisheye": ("k1", "k2", "k3", "k4"),
              "pinhole": ()}[lens.model]
     D = list(lens.D) + [0.0] * (len(names) - len(lens.D))
-    fields = {n: _f(d) for n, d in zip(names, D)}
+    fields = {n: _f(d) for n, d in zip(names, D, strict=False)}
     fields.update(steps=OSL_NEWTON_STEPS, max_rd=_f(min(lens.max_distorted_radius, 1e30)),
                   max_theta=_f(lens.max_theta_rad))
     return head + BODY[lens.model].format(**fields)

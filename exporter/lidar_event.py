@@ -39,8 +39,10 @@ POSE_METHOD = ("every firing's time plus each distinct channel time offset; moun
 
 
 @dataclass
-class LidarEventOutput:
-    sensor: LidarSensor
+class BeamEventOutput:
+    """One exported beam-sensor event (a LiDAR sweep or a radar frame): its sensor, timing model, label arrays,
+    layout dims, reference pose T_world_mount (4x4) and method record."""
+    sensor: object
     timing: object
     arrays: dict
     dims: dict
@@ -55,7 +57,7 @@ class LidarEventOutput:
         return self.timing.reference_time_ns()
 
 
-def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput:
+def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> BeamEventOutput:
     scene, clock = ctx.scene, ctx.clock
     mount = scene.objects[sensor.object]
     timing = sensor.timing(index)
@@ -105,7 +107,7 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> LidarEventOutput
         "verification": verification,
     }
     dims = {"F": F, "C": C, "G": len(offsets), "N": int(points.size)}
-    return LidarEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
+    return BeamEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
 
 
 def _shutter_fields(shutter) -> dict:

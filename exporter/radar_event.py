@@ -14,14 +14,13 @@ velocity by the same difference, d_world the beam direction at t. Never a differ
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from contracts.modalities import RADAR_MODALITIES
 from contracts.radar import RadarSensor
 
-from .lidar_event import render_beam_layout
+from .lidar_event import BeamEventOutput, render_beam_layout
 from .lidar_labels import labels_from_beams
 from .lidar_layout import sweep_layout
 from .lidar_osl import beam_camera_source
@@ -39,23 +38,6 @@ VELOCITY_METHOD = (f"v_r = (Mdot_o(t) M_o(t)^-1 P - odot(t)) . d_world(t): Mdot 
                    f"matrix_world over t +- {VELOCITY_STEP_NS} ns (scene_clock.objects_world_matrices; objects[].motion "
                    "static: 0), "
                    "odot = the mount origin's velocity by the same difference; not a difference of ranges")
-
-
-@dataclass
-class RadarEventOutput:
-    sensor: RadarSensor
-    timing: object
-    arrays: dict
-    dims: dict
-    reference_pose: np.ndarray
-    method: dict
-    seconds: dict = field(default_factory=dict)
-    exposure_ns: int | None = None
-    render_device: str = "CPU"
-
-    @property
-    def reference_time_ns(self) -> int:
-        return self.timing.reference_time_ns()
 
 
 def radar_shader_source(sensor: RadarSensor, layout, render=None) -> str:
@@ -99,7 +81,7 @@ def radial_velocity(world: np.ndarray, index: np.ndarray, valid: np.ndarray, M: 
     return np.where(valid, v, np.nan)
 
 
-def export_radar_event(ctx, sensor: RadarSensor, index: int) -> RadarEventOutput:
+def export_radar_event(ctx, sensor: RadarSensor, index: int) -> BeamEventOutput:
     scene, clock = ctx.scene, ctx.clock
     timing = sensor.timing(index)
     K, B = sensor.chirps, sensor.beams
@@ -157,7 +139,7 @@ def export_radar_event(ctx, sensor: RadarSensor, index: int) -> RadarEventOutput
         "verification": verification,
     }
     dims = {"K": K, "B": B, "N": int(points.size)}
-    return RadarEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
+    return BeamEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
 
 
 def _invalidate(labels: dict, mask: np.ndarray, lut: np.ndarray) -> None:

@@ -78,7 +78,7 @@ def _walker(ids, mats, location):
     """The skinned pedestrian: one mesh of six boxes (each split into 4 segments along its height so the
     silhouette is a real mesh) on an armature child of it, walk cycle as sine F-curve modifiers."""
     verts, faces, owner = [], [], []
-    for part, half, centre, bone in WALKER_PARTS:
+    for _part, half, centre, bone in WALKER_PARTS:
         hx, hy, hz = half
         levels = [centre[2] - hz + 2 * hz * i / 4 for i in range(5)]
         base = len(verts)
@@ -110,7 +110,7 @@ def _walker(ids, mats, location):
         ped.vertex_groups.new(name=bone).add([i for i, o in enumerate(owner) if o == bone], 1.0, "REPLACE")
     mod = ped.modifiers.new("walk", "ARMATURE")
     mod.object = arm
-    for name, amplitude in WALK_SWING.items():
+    for name, _amplitude in WALK_SWING.items():
         pb = arm.pose.bones[name]
         pb.rotation_mode = "XYZ"
         pb.keyframe_insert("rotation_euler", index=0, frame=1)

@@ -99,3 +99,25 @@ def object_scene_poses(scale: int = 16) -> dict:
     M[:3, 3] = (-1.5, -1.2, 9.0)
     out["box"] = M
     return out
+
+
+def run_on_a_terminal(argv, cwd, env=None, timeout=600) -> tuple[int, str]:
+    """Run argv with stdout and stderr on a pseudo-terminal (as in a user's shell); (exit status, all it showed)."""
+    import os
+    import pty
+    import subprocess
+    main, child = pty.openpty()
+    proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=child,
+                            stderr=child, close_fds=True)
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 4096)
+        except OSError:                                   # EIO once the child has closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    return proc.wait(timeout=timeout), b"".join(chunks).decode(errors="replace")

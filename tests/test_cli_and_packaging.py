@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ from contracts.sample_identity import rgb_seed
 from scenes import calibration
 
 from .conftest import REPO, build_and_export, run_python
-from .helpers import assert_fails, load_event
+from .helpers import assert_fails, load_event, run_on_a_terminal
 
 BLENDER_NOISE = ("Saved:", "Read blend", "CUEW", "HIPEW", "rowbeam_render_")
 
@@ -101,23 +100,10 @@ def test_export_is_quiet_except_for_its_own_lines(rgb_bundle, tmp_path):
 def test_progress_on_a_terminal_rewrites_one_line(rgb_bundle, tmp_path):
     """On a TTY the stage line (job, stage, samples done/total, elapsed) is rewritten in place with \\r."""
     e = rgb_bundle
-    main, child = pty.openpty()                           # the child's stdout and stderr are the terminal
-    proc = subprocess.Popen([sys.executable, "-m", "rowbeam", "export", str(e.blend), "--rig", str(e.rig), "--out",
-                             str(tmp_path / "tty"), "--count", "1", "--device", "cpu"], cwd=REPO, env=_child_env(),
-                            stdin=subprocess.DEVNULL, stdout=child, stderr=child, close_fds=True)
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            data = os.read(main, 4096)
-        except OSError:                                   # EIO once the child has closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(main)
-    text = b"".join(chunks).decode(errors="replace")
-    assert proc.wait(timeout=300) == 0, text
+    rc, text = run_on_a_terminal([sys.executable, "-m", "rowbeam", "export", e.blend, "--rig", e.rig, "--out",
+                                  tmp_path / "tty", "--count", "1", "--device", "cpu"], cwd=REPO, env=_child_env(),
+                                 timeout=300)
+    assert rc == 0, text
     assert "\r[1/1] camera_front event 0: rgb render" in text and "/4 samples" in text, text
     assert "label render" in text and "published 1" in text
     assert not [n for n in BLENDER_NOISE if n in text], text

@@ -120,7 +120,7 @@ def test_shape_key_blend_linear_in_time(deform):
         assert u.size > 1000
         X = _camera_points(K, u.astype(float), v)
         rest = ds.plate_rest(src["row_time_ns"][v] * 1e-9 * ds.FPS, to_local(X))
-        ud, vd, Y = _solve_landing(K, dst["row_time_ns"], lambda t: to_camera(ds.plate_local(t * ds.FPS, rest)))
+        ud, vd, Y = _solve_landing(K, dst["row_time_ns"], lambda t: to_camera(ds.plate_local(t * ds.FPS, rest)))  # noqa: B023
         assert (fa[f"flow_{direction}_correspondence_defined"][v, u] == 1).all()
         err = np.abs(fa[f"flow_{direction}"][v, u] - np.stack([ud - u, vd - v], -1)).max()
         assert err < 2e-3, (direction, err)
@@ -329,7 +329,7 @@ def test_running_example_pedestrian_walks_with_material_point_flow(exports):
         ev = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
         mesh = ev.to_mesh()
         M = np.array(ev.matrix_world)
-        P = sum(bk * (M[:3, :3] @ np.array(mesh.vertices[k].co) + M[:3, 3]) for bk, k in zip(b, ids))
+        P = sum(bk * (M[:3, :3] @ np.array(mesh.vertices[k].co) + M[:3, 3]) for bk, k in zip(b, ids, strict=False))
         ev.to_mesh_clear()
         Tc = (1 - a) * a1["row_T_world_camera"][r0] + a * a1["row_T_world_camera"][r1]
         X = np.linalg.solve(Tc, np.r_[P, 1.0])[:3]

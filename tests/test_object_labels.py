@@ -175,6 +175,27 @@ def _fails(root):
     return {f["check"] for f in fails}
 
 
+def _asset(root, ev, name):
+    """(V, F) of the named object's exported asset."""
+    o = _obj(json.loads((ev / "manifest.json").read_text()), name)
+    return read_ply((root / o["asset"]["uri"]).read_bytes())
+
+
+def _readdress_asset(root, ev, name, V, F):
+    """Write (V, F) as a new content-addressed asset and point the object (uri, sha256, box3d) at it."""
+    import hashlib
+    data = ply_bytes(V, F)
+    sha = hashlib.sha256(data).hexdigest()
+    (root / "assets" / "meshes" / f"{sha}.ply").write_bytes(data)
+    lo, hi = V.min(0), V.max(0)
+
+    def edit(m):
+        ob = _obj(m, name)
+        ob["asset"].update(uri=f"assets/meshes/{sha}.ply", sha256=sha)
+        ob["box3d"].update(centre_m=((lo + hi) / 2).tolist(), size_m=(hi - lo).tolist())
+    _edit(ev, edit)
+
+
 def test_checker_catches_mask_bit_flip(calib, tmp_path):
     root, ev = _copy(calib[0], tmp_path)
     p = ev / "amodal_masks.npy"
@@ -200,21 +221,10 @@ def test_checker_catches_loose_box(calib, tmp_path):
 
 def test_checker_catches_moved_asset_vertex(calib, tmp_path):
     """A vertex moved 2 cm in a re-addressed asset (sha256 and uri updated): only the re-rasterisation fails."""
-    import hashlib
     root, ev = _copy(calib[0], tmp_path)
-    o = _obj(json.loads((ev / "manifest.json").read_text()), "back")
-    V, F = read_ply((root / o["asset"]["uri"]).read_bytes())
+    V, F = _asset(root, ev, "back")
     V[0] *= 1.2                                      # a corner outward by 20 %: ~2 px on the image
-    data = ply_bytes(V, F)
-    sha = hashlib.sha256(data).hexdigest()
-    (root / "assets" / "meshes" / f"{sha}.ply").write_bytes(data)
-    lo, hi = V.min(0), V.max(0)
-
-    def edit(m):
-        ob = _obj(m, "back")
-        ob["asset"].update(uri=f"assets/meshes/{sha}.ply", sha256=sha)
-        ob["box3d"].update(centre_m=((lo + hi) / 2).tolist(), size_m=(hi - lo).tolist())
-    _edit(ev, edit)
+    _readdress_asset(root, ev, "back", V, F)
     assert {"objects:rasterisation"} <= _fails(root) <= {"objects:rasterisation", "objects:ray_cast"}
 
 
@@ -272,22 +282,10 @@ def test_checker_ray_cast_catches_what_a_shared_rasteriser_would_hide(calib, tmp
     """The exporter and the checker share contracts.rasterize for rigid objects: if it were wrong, the
     rasterisation check would agree with a wrong mask. Emulated: the checker's rasteriser returns the exported
     mask, and the asset is scaled by 1.15 (its silhouette grows by px everywhere): the ray cast alone fails."""
-    import hashlib
     from contracts import object_checks
     root, ev = _copy(calib[0], tmp_path)
-    o = _obj(json.loads((ev / "manifest.json").read_text()), "back")
-    V, F = read_ply((root / o["asset"]["uri"]).read_bytes())
-    V = V * 1.15
-    data = ply_bytes(V, F)
-    sha = hashlib.sha256(data).hexdigest()
-    (root / "assets" / "meshes" / f"{sha}.ply").write_bytes(data)
-    lo, hi = V.min(0), V.max(0)
-
-    def edit(m):
-        ob = _obj(m, "back")
-        ob["asset"].update(uri=f"assets/meshes/{sha}.ply", sha256=sha)
-        ob["box3d"].update(centre_m=((lo + hi) / 2).tolist(), size_m=(hi - lo).tolist())
-    _edit(ev, edit)
+    V, F = _asset(root, ev, "back")
+    _readdress_asset(root, ev, "back", V * 1.15, F)
     W, H = calib[1]["calibration"]["image_size_px"]
     monkeypatch.setattr(object_checks, "rasterise_object", lambda manifest, arrays, ob, V, F, margin_px=0.0:
                         object_checks.object_masks(manifest["object_labels"], arrays, W, H, ob)[1])

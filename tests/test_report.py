@@ -17,6 +17,7 @@ import pytest
 from contracts.schema import schema_errors
 
 from .conftest import REPO, skip_without_custom_camera
+from .helpers import run_on_a_terminal
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -212,23 +213,7 @@ def test_out_holding_other_files_is_refused_and_kept(dusk, tmp_path):
 
 def _report_on_a_terminal(*args) -> tuple[int, str]:
     """Run `rowbeam report ARGS` with stdout and stderr on a pseudo-terminal; (exit status, everything shown)."""
-    import pty
-
-    main, child = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "rowbeam", "report", *map(str, args)], cwd=REPO,
-                            stdin=subprocess.DEVNULL, stdout=child, stderr=child, close_fds=True)
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            data = os.read(main, 4096)
-        except OSError:                                   # EIO once the child has closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(main)
-    return proc.wait(timeout=600), b"".join(chunks).decode(errors="replace")
+    return run_on_a_terminal([sys.executable, "-m", "rowbeam", "report", *args], cwd=REPO)
 
 
 def test_baseline_drift(report, dusk, tmp_path):

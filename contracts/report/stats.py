@@ -27,7 +27,7 @@ DRIFT_THRESHOLDS = {
 
 
 def _bin_labels(edges, unit: str) -> list[str]:
-    return [f"{a:g}–{b:g} {unit}" if np.isfinite(b) else f"≥ {a:g} {unit}" for a, b in zip(edges[:-1], edges[1:])]
+    return [f"{a:g}–{b:g} {unit}" if np.isfinite(b) else f"≥ {a:g} {unit}" for a, b in zip(edges[:-1], edges[1:], strict=False)]
 
 
 class Residuals:
@@ -108,7 +108,8 @@ def slice_by(v, key, kind: str, class_names: dict | None = None) -> list[dict]:
         edges, unit = {"distance": (DISTANCE_BINS_M, "m"), "radius": (RADIUS_BINS, "× half diagonal"),
                        "speed": (SPEED_BINS_M_S, "m/s")}[kind]
         key = key.astype(np.float64)
-        groups = [(lab, (key >= a) & (key < b)) for lab, a, b in zip(_bin_labels(edges, unit), edges[:-1], edges[1:])]
+        groups = [(lab, (key >= a) & (key < b))
+                  for lab, a, b in zip(_bin_labels(edges, unit), edges[:-1], edges[1:], strict=True)]
     return [{"bin": lab, "count": int(m.sum()), **describe(v[m])} for lab, m in groups if m.any()]
 
 
