@@ -51,11 +51,11 @@ DEFINITION = {
 
 def tight_box(mask, x_offset: int = 0, y_offset: int = 0):
     """[x, y, w, h] (inclusive extents, w = x_max - x_min + 1) of a bool mask's pixels, offset added; None if empty."""
-    ys, xs = np.nonzero(np.asarray(mask))
-    if xs.size == 0:
+    mask = np.asarray(mask)
+    cols, rows = np.flatnonzero(mask.any(axis=0)), np.flatnonzero(mask.any(axis=1))
+    if cols.size == 0:
         return None
-    return [int(xs.min()) + x_offset, int(ys.min()) + y_offset, int(xs.max() - xs.min() + 1),
-            int(ys.max() - ys.min() + 1)]
+    return [int(cols[0]) + x_offset, int(rows[0]) + y_offset, int(cols[-1] - cols[0] + 1), int(rows[-1] - rows[0] + 1)]
 
 
 def unpack(packed, width: int) -> np.ndarray:
@@ -246,11 +246,11 @@ def _ray_cast_edges(manifest, arrays, o, V, F, canvas, per_object: int = RAY_SAM
     """(rays cast, judged, disagreeing) for pixels on both sides of the object's canvas silhouette edge (plus a
     few anywhere in its box), each ray cast at its canvas row's pose and judged only away from edges."""
     W, H = manifest["calibration"]["image_size_px"]
-    ys, xs = np.nonzero(canvas)
-    if ys.size == 0:
+    box = tight_box(canvas)
+    if box is None:
         return 0, 0, 0
-    r0, r1 = max(int(ys.min()) - 2, 0), min(int(ys.max()) + 3, canvas.shape[0])
-    c0, c1 = max(int(xs.min()) - 2, 0), min(int(xs.max()) + 3, canvas.shape[1])
+    r0, r1 = max(box[1] - 2, 0), min(box[1] + box[3] + 2, canvas.shape[0])
+    c0, c1 = max(box[0] - 2, 0), min(box[0] + box[2] + 2, canvas.shape[1])
     w = canvas[r0:r1, c0:c1]
     edge = np.zeros_like(w)
     for axis in (0, 1):
