@@ -16,15 +16,7 @@ def check_lidar_event(manifest: dict, arrays: dict, add) -> None:
     beams = cal["beams"]["channels"]
     _check_timing(timing, beams, arrays, add)
     directions = _declared_directions(timing, cal, beams)
-    if "firing_T_world_lidar" in arrays:
-        poses = arrays["firing_T_world_lidar"]
-        bad = np.flatnonzero(~rigid_mask(poses.reshape(-1, 4, 4), tol.RIGID_TOL))
-        add("firing_poses_rigid", bad.size == 0, f"{bad.size} firing poses are not rigid" if bad.size
-            else "every firing pose is rigid")
-    T_ref = cal["T_lidar_world"]
-    ok = is_rigid(np.array(T_ref["matrix"]), tol.RIGID_TOL) and T_ref.get("time_ns") == event["reference_time_ns"]
-    add("reference_pose", ok, "T_lidar_world is rigid and stamped with the reference time" if ok else
-        "calibration.T_lidar_world is not rigid or not stamped with event.reference_time_ns")
+    check_sensor_poses(arrays.get("firing_T_world_lidar"), "firing", cal, "T_lidar_world", event, add)
     if not {"valid", "range"} <= arrays.keys():
         return
     check_validity(arrays, ("range", "normal_geometric", "cos_incidence"), add)
@@ -34,7 +26,7 @@ def check_lidar_event(manifest: dict, arrays: dict, add) -> None:
         _check_normals(valid, arrays, directions, add)
     check_ids(manifest, arrays, add)
     if {"points", "firing_T_world_lidar"} <= arrays.keys():
-        _check_points(timing, beams, valid, arrays, directions, np.array(T_ref["matrix"]), add)
+        _check_points(timing, beams, valid, arrays, directions, np.array(cal["T_lidar_world"]["matrix"]), add)
     check_beam_verification(manifest["method"]["verification"], add)
 
 
@@ -124,6 +116,19 @@ def _check_points(timing, beams, valid, arrays, directions, T_lidar_world_ref, a
             f"motion-compensated points differ from T_lidar_world(reference) p_world by {worst_m:.3g} m"
             if worst_m > tol.LIDAR_POINT_TOL_M else "motion-compensated points = T_lidar_world(reference) p_world",
             worst_error_m=worst_m)
+
+
+def check_sensor_poses(poses, unit: str, cal: dict, ref_name: str, event: dict, add) -> None:
+    """Per-beam-time poses (..., 4, 4) rigid (when exported) and the calibration's reference pose `ref_name`
+    rigid and stamped with event.reference_time_ns (LiDAR firings, radar chirps)."""
+    if poses is not None:
+        bad = np.flatnonzero(~rigid_mask(poses.reshape(-1, 4, 4), tol.RIGID_TOL))
+        add(f"{unit}_poses_rigid", bad.size == 0, f"{bad.size} {unit} poses are not rigid" if bad.size
+            else f"every {unit} pose is rigid")
+    T_ref = cal[ref_name]
+    ok = is_rigid(np.array(T_ref["matrix"]), tol.RIGID_TOL) and T_ref.get("time_ns") == event["reference_time_ns"]
+    add("reference_pose", ok, f"{ref_name} is rigid and stamped with the reference time" if ok else
+        f"calibration.{ref_name} is not rigid or not stamped with event.reference_time_ns")
 
 
 def check_beam_verification(ver, add, unit: str = "firings"):

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import qa_profile as tol
-from .frames import is_rigid, rigid_mask
 from .label_checks import check_ids, check_validity
-from .lidar_checks import check_beam_verification
+from .lidar_checks import check_beam_verification, check_sensor_poses
 from .radar import RadarTiming, table_directions
 
 
@@ -25,14 +24,7 @@ def check_radar_event(manifest: dict, arrays: dict, add) -> None:
         if name in arrays:
             same = np.array_equal(arrays[name], np.array([b[key] for b in cal["beams"]["table"]]))
             add(f"beam_{name}", same, f"{name} equals the beam table" if same else f"{name} differs from the beam table")
-    if "chirp_T_world_radar" in arrays:
-        bad = np.flatnonzero(~rigid_mask(arrays["chirp_T_world_radar"], tol.RIGID_TOL))
-        add("chirp_poses_rigid", bad.size == 0, f"{bad.size} chirp poses are not rigid" if bad.size
-            else "every chirp pose is rigid")
-    T_ref = cal["T_radar_world"]
-    ok = is_rigid(np.array(T_ref["matrix"]), tol.RIGID_TOL) and T_ref.get("time_ns") == event["reference_time_ns"]
-    add("reference_pose", ok, "T_radar_world is rigid and stamped with the reference time" if ok else
-        "calibration.T_radar_world is not rigid or not stamped with event.reference_time_ns")
+    check_sensor_poses(arrays.get("chirp_T_world_radar"), "chirp", cal, "T_radar_world", event, add)
     if not {"valid", "range"} <= arrays.keys():
         return
     check_validity(arrays, ("range", "radial_velocity", "normal_geometric", "cos_incidence"), add)
