@@ -75,13 +75,23 @@ def main(argv=None, prog: str = "python -m contracts") -> int:
     ko.add_argument("--sensor", help="camera sensor id (default: the only camera with object labels)")
     rect = fmts.add_parser("rectify", help="rectified (undistorted) pinhole view of distorted camera events: "
                            "camera_z, range, ids (nearest neighbour), validity, source row",
-                           description="OUT_DIR/<sensor>/<index:06d>/{camera_z,range,instance_id,semantic_id,valid,"
-                           "source_row}.npy for every camera event with a lens model (contracts/adapters/rectify.py).")
+                           description="OUT_DIR/<sensor>/<index:06d>/ (camera_z, range, instance_id, semantic_id, valid, "
+                           "normals, rgb, source_row/col, objects.json) for every camera event with a lens model and "
+                           "OUT_DIR/<sensor>/<i0>-<i1>/ for the flows between them (contracts/adapters/rectify.py).")
     rect.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
     rect.add_argument("out_dir", help="a new (or empty) output folder; staged beside it and renamed when complete")
     rect.add_argument("--sensor", help="camera sensor id (default: every camera with a lens)")
     rect.add_argument("--K", help="pinhole intrinsics fx,fy,cx,cy in px (default: the event's K)")
     rect.add_argument("--size", help="pinhole image size WxH (default: the event's)")
+    rect.add_argument("--alpha", help="choose K like cv2.getOptimalNewCameraMatrix (opencv lenses) or "
+                      "cv2.fisheye.estimateNewCameraMatrixForUndistortRectify balance (fisheye): 0 = every pixel has "
+                      "a source, 1 = the whole source image kept (0..1; not with --K)")
+    rect.add_argument("--format", default="exr", choices=("exr", "npy"), dest="array_format",
+                      help="image arrays as EXR with the bundle's channels and dtypes (default) or .npy")
+    rect.add_argument("--png", action="store_true", help="also depth.png (16-bit, BOP) and flow_*.png (16-bit, KITTI)")
+    rect.add_argument("--interpolation", default="bilinear", choices=("bilinear", "nearest"),
+                      help="camera_z (inverse depth) and rgb: bilinear (default) or nearest; ids, normals, flow "
+                      "always nearest")
     asc = sub.add_parser("associate", help="pair camera row bands with LiDAR beams / radar chirps within a skew",
                          description="For each camera event and each LiDAR or radar event overlapping it, pair every "
                          "camera row with the nearest firing group / chirp and keep the pair only when the skew is at "
@@ -159,7 +169,8 @@ def _run_adapter(args) -> str:
     elif fmt == "rectify":
         from .adapters.rectify import export_rectified
 
-        s = export_rectified(args.bundle, args.out_dir, args.sensor, args.K, args.size)
+        s = export_rectified(args.bundle, args.out_dir, args.sensor, args.K, args.size, args.alpha, args.array_format,
+                             args.png, args.interpolation)
     elif fmt == "ply":
         from .adapters.lidar_formats import export_ply
 

@@ -451,7 +451,8 @@ def test_rectified_pinhole_view(exports, tmp_path, lens_name):
     e = _board(exports, lens_name)
     out = tmp_path / "rect"
     fx = 150.0 if lens_name == "opencv_fisheye" else 120.0       # opencv: wider than the distorted image
-    assert main(["adapt", "rectify", str(e.bundle), str(out), "--K", f"{fx},{fx},159.5,89.5", "--size", "320x180"]) == 0
+    assert main(["adapt", "rectify", str(e.bundle), str(out), "--K", f"{fx},{fx},159.5,89.5", "--size", "320x180",
+                 "--format", "npy"]) == 0
     side = json.loads((out / "rowbeam_adapter_sidecar.json").read_text())
     assert side["format"] == "rectified_pinhole" and len(side["lost"]) >= 4
     assert 0 < side["max_rounding_error"]["nearest_neighbour_px"] <= 0.7072
