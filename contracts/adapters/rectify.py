@@ -179,6 +179,7 @@ class RectMap:
             self.inside = seen & (self.qu >= -0.5) & (self.qu < W - 0.5) & (self.qv >= -0.5) & (self.qv < H - 0.5)
         self.rows, self.cols = nearest_pixel(self.qu, self.qv, W, H)
         self.lens, self.K_out, self.size_out = lens, np.asarray(K_out, np.float64), size_out
+        self._kept = None
 
     def nearest(self, a: np.ndarray) -> np.ndarray:
         return a[self.rows, self.cols]
@@ -190,18 +191,25 @@ class RectMap:
             out = out + (w[..., None] if a.ndim == 3 else w) * a[r, c].astype(np.float64)
         return out
 
+    def kept(self) -> np.ndarray:
+        """(H, W) bool: source pixel centres whose ray lands inside the rectified image (computed once)."""
+        if self._kept is None:
+            v, u = np.mgrid[0:self.lens.height, 0:self.lens.width].astype(np.float64)
+            ur, vr = self.rectify_positions(u, v)
+            Wo, Ho = self.size_out
+            with np.errstate(invalid="ignore"):
+                self._kept = (ur >= -0.5) & (ur < Wo - 0.5) & (vr >= -0.5) & (vr < Ho - 0.5)
+        return self._kept
+
     def rectify_positions(self, u, v) -> tuple[np.ndarray, np.ndarray]:
         """Distorted source pixel positions (u, v) -> rectified positions K' unproject(u, v); NaN without a ray."""
         return project_uv(self.K_out, pixel_rays(self.lens, u, v))
 
 
-def rectify_event(manifest: dict, arrays: dict, K_out: np.ndarray, size_out: tuple[int, int],
-                  interpolation: str = "bilinear") -> tuple[dict, dict]:
-    """(rectified arrays, stats) of one distorted camera event; arrays: EVENT_NEEDED and any of EVENT_OPTIONAL."""
-    lens = lens_from_calibration(manifest["calibration"])
-    if lens is None:
-        raise RowbeamError(f"event {manifest['sample_id']}: pinhole camera without a lens; nothing to rectify")
-    m = RectMap(lens, K_out, size_out)
+def rectify_event(m: RectMap, arrays: dict, interpolation: str = "bilinear") -> tuple[dict, dict]:
+    """(rectified arrays, stats) of one distorted camera event through the map `m` of its lens; arrays:
+    EVENT_NEEDED and any of EVENT_OPTIONAL."""
+    lens = m.lens
     valid = m.inside & (m.nearest(arrays["valid"]) == 1)
     ids = np.where(valid, m.nearest(arrays["instance_id"]), 0).astype(np.uint32)
     if interpolation == "bilinear":
@@ -241,13 +249,7 @@ def rectify_event(manifest: dict, arrays: dict, K_out: np.ndarray, size_out: tup
 
 def cropped_source_pixels(m: RectMap, source_valid: np.ndarray) -> int:
     """Valid source pixels whose ray K' projects outside the rectified image (or that have no ray)."""
-    H, W = source_valid.shape
-    v, u = np.mgrid[0:H, 0:W].astype(np.float64)
-    ur, vr = m.rectify_positions(u, v)
-    Wo, Ho = m.size_out
-    with np.errstate(invalid="ignore"):
-        kept = (ur >= -0.5) & (ur < Wo - 0.5) & (vr >= -0.5) & (vr < Ho - 0.5)
-    return int(((source_valid == 1) & ~kept).sum())
+    return int(((source_valid == 1) & ~m.kept()).sum())
 
 
 def object_boxes(instance_id: np.ndarray, objects: list[dict]) -> list[dict]:
@@ -268,10 +270,10 @@ def object_boxes(instance_id: np.ndarray, objects: list[dict]) -> list[dict]:
     return out
 
 
-def rectify_flow(arrays: dict, lens: Lens, K_out: np.ndarray, size_out: tuple[int, int], direction: str) -> dict:
+def rectify_flow(m: RectMap, arrays: dict, direction: str) -> dict:
     """Rectified flow of one direction (arrays: the flow folder's `flow_<direction>` and its four flags; scene flow
     when forward): flow = K' unproject(s + flow(s)) - K' unproject(s) at the nearest source pixel s."""
-    m = RectMap(lens, K_out, size_out)
+    size_out = m.size_out
     pre = f"flow_{direction}"
     flow = m.nearest(arrays[pre]).astype(np.float64)
     su, sv = m.cols.astype(np.float64), m.rows.astype(np.float64)
@@ -381,6 +383,7 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
                 K_out = np.array(cal["K"], np.float64)
             cam = cameras.setdefault(e.sensor, {"K": K_out.tolist(), "image_size_px": list(size_out),
                                                 "alpha": alpha, "lens": lens, "key": _lens_key(cal),
+                                                "map": RectMap(lens, K_out, size_out),
                                                 "source_K": cal["K"],
                                                 "rule": ALPHA_RULE[lens.model] if alpha is not None else
                                                 ("given --K" if fx_fy_cx_cy is not None else "the event's K")})
@@ -388,7 +391,7 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
                 raise RowbeamError(f"{e.path}: calibration differs from the sensor's first event; rectify one event "
                                    "range of constant calibration at a time")
             names = [n for n in EVENT_NEEDED + EVENT_OPTIONAL if n in EVENT_NEEDED or n in e.names]
-            arrays, stats = rectify_event(e.manifest, e.arrays(names), K_out, size_out, interpolation)
+            arrays, stats = rectify_event(cam["map"], e.arrays(names), interpolation)
             folder = stage / e.sensor / f"{e.index:06d}"
             _write_arrays(folder, arrays, e.manifest["modalities"], fmt)
             boxes = object_boxes(arrays["instance_id"], e.objects)
@@ -411,13 +414,12 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
             cam = cameras[fl.sensor]
             if _lens_key(fl.manifest["calibration"]) != cam["key"]:
                 raise RowbeamError(f"{fl.path}: the flow's calibration differs from its events'")
-            K_out, size_out = np.array(cam["K"]), tuple(cam["image_size_px"])
             out = {}
             for direction in ("forward", "backward"):
                 names = [f"flow_{direction}"] + [f"flow_{direction}_{f}" for f in FLAG_NAMES] + (
                     [n for n in ("scene_flow_world", "scene_flow_source_camera") if n in fl.names]
                     if direction == "forward" else [])
-                out.update(rectify_flow(fl.arrays(names), cam["lens"], K_out, size_out, direction))
+                out.update(rectify_flow(cam["map"], fl.arrays(names), direction))
             folder = stage / fl.sensor / f"{src:06d}-{dst:06d}"
             _write_arrays(folder, out, fl.manifest["modalities"], fmt)
             if png:
@@ -431,7 +433,7 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
             per_flow.append({"flow_id": fl.flow_id, "folder": f"{fl.sensor}/{src:06d}-{dst:06d}",
                              "forward_defined_fraction": float(np.isfinite(out["flow_forward"]).all(-1).mean()),
                              "backward_defined_fraction": float(np.isfinite(out["flow_backward"]).all(-1).mean())})
-        pinhole = {s: {k: v for k, v in c.items() if k not in ("lens", "key")} for s, c in cameras.items()}
+        pinhole = {s: {k: v for k, v in c.items() if k not in ("lens", "key", "map")} for s, c in cameras.items()}
         doc = sidecar("rectified_pinhole", out_dir.name, {"bundle": str(bundle.path), "sensor": events[0].sensor,
                                                           "events": [e.sample_id for e in events],
                                                           "flows": [f["flow_id"] for f in per_flow]},
