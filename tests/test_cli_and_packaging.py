@@ -59,6 +59,8 @@ def test_rowbeam_help_documents_every_subcommand_and_option():
                 "adapt bop": ["bundle", "out_dir", "--split"], "adapt coco": ["bundle", "out", "--sensor"],
                 "adapt kitti-object": ["bundle", "out_dir", "--sensor"], "adapt ply": ["source", "out"],
                 "adapt kitti-lidar": ["bundle", "out_dir", "--sensor", "--frame", "--intensity"],
+                "adapt rectify": ["bundle", "out_dir", "--sensor", "--K", "--size", "--alpha", "--format", "--png",
+                                  "--interpolation"],
                 "scenes": ["name", "out", "--scale", "--rgb-samples", "--object-labels"], "schemas": ["out"],
                 "associate": ["bundle", "--max-skew-us"],
                 "plan": ["spec", "--out"], "farm run": ["plan", "--engine", "--workers", "--retries", "--shards"],

@@ -179,7 +179,8 @@ class RectMap:
             self.inside = seen & (self.qu >= -0.5) & (self.qu < W - 0.5) & (self.qv >= -0.5) & (self.qv < H - 0.5)
         self.rows, self.cols = nearest_pixel(self.qu, self.qv, W, H)
         self.lens, self.K_out, self.size_out = lens, np.asarray(K_out, np.float64), size_out
-        self._kept = None
+        self._source = None
+        self.corners = bilinear_corners(self.qu, self.qv, W, H)
 
     def nearest(self, a: np.ndarray) -> np.ndarray:
         return a[self.rows, self.cols]
@@ -187,19 +188,23 @@ class RectMap:
     def bilinear(self, a: np.ndarray) -> np.ndarray:
         """Bilinear over q's 2x2 source pixel centres (clamped at the border); float64."""
         out = 0.0
-        for r, c, w in bilinear_corners(self.qu, self.qv, self.lens.width, self.lens.height):
+        for r, c, w in self.corners:
             out = out + (w[..., None] if a.ndim == 3 else w) * a[r, c].astype(np.float64)
         return out
 
-    def kept(self) -> np.ndarray:
-        """(H, W) bool: source pixel centres whose ray lands inside the rectified image (computed once)."""
-        if self._kept is None:
+    def source_rectified(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rectified positions (u', v') ((H, W) each, NaN without a ray) of every source pixel centre (computed once)."""
+        if self._source is None:
             v, u = np.mgrid[0:self.lens.height, 0:self.lens.width].astype(np.float64)
-            ur, vr = self.rectify_positions(u, v)
-            Wo, Ho = self.size_out
-            with np.errstate(invalid="ignore"):
-                self._kept = (ur >= -0.5) & (ur < Wo - 0.5) & (vr >= -0.5) & (vr < Ho - 0.5)
-        return self._kept
+            self._source = self.rectify_positions(u, v)
+        return self._source
+
+    def kept(self) -> np.ndarray:
+        """(H, W) bool: source pixel centres whose ray lands inside the rectified image."""
+        ur, vr = self.source_rectified()
+        Wo, Ho = self.size_out
+        with np.errstate(invalid="ignore"):
+            return (ur >= -0.5) & (ur < Wo - 0.5) & (vr >= -0.5) & (vr < Ho - 0.5)
 
     def rectify_positions(self, u, v) -> tuple[np.ndarray, np.ndarray]:
         """Distorted source pixel positions (u, v) -> rectified positions K' unproject(u, v); NaN without a ray."""
@@ -237,7 +242,7 @@ def rectify_event(m: RectMap, arrays: dict, interpolation: str = "bilinear") -> 
         rgb = m.bilinear(arrays["rgb"]) if interpolation == "bilinear" else m.nearest(arrays["rgb"])
         out["rgb"] = np.where(m.inside[..., None], rgb, 0.0).astype(arrays["rgb"].dtype)
     mixed = np.zeros(valid.shape, bool)
-    corners = bilinear_corners(m.qu, m.qv, lens.width, lens.height)
+    corners = m.corners
     for r, c, _ in corners[1:]:
         mixed |= arrays["instance_id"][r, c] != arrays["instance_id"][corners[0][0], corners[0][1]]
     nn = np.hypot(m.qu - m.cols, m.qv - m.rows)[valid]
@@ -277,7 +282,7 @@ def rectify_flow(m: RectMap, arrays: dict, direction: str) -> dict:
     pre = f"flow_{direction}"
     flow = m.nearest(arrays[pre]).astype(np.float64)
     su, sv = m.cols.astype(np.float64), m.rows.astype(np.float64)
-    s_u, s_v = m.rectify_positions(su, sv)
+    s_u, s_v = (p[m.rows, m.cols] for p in m.source_rectified())
     d_u, d_v = m.rectify_positions(su + flow[..., 0], sv + flow[..., 1])
     Wo, Ho = size_out
     flags = {f: m.inside & (m.nearest(arrays[f"{pre}_{f}"]) == 1) for f in FLAG_NAMES}
