@@ -172,3 +172,97 @@ def test_id_colours_follow_the_stable_id_and_classes_are_distinct():
     sem = overlays.semantic_image(np.array([list(range(0, 10)) + [0xFFFFFFFF]], np.uint32))[0]
     assert (sem[0] == 0).all() and (sem[-1] == 255).all()
     assert len({tuple(c) for c in sem[1:10]}) == 9
+
+
+def test_velocity_colour_sign_zero_clip_and_nan():
+    c = colour.velocity_colour(np.array([-10.0, -5.0, 0.0, 5.0, 10.0, 25.0, np.nan]), 10.0).astype(int)
+    assert tuple(c[0]) == (33, 102, 172) and tuple(c[4]) == (178, 24, 43)     # the map's ends at -v_max / +v_max
+    assert c[1][2] > c[1][0] + 50 and c[3][0] > c[3][2] + 50                  # approaching blue, receding red
+    assert tuple(c[2]) == (247, 247, 247) and (c[5] == c[4]).all()             # zero near white; clipped beyond
+    assert (c[6] == colour.NO_DATA).all()
+    bar = colour.velocity_bar(64, 2)
+    assert bar[0, 0, 2] > bar[0, 0, 0] and bar[0, -1, 0] > bar[0, -1, 2]       # blue left, red right
+
+
+def _radar_frame():
+    """2 chirps x 3 beams (azimuths +30, 0, -30 deg): beam 0 at 20 m approaching at 5 m/s, beam 2 at 50 m receding
+    at 5 m/s (chirp 1), the rest no return."""
+    rng = np.zeros((2, 3), np.float32)
+    vr = np.zeros((2, 3), np.float32)
+    valid = np.zeros((2, 3), np.uint8)
+    rng[0, 0], vr[0, 0], valid[0, 0] = 20.0, -5.0, 1
+    rng[1, 2], vr[1, 2], valid[1, 2] = 50.0, 5.0, 1
+    return rng, np.array([30.0, 0.0, -30.0]), vr, valid
+
+
+def test_range_azimuth_puts_left_azimuth_left_near_range_low_and_colours_by_velocity():
+    rng, az, vr, valid = _radar_frame()
+    img, leg = overlays.radar_range_azimuth(rng, az, vr, valid, r_max=60.0, v_max=10.0, n_range=60, col_px=4)
+    assert img.shape == (60, 12, 3) and leg["azimuths_deg"] == [30.0, 0.0, -30.0]
+    blue, red = colour.velocity_colour(np.array([-5.0, 5.0]), 10.0)
+    assert (img[59 - 20, 0:4] == blue).all()                  # +30 deg (left of the sensor): left column; 20 m row 39
+    assert (img[59 - 50, 8:12] == red).all()                  # -30 deg: right column; 50 m: row 9 (far = up)
+    others = np.ones((60, 12), bool)
+    others[39, 0:4] = others[9, 8:12] = False
+    assert (img[others] == 255).all()                         # every other cell empty (white)
+
+
+def test_range_doppler_bins_range_and_velocity():
+    rng, _, vr, valid = _radar_frame()
+    img, leg = overlays.radar_range_doppler(rng, vr, valid, r_max=60.0, v_max=10.0, n_range=60, n_velocity=20)
+    filled = {tuple(x) for x in np.argwhere((img != colour.NO_DATA).any(-1))}
+    assert filled == {(39, 5), (9, 15)}                       # -5 m/s: column (−5 + 10) / 20 * 20 = 5; +5: 15
+    assert leg["log"] and leg["lo"] == 1.0
+
+
+def test_radar_return_lands_at_its_closed_form_pixel_in_the_time_matched_row():
+    """Radar chirp 0 at row 13's time + 1 us: its return on the wall is drawn at the closed-form pixel (41, 13) in
+    the colour of -5 m/s; chirp 1, 20 ms later, pairs with no row: its return (pixel (10, 30)) is grey."""
+    lm, _, cm, ca = _synthetic_pair()
+    H, W = ca["camera_z"].shape
+    timing = RollingShutterTiming(0, 12_000_000, 4_000_000, H, "top_to_bottom")
+    cm = {**cm, "sensor": {"id": "cam", "type": "rolling_shutter_camera", "object": "cam_obj"}, "sample_id": "s.cam.0",
+          "event": {"index": 0, **timing.to_manifest()}}
+    t13 = int(ca["row_time_ns"][13])
+    period = 20_000_000
+    radar_m = {"sensor": {"id": "radar", "type": "radar", "object": "radar_obj"}, "sample_id": "s.radar.0",
+               "event": {"index": 0, "timing_model": "rowbeam.radar@1", "frame_start_ns": t13 + 1000 - period // 2,
+                         "chirp_offset_ns": 0, "chirp_period_ns": period, "chirps": 2}}
+    K = np.array(cm["calibration"]["K"])
+    T_wc = ca["row_T_world_camera"][0]
+
+    def wall(u, v):
+        x_c = np.array([(u - K[0, 2]) / K[0, 0] * 10.0, (v - K[1, 2]) / K[1, 1] * 10.0, 10.0])
+        return T_wc[:3, :3] @ x_c + T_wc[:3, 3]
+    dtype = [("t_ns", "<i8"), ("chirp", "<u4"), ("x_world", "<f8"), ("y_world", "<f8"), ("z_world", "<f8"),
+             ("radial_velocity", "<f8")]
+    pts = np.array([(t13 + 1000, 0, *wall(41, 13), -5.0), (t13 + 1000 + period, 1, *wall(10, 30), 5.0)], dtype=dtype)
+    base = np.zeros((H, W, 3), np.uint8)
+    out = overlays.radar_in_camera(radar_m, pts, cm, ca, base, v_max=10.0)
+    assert out["chirp_row"] == {0: 13} and out["matched"] == 1
+    assert np.allclose(out["uv"][0], [41, 13], atol=1e-9) and np.isnan(out["uv"][1]).all()
+    blue = colour.velocity_colour(np.array(-5.0), 10.0)
+    assert (out["image"][12:15, 40:43] == blue).all()                # a 3 x 3 square centred on (41, 13)
+    assert (out["image"][30, 10] == 150).all()                         # the unpaired chirp's return: grey
+    assert int((out["image"] != 0).any(-1).sum()) == 10                # nothing else drawn
+    red = overlays.radar_in_camera(radar_m, np.array([(t13 + 1000, 0, *wall(41, 13), 5.0)], dtype=dtype), cm, ca,
+                                   base, v_max=10.0)["image"][13, 41]
+    assert red[0] > red[2] + 50                                        # receding: red
+
+
+def test_point_speed_is_static_zero_tracked_rigid_motion_else_nan():
+    from contracts.report import motion
+    from contracts.state_log import BodyTrack
+
+    T = np.repeat(np.eye(4)[None], 2, 0)
+    T[1, 0, 3] = 3.0
+    track = BodyTrack([0, 1_000_000_000], T, np.array([[3.0, 0, 0], [3.0, 0, 0]]), np.array([[0, 0, 1.0]] * 2))
+    objects = [{"render_index": 1, "motion": "static", "name": "wall"},
+               {"render_index": 2, "motion": "moving", "name": "cart"},
+               {"render_index": 3, "motion": "moving", "name": "untracked"}]
+    ids = np.array([1, 2, 3, 0])
+    P = np.array([[5.0, 5, 5], [1.5 + 1.0, 0, 0], [0, 0, 0], [0, 0, 0]])     # the cart's origin is at x = 1.5 at 0.5 s
+    s = motion.point_speeds(objects, {"cart": track}, ids, P, 500_000_000)
+    assert s[0] == 0.0
+    assert s[1] == pytest.approx(np.sqrt(10.0))          # v + w x r = (3, 0, 0) + (0, 0, 1) x (1, 0, 0) = (3, 1, 0)
+    assert np.isnan(s[2]) and np.isnan(s[3])             # moving without a track; background

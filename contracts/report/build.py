@@ -26,8 +26,9 @@ from ..errors import RowbeamError, UnusableInput
 from ..files import atomic_write_json, fsync_path, load_json
 from ..flow_checks import cycle_residuals
 from ..lens import unproject
-from . import colour, html, overlays
+from . import colour, html, motion, overlays
 from .png import encode_png, thumbnail
+from .radar_page import radar_page
 from .stats import Residuals, drift, histogram
 
 SCHEMA = "rowbeam/report@1"
@@ -185,7 +186,10 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
     by_folder = _qa_by_folder(qa)
     events = list(bundle.events())
     flows = list(bundle.flows())
-    lidars = [e for e in events if _safe(lambda e=e: e.sensor_type) == "spinning_lidar"]
+    types = {id(e): _safe(lambda e=e: e.sensor_type) for e in events}
+    lidars = [e for e in events if types[id(e)] == "spinning_lidar"]
+    cameras = [e for e in events if types[id(e)] == "rolling_shutter_camera"]
+    ctx = {"lidars": lidars, "cameras": cameras}
     items = []
     progress.stage("overlays", total=len(events) + len(flows), unit="folders")
     for i, doc in enumerate([*events, *flows]):
@@ -197,38 +201,17 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
                 "warnings": [c for c in entry["checks"] if c["status"] == "warn"],
                 "worst": {f"{c['check']}.{k}": v for c in entry["checks"] for k, v in c.get("values", {}).items()
                           if isinstance(v, (int, float)) and (k.startswith("worst") or k.startswith("max"))}}
-        name = f"{key}/{rel}".replace("/", "_")
         verify = entry["status"] == "fail"      # the checker verified passing folders' sha256; re-verify the others
-        item["page"] = f"pages/{name}.html"
-        try:
-            if isinstance(doc, Flow):
-                item["kind"] = "flow"
-                body = _flow_page(doc, w, f"{key}/{rel}", res, stats, verify)
-            elif doc.sensor_type not in ("spinning_lidar", "rolling_shutter_camera"):
-                item["kind"] = "other"
-                body = f"<p>{html.esc(doc.sensor_type)} event: no overlays for this sensor type yet (QA below)</p>"
-            elif doc.sensor_type == "spinning_lidar":
-                item["kind"] = "lidar_sweep"
-                body = _lidar_page(doc, w, f"{key}/{rel}", res, stats, verify)
-            else:
-                item["kind"] = "camera_event"
-                body = _camera_page(doc, w, f"{key}/{rel}", res, stats, lidars, verify)
-            item["overlays"] = "ok"
-        except (RowbeamError, OSError, KeyError, ValueError, TypeError, IndexError) as exc:
-            body = f"<p class=\"fail\">overlays unavailable: {html.esc(exc)}</p>"
-            item["overlays"] = f"unavailable: {exc}"
-            item["kind"] = item["kind"] or "unknown"
-        checks = html.table(["check", "status", "message"],
-                            [[html.esc(c["check"]), html.status(c["status"]), html.esc(c["message"])]
-                             for c in sorted(entry["checks"], key=lambda c: {"fail": 0, "warn": 1}.get(c["status"], 2))])
-        title = f"{rel} — {entry['status'].upper()}"
-        page = (f"<nav><a href=\"../index.html\">index</a></nav><h1>{html.esc(rel)} {html.status(entry['status'])}</h1>"
-                f"{body}<h2>QA checks</h2>{checks}")
-        (w.root / item["page"]).write_text(html.page(title, page, "../style.css"))
+        _item_page(doc, key, rel, entry["status"], entry["checks"], item, w, res, stats, ctx, verify)
         items.append(item)
         progress.advance(i + 1)
     quarantine = [_quarantine_entry(root, q) for q in qa.get("quarantine", [])]
-    stats.quarantine += quarantine
+    for q in quarantine:                    # held back at export: the same overlays, failed checks first
+        q["kind"] = None
+        doc = _open_quarantined(root, root / q["folder"])
+        _item_page(doc, key, q["folder"], "fail", q.pop("checks"), q, w, Residuals(), _Stats(), ctx, True,
+                   f"quarantined at export: {'; '.join(q['reasons'][:3])}")
+    stats.quarantine += [{"folder": q["folder"], "reasons": q["reasons"]} for q in quarantine]
     stats.counts["events"] += len(events)
     stats.counts["flows"] += len(flows)
     stats.counts["quarantined"] += len(quarantine)
@@ -237,6 +220,52 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
     return {"bundle": str(root), "key": key, "qa_status": qa["status"], "qa_summary": qa["summary"],
             "bundle_checks": [c for c in qa.get("bundle", {}).get("checks", []) if c["status"] != "pass"],
             "items": items, "quarantine": quarantine}
+
+
+def _open_quarantined(root: Path, folder: Path):
+    """A quarantined event or flow folder as a bundle_reader document (payloads resolve inside the bundle)."""
+    if folder.parent.parent.name == "flows":
+        return Flow(folder, root)
+    return Event(folder, root)
+
+
+def _item_page(doc, key, rel, status, checks, item, w, res, stats, ctx, verify, note="") -> None:
+    """Write the page of one event or flow folder (overlays by sensor kind, then its QA checks; failed checks
+    first, and on a failing folder before the overlays); sets item kind, page and overlays."""
+    name = f"{key}/{rel}".replace("/", "_")
+    item["page"] = f"pages/{name}.html"
+    try:
+        if isinstance(doc, Flow):
+            item["kind"] = "flow"
+            body = _flow_page(doc, w, f"{key}/{rel}", res, stats, verify)
+        elif doc.sensor_type == "spinning_lidar":
+            item["kind"] = "lidar_sweep"
+            body = _lidar_page(doc, w, f"{key}/{rel}", res, stats, verify)
+        elif doc.sensor_type == "rolling_shutter_camera":
+            item["kind"] = "camera_event"
+            body = _camera_page(doc, w, f"{key}/{rel}", res, stats, ctx["lidars"], verify)
+        elif doc.sensor_type == "radar":
+            item["kind"] = "radar_frame"
+            body = radar_page(doc, w, f"{key}/{rel}", res, stats, ctx["cameras"], verify)
+        else:
+            item["kind"] = "other"
+            body = f"<p>{html.esc(doc.sensor_type)} event: no overlays for this sensor type yet (QA below)</p>"
+        item["overlays"] = "ok"
+    except (RowbeamError, OSError, KeyError, ValueError, TypeError, IndexError) as exc:
+        body = f"<p class=\"fail\">overlays unavailable: {html.esc(exc)}</p>"
+        item["overlays"] = f"unavailable: {exc}"
+        item["kind"] = item["kind"] or "unknown"
+    order = {"fail": 0, "warn": 1}
+    table = html.table(["check", "status", "message"],
+                       [[html.esc(c.get("check")), html.status(c.get("status", "?")), html.esc(c.get("message", ""))]
+                        for c in sorted(checks, key=lambda c: order.get(c.get("status"), 2))])
+    head = (f"<nav><a href=\"../index.html\">index</a></nav><h1>{html.esc(rel)} {html.status(status)}</h1>"
+            + (f"<p class=\"fail\">{html.esc(note)}</p>" if note else ""))
+    if status == "fail":
+        page = f"{head}<h2>QA checks (failed first)</h2>{table}{body}"
+    else:
+        page = f"{head}{body}<h2>QA checks</h2>{table}"
+    (w.root / item["page"]).write_text(html.page(f"{rel} — {status.upper()}", page, "../style.css"))
 
 
 def _safe(fn):
@@ -248,14 +277,15 @@ def _safe(fn):
 
 def _quarantine_entry(root: Path, rel: str) -> dict:
     """A quarantined folder and why: the failing checks of the qa_report.json it keeps."""
-    reasons = []
+    reasons, checks = [], []
     try:
         q = load_json(root / rel / "qa_report.json", "qa_report.json")
         checks = q.get("checks") or [c for e in q.get("events", []) for c in e.get("checks", [])]
+        checks = [c for c in checks if isinstance(c, dict)]
         reasons = [f"{c['check']}: {c['message']}" for c in checks if c.get("status") == "fail"]
     except (RowbeamError, OSError, AttributeError, KeyError, TypeError) as exc:
         reasons = [f"no readable qa_report.json ({exc})"]
-    return {"folder": rel, "reasons": reasons or ["no failing check recorded"]}
+    return {"folder": rel, "reasons": reasons or ["no failing check recorded"], "checks": checks}
 
 
 def _class_names(manifest: dict) -> dict:
@@ -342,9 +372,10 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     klass = a["semantic_id"]                        # sliced by class id; res.class_names names them
     res.class_names.update(names)
     z = a["camera_z"].astype(np.float64)
-    keys = {"distance": z[valid], "radius": radius[valid], "klass": klass[valid]}
     lens = manifest_lens(m["calibration"])          # a distorted camera: rays through the lens (contracts.lens)
     d = ray_directions(K, u, v) if lens is None else unproject(lens, u, v)[0]
+    keys = {"distance": z[valid], "radius": radius[valid], "klass": klass[valid],
+            "speed": motion.camera_speeds(ev, a, d, valid)}
     factor = np.linalg.norm(d, axis=-1)             # range / camera_z on each pixel-centre ray
     res.add("camera.z_range_m", "m", np.abs(a["range"][valid] - (z * factor)[valid]),
             "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys)
@@ -382,8 +413,8 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
         ok = p["paired"]
         if ok.any():
             r, c = np.clip(np.rint(p["uv"][ok, 1]).astype(int), 0, H - 1), np.clip(np.rint(p["uv"][ok, 0]).astype(int), 0, W - 1)
-            pk = {"distance": p["z"][ok], "radius": radius[r, c],
-                  "klass": klass[r, c]}
+            pk = {"distance": p["z"][ok], "radius": radius[r, c], "klass": klass[r, c],
+                  "speed": motion.beam_speeds(lid, p["points"][ok])}
             res.add("lidar_camera.z_residual_m", "m", np.abs(p["residual_m"][ok]),
                     "|camera_z (1/z-interpolated) − LiDAR return z| at the time-matched row", **pk)
             res.add("lidar_camera.skew_ns", "ns", p["skew_ns"][ok], "|row time − return time| of paired returns", **pk)
@@ -439,7 +470,8 @@ def _lidar_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, verify=Fa
         res.class_names.update(names)
         xyz = np.stack([pts["x"], pts["y"], pts["z"]], -1)
         res.add("lidar.range_vs_point_m", "m", np.abs(np.linalg.norm(xyz, axis=-1) - rng),
-                "|range − |point xyz|| (LiDAR frame at the beam's time)", distance=rng, klass=klass)
+                "|range − |point xyz|| (LiDAR frame at the beam's time)", distance=rng, klass=klass,
+                speed=motion.beam_speeds(ev, pts))
     stats.lidar_valid += [int(valid.sum()), valid.size]
     return "".join(parts)
 
@@ -553,6 +585,12 @@ def _write_index(staging: Path, doc: dict) -> None:
         if b["bundle_checks"]:
             parts.append(html.table(["bundle check", "status", "message"], [[html.esc(c["check"]), html.status(c["status"]),
                                     html.esc(c["message"])] for c in b["bundle_checks"]]))
+        if b["quarantine"]:
+            parts.append("<h3>Quarantined (held back at export; not published)</h3>" + html.table(
+                ["folder", "kind", "reasons"],
+                [[f"<a href=\"{html.esc(q['page'])}\">{html.esc(q['folder'])}</a>" if q.get("page") else
+                  html.esc(q["folder"]), html.esc(q.get("kind") or "–"), "<br>".join(html.esc(r) for r in q["reasons"])]
+                 for q in b["quarantine"]]))
         rows = []
         for it in b["items"]:
             fails = "<br>".join(html.esc(f"{c['check']}: {c['message']}") for c in it["failed_checks"][:5])
@@ -560,10 +598,6 @@ def _write_index(staging: Path, doc: dict) -> None:
             rows.append([f"<a href=\"{html.esc(it['page'])}\">{html.esc(it['folder'])}</a>", html.esc(it["kind"]),
                          html.status(it["qa_status"]), fails or "–", worst or "–"])
         parts.append(html.table(["folder", "kind", "QA", "failed checks (first 5)", "worst values"], rows))
-        if b["quarantine"]:
-            parts.append("<h3>Quarantined (held back at export; not published)</h3>" + html.table(
-                ["folder", "reasons"], [[html.esc(q["folder"]), "<br>".join(html.esc(r) for r in q["reasons"])]
-                                        for q in b["quarantine"]]))
     parts.append("<h2>Residual distributions</h2>" + html.table(
         ["residual", "unit", "samples", "p50", "p90", "p99", "max"],
         [[html.esc(n), html.esc(r["unit"]), r["count"], *(html.fmt(r["quantiles"][k]) for k in ("p50", "p90", "p99", "max"))]

@@ -77,6 +77,30 @@ def colour_bar(width: int = 256, height: int = 16) -> np.ndarray:
     return np.repeat(row[None], height, axis=0)
 
 
+# diverging map for signed radial velocity (ColorBrewer RdBu anchors at -1, -1/2, 0, 1/2, 1): approaching
+# (v_r < 0, range shrinking) blue, receding (v_r > 0) red, zero near white
+VELOCITY = np.array([[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130], [178, 24, 43]],
+                    dtype=np.float64)
+
+
+def velocity_colour(v, v_max: float) -> np.ndarray:
+    """Signed values (...,) (m/s, positive = receding) -> (..., 3) uint8 on the VELOCITY map over [-v_max, v_max]
+    (clipped; linear between anchors); NaN -> NO_DATA."""
+    x = np.asarray(v, dtype=np.float64)
+    ok = np.isfinite(x)
+    t = (np.clip(np.where(ok, x, 0.0) / max(float(v_max), 1e-12), -1.0, 1.0) + 1.0) * 2.0   # 0..4
+    i = np.minimum(np.floor(t).astype(int), len(VELOCITY) - 2)
+    f = (t - i)[..., None]
+    out = np.rint(VELOCITY[i] * (1 - f) + VELOCITY[i + 1] * f).astype(np.uint8)
+    out[~ok] = NO_DATA
+    return out
+
+
+def velocity_bar(width: int = 256, height: int = 16) -> np.ndarray:
+    """(height, width, 3) uint8 bar of velocity_colour, -v_max on the left, +v_max on the right."""
+    return np.repeat(velocity_colour(np.linspace(-1.0, 1.0, width), 1.0)[None], height, axis=0)
+
+
 def ticks(lo: float, hi: float, log: bool, n: int = 5) -> list[tuple[float, float]]:
     """[(position 0..1 along the bar, value)] for n evenly placed labels."""
     pos = np.linspace(0, 1, n)

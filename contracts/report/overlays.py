@@ -1,15 +1,18 @@
 """Overlay images of the visual QA report, one function per overlay. Inputs are decoded bundle arrays
 (contracts.bundle_reader) and manifests; outputs are (H, W, 3) uint8 images on the event's pixel grid
 (OpenCV: pixel (u, v) centred at integers, row 0 at the top) plus the numbers their legends need.
-Projection and LiDAR/camera pairing come from contracts.camera_model and contracts.cross_modal."""
+Projection and LiDAR/camera pairing come from contracts.camera_model and contracts.cross_modal (row of projection,
+through contracts.lens when the camera has a lens)."""
 from __future__ import annotations
 
 import numpy as np
 
+from .. import qa_profile as tol
 from ..camera_checks import manifest_lens
 from ..camera_model import pixel_grid, project
+from ..cross_modal import lidar_camera_pairs, row_of_projection
+from ..lens import lens_from_calibration, project_uv
 from ..lens import project as lens_project
-from ..cross_modal import lidar_camera_pairs
 from ..pixel_sampling import bilinear_corners
 from . import colour
 
@@ -217,9 +220,10 @@ def lidar_range_image(arrays: dict, elevations_deg) -> tuple[np.ndarray, dict]:
     return np.repeat(img, max(1, round(F / (4 * C))), axis=0), legend
 
 
-def top_down(xy_sets, colours_sets, size: int = 480, extent_m: float | None = None):
+def top_down(xy_sets, colours_sets, size: int = 480, extent_m: float | None = None, radius: int = 0):
     """Bird's-eye plots (x forward = up, y left = left) of point sets sharing one extent: list of (size, size, 3)
-    images and the extent (m, half width). Pixel (u, v) <-> y = (c - u) * s, x = (c - v) * s."""
+    images and the extent (m, half width); the sensor (origin) as a black square. Pixel (u, v) <-> y = (c - u) * s,
+    x = (c - v) * s, c = (size - 1) / 2, s = extent / c; points drawn as (2 radius + 1) squares."""
     allxy = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in xy_sets])
     if extent_m is None:
         extent_m = float(np.percentile(np.abs(allxy), 99)) * 1.05 if allxy.size else 1.0
@@ -231,7 +235,122 @@ def top_down(xy_sets, colours_sets, size: int = 480, extent_m: float | None = No
         img = np.full((size, size, 3), 255, dtype=np.uint8)
         xy = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
         uv = np.stack([c - xy[:, 1] / s, c - xy[:, 0] / s], -1)
-        colour.draw_points(img, uv, cols)
-        colour.draw_points(img, np.array([[c, c]]), (255, 0, 0), radius=2)
+        colour.draw_points(img, uv, cols, radius=radius)
+        colour.draw_points(img, np.array([[c, c]]), (0, 0, 0), radius=2)
         out.append(img)
     return out, extent_m
+
+
+def beams_in_camera(points, camera_manifest: dict, camera_arrays: dict,
+                    max_skew_ns: int = tol.LIDAR_CAMERA_MAX_SKEW_NS) -> dict:
+    """World points with times (a LiDAR or radar point table: x_world, y_world, z_world m, t_ns) projected into the
+    camera row whose time matches: each point with the pose of the row it lands on (contracts.cross_modal
+    .row_of_projection, through the camera's lens when it has one). Returns uv (N, 2) px, z (N,) m camera frame,
+    row (N,), skew_ns (N,) |t_row - t_point|, inside (N,) in front and within the image, matched (N,) inside and
+    skew_ns <= max_skew_ns."""
+    world = np.stack([points["x_world"], points["y_world"], points["z_world"]], -1).astype(np.float64)
+    lens = lens_from_calibration(camera_manifest["calibration"])
+    K = np.array(camera_manifest["calibration"]["K"], dtype=np.float64) if lens is None else lens
+    H, W = camera_arrays["camera_z"].shape
+    if len(world) == 0:
+        e = np.zeros(0)
+        return {"uv": np.zeros((0, 2)), "z": e, "row": e.astype(np.int64), "skew_ns": e.astype(np.int64),
+                "inside": e.astype(bool), "matched": e.astype(bool)}
+    uv, z, row = row_of_projection(world, camera_arrays["row_T_world_camera"], K)
+    skew = np.abs(np.asarray(camera_arrays["row_time_ns"], dtype=np.int64)[row] - np.asarray(points["t_ns"], np.int64))
+    inside = (z > 0) & np.isfinite(uv).all(-1)
+    inside &= (uv[:, 0] >= -0.5) & (uv[:, 0] < W - 0.5) & (uv[:, 1] >= -0.5) & (uv[:, 1] < H - 0.5)
+    return {"uv": uv, "z": z, "row": row, "skew_ns": skew, "inside": inside, "matched": inside & (skew <= max_skew_ns)}
+
+
+def radar_in_camera(radar_manifest: dict, points, camera_manifest: dict, camera_arrays: dict, base: np.ndarray,
+                    v_max: float, max_skew_ns: int = tol.LIDAR_CAMERA_MAX_SKEW_NS, radius: int = 1) -> dict:
+    """Radar returns (point table: x_world, y_world, z_world m, t_ns, chirp, radial_velocity m/s, positive =
+    receding) in the camera rows whose time matches their chirp: the rowbeam/associations@1 rule
+    (contracts.associations.associate_pair) pairs camera rows with chirps within max_skew_ns; a return of a paired
+    chirp is projected with the pose of its chirp's nearest paired row (through the lens when the camera has one)
+    and drawn on `base` (H, W, 3) in colour.velocity_colour over [-v_max, v_max] as a (2 radius + 1) square; returns
+    of unpaired chirps are projected with the pose of the row they land on (beams_in_camera) and drawn grey, one
+    pixel, underneath. {image, matched, inside, chirp_row {chirp: row}, uv (N, 2) px (NaN where not matched)}."""
+    from ..associations import associate_pair
+
+    rec = associate_pair(camera_manifest, radar_manifest, max_skew_ns)
+    row_t = np.asarray(camera_arrays["row_time_ns"], dtype=np.int64)
+    chirp_row: dict[int, int] = {}
+    for band in (rec or {}).get("bands", []):
+        v0, v1 = sorted(band["rows"])
+        rows = np.arange(v0, v1 + 1)
+        chirp_row[int(band["other"]["chirp"])] = int(rows[np.argmin(np.abs(row_t[rows] - band["other_time_ns"]))])
+    chirp = np.asarray(points["chirp"], dtype=np.int64)
+    row = np.array([chirp_row.get(int(j), -1) for j in chirp], dtype=np.int64)
+    paired = row >= 0
+    world = np.stack([points["x_world"], points["y_world"], points["z_world"]], -1).astype(np.float64)
+    lens = lens_from_calibration(camera_manifest["calibration"])
+    K = np.array(camera_manifest["calibration"]["K"], dtype=np.float64) if lens is None else lens
+    T_cw = np.linalg.inv(camera_arrays["row_T_world_camera"][row[paired]])
+    X = np.einsum("nij,nj->ni", T_cw[:, :3, :3], world[paired]) + T_cw[:, :3, 3]
+    uv = np.full((len(world), 2), np.nan)
+    uv[paired] = np.stack(project_uv(K, X), -1)
+    z = np.full(len(world), np.nan)
+    z[paired] = X[:, 2]
+    H, W = camera_arrays["camera_z"].shape
+    with np.errstate(invalid="ignore"):
+        matched = paired & (z > 0) & (uv[:, 0] >= -0.5) & (uv[:, 0] < W - 0.5) & (uv[:, 1] >= -0.5) & (uv[:, 1] < H - 0.5)
+    img = base.copy()
+    rest = beams_in_camera(points[~paired], camera_manifest, camera_arrays, max_skew_ns)
+    colour.draw_points(img, rest["uv"][rest["inside"]], (150, 150, 150))
+    vr = np.asarray(points["radial_velocity"], dtype=np.float64)[matched]
+    colour.draw_points(img, uv[matched], colour.velocity_colour(vr, v_max), radius=radius)
+    uv[~matched] = np.nan
+    return {"image": img, "matched": int(matched.sum()), "inside": int(matched.sum() + rest["inside"].sum()),
+            "chirp_row": chirp_row, "uv": uv, "rows_paired": rec["rows_paired"] if rec else 0}
+
+
+def _cells(rows, cols, n_rows: int, n_cols: int, values=None):
+    """(counts, sums) (n_rows, n_cols) of samples at integer (row, col) (out-of-range samples dropped)."""
+    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    ok = (rows >= 0) & (rows < n_rows) & (cols >= 0) & (cols < n_cols)
+    counts = np.zeros((n_rows, n_cols))
+    np.add.at(counts, (rows[ok], cols[ok]), 1.0)
+    sums = np.zeros((n_rows, n_cols))
+    if values is not None:
+        np.add.at(sums, (rows[ok], cols[ok]), np.asarray(values, dtype=np.float64)[ok])
+    return counts, sums
+
+
+def range_row(r, r_max: float, n_range: int) -> np.ndarray:
+    """Image row of a range (m) in the radar plots: bin floor(r / r_max * n_range), near at the bottom row."""
+    return n_range - 1 - np.floor(np.asarray(r, dtype=np.float64) / r_max * n_range).astype(np.int64)
+
+
+def radar_range_azimuth(rng, azimuth_deg, radial_velocity, valid, r_max: float, v_max: float, n_range: int = 96,
+                        col_px: int = 8) -> tuple[np.ndarray, dict]:
+    """Range-azimuth image of a radar frame: (K chirps, B beams) range m and radial velocity m/s, (B,) beam azimuths.
+    Columns = the distinct beam azimuths, +azimuth (left of the sensor) on the left, each col_px wide; rows = range
+    bins of r_max / n_range m (range_row: near at the bottom); a cell shows the mean radial velocity of the returns
+    in it (velocity_colour over [-v_max, v_max]), empty cells white. Legend {azimuths_deg (left to right), r_max}."""
+    az = np.asarray(azimuth_deg, dtype=np.float64)
+    order = np.unique(az)[::-1]
+    ok = np.asarray(valid) == 1
+    k, b = np.nonzero(ok)
+    col = np.searchsorted(-order, -az[b])
+    counts, sums = _cells(range_row(np.asarray(rng)[k, b], r_max, n_range), col, n_range, len(order),
+                          np.asarray(radial_velocity)[k, b])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(counts > 0, sums / counts, np.nan)
+    img = colour.velocity_colour(mean, v_max)
+    img[counts == 0] = 255
+    return np.repeat(img, col_px, axis=1), {"azimuths_deg": order.tolist(), "r_max": r_max}
+
+
+def radar_range_doppler(rng, radial_velocity, valid, r_max: float, v_max: float, n_range: int = 96,
+                        n_velocity: int = 96) -> tuple[np.ndarray, dict]:
+    """Range-Doppler image of a radar frame: columns = radial velocity bins over [-v_max, v_max) (approaching on the
+    left), rows = range bins (range_row: near at the bottom); colour = number of returns in the cell (log scale),
+    empty cells NO_DATA. Legend {lo, hi, log} of the counts."""
+    ok = np.asarray(valid) == 1
+    r, v = np.asarray(rng, dtype=np.float64)[ok], np.asarray(radial_velocity, dtype=np.float64)[ok]
+    col = np.floor((v + v_max) / (2 * v_max) * n_velocity).astype(np.int64)
+    counts, _ = _cells(range_row(r, r_max, n_range), col, n_range, n_velocity)
+    hi = max(float(counts.max(initial=0)), 2.0)
+    return colour.colourise(np.where(counts > 0, counts, np.nan), 1.0, hi, log=True), {"lo": 1.0, "hi": hi, "log": True}

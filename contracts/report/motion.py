@@ -1,0 +1,69 @@
+"""Motion speed of what each sample sees, for the report's speed slices (seed 000 §8.1).
+
+Speed of a sample = |world velocity (m/s) of the material point it hit|: 0 on objects the manifest declares static;
+on a moving object, v + ω × (P − origin) of its rigid body from the bundle's state log (contracts.state_log, linear
+interpolation of the logged velocities) at the event's reference time; NaN (left out of the speed slice) when the
+object is moving but the bundle has no state log covering it. The flow pages use the flow's own scene flow instead.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import RowbeamError
+from ..state_log import load_state_log
+
+_TRACKS: dict[tuple[str, str], dict] = {}
+
+
+def tracks_of(event) -> dict:
+    """{body name: BodyTrack} of the event's state log ({} without one or when it cannot be read); cached per log."""
+    pointer = event.manifest.get("state")
+    if not pointer:
+        return {}
+    key = (str(event.root), pointer.get("sha256", ""))
+    if key not in _TRACKS:
+        try:
+            _TRACKS[key] = load_state_log(event.root, pointer)[1]
+        except (RowbeamError, OSError, KeyError, ValueError):
+            _TRACKS[key] = {}
+        if len(_TRACKS) > 8:                               # a dataset of many bundles: keep memory bounded
+            _TRACKS.pop(next(iter(_TRACKS)))
+    return _TRACKS[key]
+
+
+def point_speeds(objects: list[dict], tracks: dict, instance_id, points_world, t_ns: int) -> np.ndarray:
+    """(N,) m/s speed of N samples: instance_id (N,) render indices, points_world (N, 3) m (world) of the hits; static
+    objects 0, moving objects from their track at t_ns, anything else NaN (background, untracked)."""
+    ids = np.asarray(instance_id).astype(np.int64).ravel()
+    P = np.asarray(points_world, dtype=np.float64).reshape(-1, 3)
+    out = np.full(ids.shape, np.nan)
+    for o in objects:
+        sel = ids == int(o["render_index"])
+        if not sel.any():
+            continue
+        if o.get("motion") == "static":
+            out[sel] = 0.0
+            continue
+        track = tracks.get(o.get("name"))
+        if track is None or not track.covers([t_ns]).all():
+            continue
+        v, w = track.velocities(t_ns)
+        origin = track.pose(t_ns)[:3, 3]
+        out[sel] = np.linalg.norm(v + np.cross(w, P[sel] - origin), axis=-1)
+    return out
+
+
+def camera_speeds(event, arrays: dict, rays, valid) -> np.ndarray:
+    """(M,) m/s speed of the M valid pixels (row-major order of `valid`): hit point = row pose (row_T_world_camera,
+    OpenCV camera frame) applied to rays (H, W, 3) = (x, y, 1) times camera_z; at the event's reference time."""
+    v, _ = np.nonzero(valid)
+    X = np.asarray(rays, dtype=np.float64)[valid] * arrays["camera_z"][valid].astype(np.float64)[:, None]
+    T = arrays["row_T_world_camera"][v]
+    P = np.einsum("nij,nj->ni", T[:, :3, :3], X) + T[:, :3, 3]
+    return point_speeds(event.objects, tracks_of(event), arrays["instance_id"][valid], P, event.reference_time_ns)
+
+
+def beam_speeds(event, points) -> np.ndarray:
+    """(N,) m/s speed of a LiDAR/radar point table's returns (x_world, y_world, z_world, instance_id)."""
+    P = np.stack([points["x_world"], points["y_world"], points["z_world"]], -1)
+    return point_speeds(event.objects, tracks_of(event), points["instance_id"], P, event.reference_time_ns)
