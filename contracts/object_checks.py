@@ -9,7 +9,8 @@ import numpy as np
 from .errors import RowbeamError
 from .files import resolve_inside, sha256_file
 from .frames import invert_rigid, is_rigid
-from .rasterize import rasterize_rows, read_ply
+from .lens import lens_from_calibration
+from .rasterize import canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows, read_ply
 from .ray_cast import robust_hits
 
 EDGE_MARGIN_PX = 0.02      # a mask pixel may differ from the rasterisation only within this of an edge
@@ -18,7 +19,9 @@ RAY_SAMPLES = 48           # pixel rays per object cast at its silhouette edge (
 DEFINITION = {
     "canvas": "BOP's 3x canvas: pixels u in [-W, 2W), v in [-H, 2H) on the image's OpenCV grid (centres at integers, "
               "row 0 = top image row); canvas row c = image row c - H keeps the rolling-shutter time the timing "
-              "model extrapolates to it (canvas_row_time_ns); amodal_masks_canvas row c, column x <-> (u, v) = (x - W, c - H)",
+              "model extrapolates to it (canvas_row_time_ns); amodal_masks_canvas row c, column x <-> (u, v) = (x - W, c - H); "
+              "through a lens (calibration.distortion) a pixel's ray is its contracts.lens.unproject ray and pixels "
+              "without one (beyond the model's valid domain) are not part of the canvas (canvas.lens)",
     "amodal_mask": "pixel centres whose ray hits the object when every other object is removed (its own "
                    "self-occlusion kept), at the row's time, between the camera's clip planes (canvas.clip_m); "
                    "amodal_masks (in image) and amodal_masks_canvas (only "
@@ -83,19 +86,56 @@ def object_row_poses(manifest: dict, arrays: dict, o: dict) -> np.ndarray:
     return np.broadcast_to(T_wo, arrays["canvas_row_T_world_camera"].shape)
 
 
+def _row_T_co(manifest, arrays, o) -> np.ndarray:
+    """T_camera_object (3H, 4, 4) of a listed object at every canvas row's time (exported poses)."""
+    T_wc = arrays["canvas_row_T_world_camera"]
+    return np.einsum("rij,rjk->rik", np.linalg.inv(T_wc), object_row_poses(manifest, arrays, o))
+
+
+def _clip(manifest):
+    clip = manifest["object_labels"]["canvas"].get("clip_m")     # camera rays start at z = near, end at z = far
+    return (clip["near"], clip["far"]) if clip else (None, np.inf)
+
+
 def rasterise_object(manifest, arrays, o, V, F, margin_px: float = 0.0) -> np.ndarray:
-    """Independent canvas mask (3H, 3W) of the asset (V, F) at the exported per-row poses and K."""
+    """Independent canvas mask (3H, 3W) of the asset (V, F) at the exported per-row poses and K (pinhole)."""
     W, H = manifest["calibration"]["image_size_px"]
     K = np.array(manifest["calibration"]["K"], dtype=np.float64)
-    T_wc = arrays["canvas_row_T_world_camera"]
-    T_wo = object_row_poses(manifest, arrays, o)
-    T_co = np.einsum("rij,rjk->rik", np.linalg.inv(T_wc), T_wo)
+    T_co = _row_T_co(manifest, arrays, o)
     rows = np.arange(-H, 2 * H)
-    clip = manifest["object_labels"]["canvas"].get("clip_m")     # camera rays start at z = near, end at z = far
-    near, far = (clip["near"], clip["far"]) if clip else (None, np.inf)
+    near, far = _clip(manifest)
     if np.allclose(T_co, T_co[0], atol=0, rtol=0):
         T_co = T_co[0]
     return rasterize_rows(V, F, K, T_co, rows, 3 * W, -W, margin_px, near=near, far=far)
+
+
+def rasterise_object_lens(manifest, arrays, o, V, F, lens, exported=None, margin_px: float = 0.0) -> np.ndarray:
+    """Canvas mask (3H, 3W) of the asset (V, F) through `lens` at the exported per-row poses. margin_px != 0: the
+    pixel is also tested at the 4 probe points margin_px away along u and v (each unprojected through the lens):
+    covered at any of the 5 (> 0, outer band) or at all of them (< 0, inner band). Pixels are tested in the
+    canvas box lens_canvas_box of the asset's axis-aligned box, grown to hold the `exported` mask's pixels;
+    outside it the mask is empty."""
+    W, H = manifest["calibration"]["image_size_px"]
+    T_co = _row_T_co(manifest, arrays, o)
+    near, far = _clip(manifest)
+    lo, hi = V.min(axis=0), V.max(axis=0)
+    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    box = lens_canvas_box(lens, corners, T_co, W, H, near if near is not None else 0.0)
+    tb = tight_box(exported) if exported is not None else None
+    if tb is not None:
+        t = (max(tb[0] - 1, 0), min(tb[0] + tb[2] + 1, 3 * W), max(tb[1] - 1, 0), min(tb[1] + tb[3] + 1, 3 * H))
+        box = t if box is None else (min(box[0], t[0]), max(box[1], t[1]), min(box[2], t[2]), max(box[3], t[3]))
+    out = np.zeros((3 * H, 3 * W), dtype=bool)
+    if box is None:
+        return out
+    x0, x1, y0, y1 = box
+    T_rows = T_co[0] if np.allclose(T_co, T_co[0], atol=0, rtol=0) else T_co[y0:y1]
+    e = abs(margin_px)
+    probes = [(0.0, 0.0)] + ([(e, 0.0), (-e, 0.0), (0.0, e), (0.0, -e)] if e else [])
+    masks = [rasterize_rays(V, F, canvas_rays(lens, x0 - W, x1 - W, y0 - H, y1 - H, du, dv), T_rows, near, far)
+             for du, dv in probes]
+    out[y0:y1, x0:x1] = np.logical_or.reduce(masks) if margin_px > 0 else np.logical_and.reduce(masks)
+    return out
 
 
 def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
@@ -194,6 +234,11 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
     """box3d against the asset, and the amodal canvas mask against an independent rasterisation."""
     worst, worst_violation, checked, problems, skipped = 0, 0, 0, [], []
     rays = []
+    try:
+        lens = lens_from_calibration(manifest["calibration"])      # None: pinhole K
+    except RowbeamError as exc:
+        add("objects:rasterisation", False, f"the calibration's lens does not build: {exc}")
+        return
     for o in objs:
         name = f"object {o['instance_id']}"
         try:
@@ -209,24 +254,32 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
             skipped.append(o["instance_id"])
             continue
         try:
-            nominal = rasterise_object(manifest, arrays, o, V, F)
             m = object_masks(block, arrays, *manifest["calibration"]["image_size_px"], o)[1]
+            if lens is not None:
+                nominal = rasterise_object_lens(manifest, arrays, o, V, F, lens, m)
+            else:
+                nominal = rasterise_object(manifest, arrays, o, V, F)
             mismatch, violation = int((m ^ nominal).sum()), 0
             if mismatch:          # inner <= nominal <= outer: only a mismatch needs the edge bands
-                outer = rasterise_object(manifest, arrays, o, V, F, EDGE_MARGIN_PX)
-                inner = rasterise_object(manifest, arrays, o, V, F, -EDGE_MARGIN_PX)
+                if lens is not None:      # edge bands through the lens: probes EDGE_MARGIN_PX away
+                    outer = rasterise_object_lens(manifest, arrays, o, V, F, lens, m, EDGE_MARGIN_PX)
+                    inner = rasterise_object_lens(manifest, arrays, o, V, F, lens, m, -EDGE_MARGIN_PX)
+                else:
+                    outer = rasterise_object(manifest, arrays, o, V, F, EDGE_MARGIN_PX)
+                    inner = rasterise_object(manifest, arrays, o, V, F, -EDGE_MARGIN_PX)
                 violation = int((inner & ~m).sum() + (m & ~outer).sum())
         except ValueError as exc:
             skipped.append(f"{o['instance_id']} ({exc})")
             continue
         checked += 1
-        rays.append((o, *_ray_cast_edges(manifest, arrays, o, V, F, m)))
+        rays.append((o, *_ray_cast_edges(manifest, arrays, o, V, F, m, lens)))
         worst, worst_violation = max(worst, mismatch), max(worst_violation, violation)
         if violation:
             problems.append(f"{name}: amodal mask differs from the rasterised asset by {mismatch} px, "
                             f"{violation} px farther than {EDGE_MARGIN_PX} px from an edge")
-    msg = (f"{checked} object(s) re-rasterised from their assets at the exported per-row poses and K: worst mismatch "
-           f"{worst} px, none farther than {EDGE_MARGIN_PX} px from an edge"
+    msg = (f"{checked} object(s) re-rasterised from their assets at the exported per-row poses and K"
+           + (f" through the {lens.model} lens (per-pixel rays)" if lens is not None else "")
+           + f": worst mismatch {worst} px, none farther than {EDGE_MARGIN_PX} px from an edge"
            + (f"; not re-rasterised (deforming, or crossing the camera plane in a bundle without canvas.clip_m): "
               f"{skipped}" if skipped else ""))
     add("objects:rasterisation", not problems, msg if not problems else
@@ -242,9 +295,10 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
             + (f" (+{len(bad) - 1} more objects)" if len(bad) > 1 else ""), rays=cast, judged=judged)
 
 
-def _ray_cast_edges(manifest, arrays, o, V, F, canvas, per_object: int = RAY_SAMPLES) -> tuple[int, int, int]:
+def _ray_cast_edges(manifest, arrays, o, V, F, canvas, lens=None, per_object: int = RAY_SAMPLES) -> tuple[int, int, int]:
     """(rays cast, judged, disagreeing) for pixels on both sides of the object's canvas silhouette edge (plus a
-    few anywhere in its box), each ray cast at its canvas row's pose and judged only away from edges."""
+    few anywhere in its box), each ray cast at its canvas row's pose (through `lens` when given, else the pinhole
+    K) and judged only away from edges."""
     W, H = manifest["calibration"]["image_size_px"]
     box = tight_box(canvas)
     if box is None:
@@ -267,7 +321,7 @@ def _ray_cast_edges(manifest, arrays, o, V, F, canvas, per_object: int = RAY_SAM
     T_co = np.linalg.inv(T_wc) @ T_wo
     clip = manifest["object_labels"]["canvas"].get("clip_m")
     near, far = (clip["near"], clip["far"]) if clip else (0.0, np.inf)
-    K = np.array(manifest["calibration"]["K"], dtype=np.float64)
+    K = lens if lens is not None else np.array(manifest["calibration"]["K"], dtype=np.float64)
     uv = np.stack([cols - W, rows - H], axis=1).astype(np.float64)
     inside, outside = robust_hits(V, F, K, T_co, uv, near, far)
     mask = canvas[rows, cols]

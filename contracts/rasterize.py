@@ -5,6 +5,12 @@ lies inside the perspective projection of some triangle (all three vertices in f
 Rows may each have their own pose (rolling shutter, moving objects): row r uses T_camera_object[r].
 `margin_px` moves every triangle edge outward (> 0) or inward (< 0) by that many pixels, so a mask
 m satisfies  rasterize(-e) <= m <= rasterize(+e)  when it differs only within e of an edge.
+
+Through a lens (contracts.lens: opencv, opencv_fisheye) edges are curved in the image, so coverage is tested per
+pixel instead (`rasterize_rays`): each pixel centre is unprojected to its normalized ray (x, y, 1) (`canvas_rays`),
+the triangles are projected with the pinhole model in normalized coordinates (straight edges there) at the row's
+pose, and each ray is tested against them (point in triangle). A pixel with no ray (outside the lens model's valid
+domain) is not part of the canvas and never covered.
 """
 from __future__ import annotations
 
@@ -130,6 +136,184 @@ def rasterize_rows(vertices, triangles, K, T_camera_object, rows, width: int, u0
         c_lo, c_hi = min(c_lo, int(start.min())), max(c_hi, int(stop.max()))
     if r_hi > r_lo:
         out[r_lo:r_hi, c_lo:c_hi] = np.cumsum(diff[r_lo:r_hi, c_lo:c_hi], axis=1) > 0
+    return out
+
+
+PAIR_CHUNK = 4_000_000     # (pixel, triangle) point tests per vectorised step of rasterize_rays
+BOX_EDGES = np.array([(i, i | b) for b in (1, 2, 4) for i in range(8) if not i & b])   # 12 edges of 8 box corners
+BOUNDARY_SAMPLES = 1024    # samples per side of the normalized box (and of the domain circle) in lens_canvas_box
+LENS_BOX_PAD_PX = 2        # pixels added around the projected samples in lens_canvas_box
+
+
+def clipped_box_points(corners, T_co, near: float):
+    """Camera-frame points bounding a box seen per row: corners (8, 3) (object frame, index bits = x, y, z) posed by
+    T_co (R, 4, 4) (camera <- object), plus the crossings of its 12 edges with the plane z = near.
+    Returns (points (R, 20, 3) m, ok (R, 20) bool: in front of the plane or on it); the box clipped to z >= near
+    lies in the convex hull of the ok points of its row."""
+    P = corners @ T_co[:, :3, :3].transpose(0, 2, 1) + T_co[:, None, :3, 3]               # (R, 8, 3)
+    a, b = P[:, BOX_EDGES[:, 0]], P[:, BOX_EDGES[:, 1]]                                     # (R, 12, 3)
+    za, zb = a[..., 2] - near, b[..., 2] - near
+    cross = za * zb < 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(cross, za / (za - zb), 0.0)
+    X = np.concatenate([P, a + t[..., None] * (b - a)], axis=1)                             # (R, 20, 3)
+    return X, np.concatenate([P[..., 2] >= near, cross], axis=1)
+
+
+def domain_radius(lens) -> float:
+    """Largest undistorted normalized radius sqrt(x^2 + y^2) inside the lens's valid domain (inf: unbounded)."""
+    if lens.model == "opencv":
+        return float(lens.max_radius)
+    if lens.model == "opencv_fisheye" and lens.max_theta_rad < np.pi / 2:
+        return float(np.tan(lens.max_theta_rad))
+    return np.inf
+
+
+def lens_canvas_box(lens, corners, T_co, W: int, H: int, near: float):
+    """Canvas box [x0, x1) x [y0, y1) (canvas px, origin at image (-W, -H)) holding every canvas pixel whose ray can
+    meet a mesh inside the box `corners` (8, 3, object frame) at any of the row poses T_co (R, 4, 4); None if none.
+
+    The clipped box's points give a rectangle in normalized coordinates (union over rows); the pixels whose rays
+    lie in it are the lens's image of (rectangle ∩ valid-domain disc), bounded by the image of that region's
+    boundary: BOUNDARY_SAMPLES points per rectangle side and on the domain circle, projected through the lens,
+    padded by LENS_BOX_PAD_PX."""
+    X, ok = clipped_box_points(np.asarray(corners, np.float64), np.asarray(T_co, np.float64), near)
+    if not ok.any():
+        return None
+    z = X[..., 2][ok]
+    xn, yn = X[..., 0][ok] / z, X[..., 1][ok] / z
+    x0, x1, y0, y1 = xn.min(), xn.max(), yn.min(), yn.max()
+    t = np.linspace(0.0, 1.0, BOUNDARY_SAMPLES)
+    bx = np.concatenate([x0 + t * (x1 - x0), x0 + t * (x1 - x0), np.full_like(t, x0), np.full_like(t, x1)])
+    by = np.concatenate([np.full_like(t, y0), np.full_like(t, y1), y0 + t * (y1 - y0), y0 + t * (y1 - y0)])
+    rmax = domain_radius(lens)
+    if np.isfinite(rmax):
+        keep = bx * bx + by * by <= rmax * rmax
+        a = np.linspace(0.0, 2 * np.pi, 4 * BOUNDARY_SAMPLES, endpoint=False)
+        cx, cy = rmax * (1 - 1e-12) * np.cos(a), rmax * (1 - 1e-12) * np.sin(a)
+        inside = (cx >= x0) & (cx <= x1) & (cy >= y0) & (cy <= y1)
+        bx, by = np.concatenate([bx[keep], cx[inside]]), np.concatenate([by[keep], cy[inside]])
+    if bx.size == 0:
+        return None
+    from .lens import project
+    uv, seen = project(lens, np.stack([bx, by, np.ones_like(bx)], axis=-1))
+    if not seen.any():
+        return None
+    u, v = uv[seen, 0], uv[seen, 1]
+    cx0 = max(0, int(np.floor(u.min())) - LENS_BOX_PAD_PX + W)
+    cx1 = min(3 * W, int(np.ceil(u.max())) + LENS_BOX_PAD_PX + 1 + W)
+    cy0 = max(0, int(np.floor(v.min())) - LENS_BOX_PAD_PX + H)
+    cy1 = min(3 * H, int(np.ceil(v.max())) + LENS_BOX_PAD_PX + 1 + H)
+    if cx1 <= cx0 or cy1 <= cy0:
+        return None
+    return cx0, cx1, cy0, cy1
+
+
+def canvas_rays(lens, u0: int, u1: int, v0: int, v1: int, du: float = 0.0, dv: float = 0.0) -> np.ndarray:
+    """Normalized rays (v1 - v0, u1 - u0, 2) = (x, y) of the pixel centres u in [u0, u1), v in [v0, v1) (image px
+    on the OpenCV grid; beyond the image on the canvas) through `lens` (contracts.lens.unproject, float64 Newton);
+    NaN where the pixel has no ray (outside the valid domain, or the inverse misses by more than
+    contracts.lens.MAX_UNPROJECT_RESIDUAL_PX): such pixels are not part of the canvas. du, dv (px): probe points
+    offset from the pixel centres instead."""
+    from .lens import unproject
+    v, u = np.mgrid[v0:v1, u0:u1].astype(np.float64)
+    rays, _, _ = unproject(lens, u + du, v + dv)
+    return rays[..., :2]
+
+
+def rasterize_rays(vertices, triangles, rays, T_camera_object, near: float | None = None,
+                   far: float = np.inf) -> np.ndarray:
+    """Coverage of pixels given by their normalized rays by a mesh: bool (R, C).
+
+    rays: (R, C, 2) normalized (x, y) of each pixel centre (camera ray (x, y, 1); NaN: no ray, never covered);
+    vertices (V, 3) m, object frame; triangles (F, 3) int; T_camera_object (4, 4) or (R, 4, 4), one pose per row of
+    `rays`. A pixel is covered when its ray lies inside the pinhole projection (normalized coordinates, x = X/Z)
+    of a triangle clipped to near <= camera z <= far (with `near`; without it every vertex must have z > 0, else
+    ValueError). Candidate pixels of a (row, triangle) pair are found from the row's rays sorted by
+    x; each is then tested against the three edges (vectorised, float64)."""
+    rays = np.asarray(rays, dtype=np.float64)
+    R, C = rays.shape[:2]
+    out = np.zeros((R, C), dtype=bool)
+    tris = np.asarray(triangles, dtype=np.int64).reshape(-1, 3)
+    x, y = rays[..., 0], rays[..., 1]
+    has = np.isfinite(x) & np.isfinite(y)
+    if R == 0 or C == 0 or tris.shape[0] == 0 or not has.any():
+        return out
+    T = np.asarray(T_camera_object, dtype=np.float64)
+    per_row = T.ndim == 3
+    V = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
+    P = V @ np.swapaxes(T[..., :3, :3], -1, -2) + T[..., None, :3, 3]             # (R?, V, 3)
+    z = P[..., 2]
+    if near is None and np.any(z <= 0):
+        raise ValueError("a mesh vertex is not in front of the camera (z <= 0)")
+    clip = near is not None and (np.any(z < near) or np.any(z > far))
+    # rays of each row sorted by x; one global key array: row r's keys in [4r, 4r + 1], no-ray pixels at 4r + 2
+    gx0, gx1 = float(x[has].min()), float(x[has].max())
+    span = max(gx1 - gx0, 1e-300)
+    xs = np.where(has, (np.where(has, x, gx0) - gx0) / span, 2.0)
+    order = np.argsort(xs, axis=1, kind="stable")
+    keys = (np.take_along_axis(xs, order, axis=1) + 4.0 * np.arange(R)[:, None]).ravel()
+    order = order.ravel()
+    with np.errstate(invalid="ignore"):
+        row_ylo = np.where(has.any(1), np.nanmin(np.where(has, y, np.inf), axis=1), np.inf)
+        row_yhi = np.where(has.any(1), np.nanmax(np.where(has, y, -np.inf), axis=1), -np.inf)
+    F = tris.shape[0] * ((4 if np.isfinite(far) else 2) if clip else 1)
+    step = max(1, CHUNK // F)
+    static = None
+    for r0 in range(0, R, step):
+        r1 = min(R, r0 + step)
+        if per_row or static is None:
+            Q = (P[r0:r1] if per_row else P[None])[:, tris]                           # (r|1, F, 3, 3)
+            if clip:
+                ct, valid = clip_triangles(Q, near, far)
+                ct = np.where(valid[..., None, None], ct, 1.0)
+            else:
+                ct, valid = Q, np.ones(Q.shape[:-2], dtype=bool)
+            p = ct[..., :2] / ct[..., 2:3]                                            # (r|1, F', 3, 2) normalized
+            xa, ya = p[..., 0], p[..., 1]                                             # (r|1, F', 3)
+            area = ((xa[..., 1] - xa[..., 0]) * (ya[..., 2] - ya[..., 0])
+                    - (ya[..., 1] - ya[..., 0]) * (xa[..., 2] - xa[..., 0]))
+            s = np.sign(area)
+            bb = (xa.min(-1), xa.max(-1), ya.min(-1), ya.max(-1))
+            usable = valid & (s != 0)
+            if not per_row:
+                static = (xa, ya, s, bb, usable)
+        else:
+            xa, ya, s, bb, usable = static
+        ok = (usable & (bb[3] >= row_ylo[r0:r1, None]) & (bb[2] <= row_yhi[r0:r1, None])
+              & (bb[1] >= gx0) & (bb[0] <= gx1))
+        ri, fi = np.nonzero(ok)                                                       # ri: row within the chunk
+        if ri.size == 0:
+            continue
+        fr = ri if per_row else np.zeros_like(ri)                                     # row index into the triangles
+        eps = 1e-9
+        q_lo = np.clip((bb[0][fr, fi] - gx0) / span - eps, -0.5, 1.5) + 4.0 * (ri + r0)
+        q_hi = np.clip((bb[1][fr, fi] - gx0) / span + eps, -0.5, 1.5) + 4.0 * (ri + r0)
+        lo = np.searchsorted(keys, q_lo, side="left")
+        n = np.searchsorted(keys, q_hi, side="right") - lo
+        ends = np.cumsum(n)
+        a = 0
+        while a < len(n):                                                             # batches of <= PAIR_CHUNK tests
+            b = int(np.searchsorted(ends, (ends[a - 1] if a else 0) + PAIR_CHUNK, side="right"))
+            b = max(b, a + 1)
+            nb = n[a:b]
+            N = int(nb.sum())
+            a_prev, a = a, b
+            if N == 0:
+                continue
+            pair = np.repeat(np.arange(a_prev, b), nb)
+            pos = lo[pair] + np.arange(N) - np.repeat(np.cumsum(nb) - nb, nb)
+            col = order[pos]
+            row = ri[pair] + r0
+            px, py = x[row, col], y[row, col]
+            tr, tf = fr[pair], fi[pair]
+            X3, Y3, sg = xa[tr, tf], ya[tr, tf], s[tr, tf]                           # (N, 3)
+            inside = np.ones(N, dtype=bool)
+            for i in range(3):
+                xa_, ya_ = X3[:, i], Y3[:, i]
+                ex, ey = X3[:, (i + 1) % 3] - xa_, Y3[:, (i + 1) % 3] - ya_
+                inside &= sg * (ex * (py - ya_) - ey * (px - xa_)) >= 0
+            out[row[inside], col[inside]] = True
     return out
 
 

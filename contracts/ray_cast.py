@@ -3,11 +3,15 @@ second, independent path for amodal masks (the first is the scanline rasteriser 
 the exporter also uses for rigid objects).
 
 A pixel (u, v) (OpenCV grid: centres at integers, px) sees the mesh when the ray from the camera centre through
-K^-1 (u, v, 1) meets a triangle at camera depth near <= z <= far (m), the camera's clip distances.
+K^-1 (u, v, 1) (pinhole K) or the lens ray (contracts.lens.unproject: (x, y, 1), a contracts.lens.Lens) meets a
+triangle at camera depth near <= z <= far (m), the camera's clip distances. A pixel without a lens ray (outside
+the valid domain) hits nothing.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from .lens import Lens, pixel_rays
 
 CHUNK = 400_000          # (ray, triangle) pairs per vectorised step
 PROBE_PX = 0.02            # a pixel is judged only when its centre and the 4 points PROBE_PX away agree
@@ -15,11 +19,14 @@ PROBE_PX = 0.02            # a pixel is judged only when its centre and the 4 po
 
 def ray_hits(vertices, triangles, K, T_camera_object, uv, near: float = 0.0, far: float = np.inf) -> np.ndarray:
     """bool (N,): does the ray through pixel uv[n] (px) hit the mesh (vertices (V, 3) m in the object frame,
-    triangles (F, 3) int) posed by T_camera_object[n] (N, 4, 4) at camera depth in [near, far] m?"""
+    triangles (F, 3) int) posed by T_camera_object[n] (N, 4, 4) at camera depth in [near, far] m? K: a pinhole
+    3x3 K or a contracts.lens.Lens."""
     uv = np.asarray(uv, dtype=np.float64).reshape(-1, 2)
     T = np.broadcast_to(np.asarray(T_camera_object, dtype=np.float64), (len(uv), 4, 4))
-    Kinv = np.linalg.inv(np.asarray(K, dtype=np.float64))
-    d_cam = np.concatenate([uv, np.ones((len(uv), 1))], axis=1) @ Kinv.T          # (N, 3), z = 1
+    if isinstance(K, Lens):
+        d_cam = pixel_rays(K, uv[:, 0], uv[:, 1])                                 # (N, 3), z = 1; NaN: no ray
+    else:
+        d_cam = np.concatenate([uv, np.ones((len(uv), 1))], axis=1) @ np.linalg.inv(np.asarray(K, np.float64)).T
     R, t = T[:, :3, :3], T[:, :3, 3]
     origin = -np.einsum("nji,nj->ni", R, t)                                        # camera centre, object frame
     direction = np.einsum("nji,nj->ni", R, d_cam)                                  # R^T d: camera z of a hit = s

@@ -183,7 +183,8 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
 
         ctx.progress.stage("object labels")
         obj_arrays, object_block, assets, obj_seconds = compute_object_labels(
-            ctx, sensor, timing, K, params, row_poses, ref_pose, labels["instance_id"], labels["camera_z"])
+            ctx, sensor, timing, K, params, row_poses, ref_pose, labels["instance_id"], labels["camera_z"],
+            lens=lens)
         arrays.update(obj_arrays)
         seconds.update(obj_seconds)
     method = {

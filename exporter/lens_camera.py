@@ -120,10 +120,6 @@ def sensor_lens(sensor, K, width: int, height: int) -> Lens | None:
     Blender without custom cameras."""
     if not sensor.lens.needs_custom_camera:
         return None
-    if sensor.object_labels:
-        raise RowbeamError(f"sensor {sensor.id!r}: object_labels are not available with a lens (model "
-                           f"{sensor.lens.model}{', given K' if sensor.lens.K else ''}) yet; export them with the "
-                           "pinhole Blender camera")
     lens = make_lens(sensor.lens, K, width, height, where=f"sensor {sensor.id!r}: lens")   # bad coefficients first
     if not blender_compat.HAS_CUSTOM_CAMERA:
         need = blender_compat.CUSTOM_CAMERA_SINCE

@@ -27,10 +27,12 @@ from contracts.errors import RowbeamError
 from contracts.files import atomic_write_bytes, sha256_file
 from contracts.frames import invert_rigid, rigid_part, world_from_opencv_camera
 from contracts.object_checks import DEFINITION, tight_box
-from contracts.rasterize import ply_bytes, rasterize_rows
+from contracts.rasterize import (canvas_rays, clipped_box_points, lens_canvas_box, ply_bytes, rasterize_rays,
+                                 rasterize_rows)
 
 from . import cycles_setup as cs
 from .cycles_timing import timed_rows_shutter
+from .osl_camera import CLIP_M
 from .scene_clock import objects_world_matrices, set_time
 from .scene_patch import ScenePatch
 
@@ -52,6 +54,20 @@ UNOCCLUDED_RULE = ("an object whose padded projected box (mesh-box corners at 5 
                    "largest motion between samples) lies inside the image and whose box pixels that show another "
                    "surface in the label render all have camera_z > 1.01 * (its farthest sampled camera z) + 0.01 m "
                    "takes amodal = modal from the label render (nothing can be in front of it)")
+
+LENS_METHOD = ("rasterised_through_lens: every rigid (not deforming), always-shown object is rasterised from its asset "
+               "per canvas pixel: the pixel centre is unprojected through the lens (contracts.lens.unproject, float64 "
+               "Newton) to its normalized ray (x, y, 1) and is covered when that ray lies inside the pinhole projection "
+               "(normalized coordinates) of a triangle clipped to near <= camera_z <= far, posed at the pixel's canvas "
+               "row time (camera and object); contracts.rasterize.rasterize_rays over the canvas box "
+               "contracts.rasterize.lens_canvas_box. Cycles' visible pixels (instance_id) are OR-ed in and counted "
+               "(method.modal_pixels_added). Deforming objects and objects hidden during part of the event have no "
+               "object labels through a lens (listed in `skipped`)")
+LENS_CANVAS_RULE = ("through a lens the canvas is the pixels u in [-W, 2W), v in [-H, 2H) whose centre has a ray "
+                    "(contracts.lens.unproject valid: inside the model's valid domain, where its radial map is "
+                    "strictly increasing, inverse residual <= 1e-9 px); pixels beyond the valid domain are not part "
+                    "of the canvas (never in a mask): px_count_all, truncation_fraction and visib_fract count canvas "
+                    "pixels only")
 
 METHOD = ("rasterised_or_cycles_canvas: rigid meshes rasterised from their assets (raster_rule); objects no other "
           "object can cover from the label render (unoccluded_rule); the others by cycles_canvas_group_renders: "
@@ -109,17 +125,11 @@ def _refuse_mirroring(M_world, name: str) -> None:
 
 
 def check_object_scales(scene, table, sensors) -> None:
-    """Planning-time refusal (before anything renders), when some camera sensor exports object labels, of a lens
-    block on it (the canvas renders and the rasteriser are pinhole) and of an object-table object whose world
-    matrix mirrors or collapses (det <= 0) at the scene's current frame.
+    """Planning-time refusal (before anything renders), when some camera sensor exports object labels, of an
+    object-table object whose world matrix mirrors or collapses (det <= 0) at the scene's current frame.
     Non-uniform positive scale is allowed: it is baked into the asset (asset_for) and noted."""
     if not any(getattr(s, "object_labels", False) for s in sensors):
         return
-    for s in sensors:
-        lens = getattr(s, "lens", None)
-        if getattr(s, "object_labels", False) and lens is not None and lens.needs_custom_camera:
-            raise RowbeamError(f"sensor {s.id!r}: object_labels need the pinhole Blender camera (no lens block); this "
-                               f"camera has lens model {lens.model!r}{' with its own K' if lens.K else ''}")
     for e in table:
         _refuse_mirroring(scene.objects[e.obj_name].matrix_world, e.obj_name)
 
@@ -180,23 +190,13 @@ def _boxes(Kc, Wc, Hc, cam_poses, obj_mats, corners, clip):
     return boxes, depths
 
 
-_BOX_EDGES = np.array([(i, i | b) for b in (1, 2, 4) for i in range(8) if not i & b])   # 12 edges of 8 corners
-
-
 def hull_box(corners, T_co, K, W: int, H: int, near: float):
     """Canvas box [x0, x1) x [y0, y1) (canvas px, origin at image (-W, -H)) that contains every pixel centre a
     mesh inside the box `corners` (8, 3, object frame, index bits = x, y, z) can cover, camera rows having
     their own pose T_co (3H, 4, 4, camera <- object, canvas row c = image row c - H); None if none.
     Row c can be covered only if its v = c - H lies within the projection of the corners in front of the
     plane z = near and the edges' crossings of it (the projection of the clipped box), 1 px margin."""
-    P = corners @ T_co[:, :3, :3].transpose(0, 2, 1) + T_co[:, None, :3, 3]               # (R, 8, 3)
-    a, b = P[:, _BOX_EDGES[:, 0]], P[:, _BOX_EDGES[:, 1]]                                   # (R, 12, 3)
-    za, zb = a[..., 2] - near, b[..., 2] - near
-    cross = za * zb < 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(cross, za / (za - zb), 0.0)
-    X = np.concatenate([P, a + t[..., None] * (b - a)], axis=1)                             # (R, 20, 3)
-    ok = np.concatenate([P[..., 2] >= near, cross], axis=1)
+    X, ok = clipped_box_points(corners, T_co, near)                                          # (R, 20, 3)
     z = np.where(ok, X[..., 2], 1.0)
     u = np.where(ok, K[0, 0] * X[..., 0] / z + K[0, 1] * X[..., 1] / z + K[0, 2], np.nan)
     v = np.where(ok, K[1, 1] * X[..., 1] / z + K[1, 2], np.nan)
@@ -281,8 +281,8 @@ def _set_canvas_border(patch, scene, box, Wc, Hc, flipped: bool):
     patch.set(r, "border_max_y", min(1.0, (Hc - y0 + 0.5) / Hc))
 
 
-def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, instance_id, camera_z):
-    """Object labels of one camera event.
+def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, instance_id, camera_z, lens=None):
+    """Object labels of one camera event (lens: the contracts.lens.Lens it renders through, else None).
 
     Returns (arrays {amodal_masks, amodal_masks_canvas, canvas_row_time_ns, canvas_row_T_world_camera,
     object_row_T_world_object}, manifest block, assets {sha256: ply bytes}, seconds).
@@ -368,15 +368,39 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     rig_samples = np.array([[rigid_part(M_samples[k, i]) for i in range(len(sample_rows))] for k in keys]) \
         if keys else np.zeros((0, len(sample_rows), 4, 4))
     clip = float(cam.data.clip_start)
-    box_list, depth_list = _boxes(Kc, Wc, Hc, cam_rows[sample_rows], rig_samples, [corners[k] for k in keys], clip)
-    boxes = {k: b for k, b in zip(keys, box_list, strict=True) if b is not None}
-    depths = dict(zip(keys, depth_list, strict=True))
-    from_modal = unoccluded_inside(boxes, depths, {k: table[k].render_index for k in boxes}, instance_id, camera_z,
-                                   W, H) if SHORTCUT_UNOCCLUDED else set()
-    clip_near, clip_far = float(cam.data.clip_start), float(cam.data.clip_end)
+    if lens is None:
+        box_list, depth_list = _boxes(Kc, Wc, Hc, cam_rows[sample_rows], rig_samples, [corners[k] for k in keys], clip)
+        boxes = {k: b for k, b in zip(keys, box_list, strict=True) if b is not None}
+        depths = dict(zip(keys, depth_list, strict=True))
+        from_modal = unoccluded_inside(boxes, depths, {k: table[k].render_index for k in boxes}, instance_id,
+                                       camera_z, W, H) if SHORTCUT_UNOCCLUDED else set()
+    else:
+        boxes, from_modal = {}, set()        # through a lens: every object is rasterised (or skipped)
+    clip_near, clip_far = (float(cam.data.clip_start), float(cam.data.clip_end)) if lens is None else CLIP_M
     rasterised = {}
     t_raster = time.perf_counter()
-    if RASTERISE_RIGID:
+    if lens is not None:
+        T_cw_rows = np.linalg.inv(cam_rows)
+        for k in keys:
+            ent = entries[k]
+            if not ent["checkable"] or k in hidden_notes:
+                why = hidden_notes.get(k, "deforming")
+                skipped.append({"instance_id": table[k].render_index, "id": str(table[k].id), "name": table[k].obj_name,
+                                "reason": f"{why}: through a lens only rigid, always-shown objects get object labels "
+                                          "(rasterised from their asset); none for this one"})
+                continue
+            T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k]]]) if k in row_of_moving
+                    else ent["T_wo_ref"])
+            T_co = T_cw_rows @ T_wo
+            box = lens_canvas_box(lens, corners[k], np.broadcast_to(T_co, (Hc, 4, 4)), W, H, clip_near)
+            if box is None:
+                continue
+            x0, x1, y0, y1 = box
+            rays = canvas_rays(lens, x0 - W, x1 - W, y0 - H, y1 - H)
+            T_rows = T_co[y0:y1] if T_co.ndim == 3 else T_co
+            boxes[k] = box
+            rasterised[k] = (box, rasterize_rays(ent["V"], ent["F"], rays, T_rows, near=clip_near, far=clip_far))
+    elif RASTERISE_RIGID:
         T_cw_rows = np.linalg.inv(cam_rows)                              # (3H, 4, 4) camera <- world per canvas row
         K64 = np.asarray(K, dtype=np.float64)
         for k in keys:
@@ -402,53 +426,54 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     # renders
     canvas_masks = {}
     render_seconds = []
-    with ScenePatch() as p:
-        ctx.base_settings(p, Wc, Hc)
-        p.set(scene.cycles, "samples", 1)
-        p.set(scene.cycles, "pixel_filter_type", "GAUSSIAN")
-        p.set(scene.cycles, "filter_width", 0.01)
-        p.set(scene.cycles, "max_bounces", 0)
-        vl = ctx.view_layer
-        for attr in ("use_pass_position", "use_pass_normal", "use_pass_z", "use_pass_vector"):
-            p.set(vl, attr, False)
-        p.set(vl, "use_pass_object_index", True)
-        cs.set_render_indices(p, scene, table)
-        rcam = use_render_camera(p, scene, cam, sensor.readout_direction)
-        p.set(rcam.data, "lens", rcam.data.lens / 3)
-        p.set(rcam.data, "shift_x", rcam.data.shift_x / 3)
-        p.set(rcam.data, "shift_y", rcam.data.shift_y / 3)
-        sign = -1.0 if flipped else 1.0
-        K_canvas_err = float(np.abs(intrinsics_from_blender(replace(
-            params, lens_mm=rcam.data.lens, shift_x=sign * rcam.data.shift_x, shift_y=sign * rcam.data.shift_y,
-            resolution_x=Wc, resolution_y=Hc)) - K_expected).max())
-        first = times[0]
-        period = Fraction(timing.readout_ns, H)
-        shutter = timed_rows_shutter(first, period, Hc)
-        cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objs + [rcam])
-        rendered_px = 0
-        for g in groups:
-            box = (min(boxes[k][0] for k in g), max(boxes[k][1] for k in g),
-                   min(boxes[k][2] for k in g), max(boxes[k][3] for k in g))
-            rendered_px += _area(box)
-            in_group = set(g)
-            with ScenePatch() as q:
-                for k, o in enumerate(objs):
-                    if k not in in_group and not o.hide_render:
-                        q.set(o, "hide_render", True)      # not synced at all: the render costs its group only
-                _set_canvas_border(q, scene, box, Wc, Hc, flipped)
-                t0 = time.perf_counter()
-                passes = cs.render_passes(scene, vl)
-                render_seconds.append(time.perf_counter() - t0)
-            idx = passes["index"]
-            if flipped:
-                idx = idx[::-1, ::-1]
-            if idx.shape != (box[3] - box[2], box[1] - box[0]):
-                raise RuntimeError(f"canvas border render returned {idx.shape}, expected "
-                                   f"{(box[3] - box[2], box[1] - box[0])}")
-            idx = np.rint(idx).astype(np.int64)
-            for k in g:
-                ri = table[k].render_index
-                canvas_masks[k] = (box, idx == ri)
+    first = times[0]
+    period = Fraction(timing.readout_ns, H)
+    K_canvas_err, rendered_px = None, 0
+    if lens is None:                           # Cycles canvas renders (pinhole canvas camera)
+        with ScenePatch() as p:
+            ctx.base_settings(p, Wc, Hc)
+            p.set(scene.cycles, "samples", 1)
+            p.set(scene.cycles, "pixel_filter_type", "GAUSSIAN")
+            p.set(scene.cycles, "filter_width", 0.01)
+            p.set(scene.cycles, "max_bounces", 0)
+            vl = ctx.view_layer
+            for attr in ("use_pass_position", "use_pass_normal", "use_pass_z", "use_pass_vector"):
+                p.set(vl, attr, False)
+            p.set(vl, "use_pass_object_index", True)
+            cs.set_render_indices(p, scene, table)
+            rcam = use_render_camera(p, scene, cam, sensor.readout_direction)
+            p.set(rcam.data, "lens", rcam.data.lens / 3)
+            p.set(rcam.data, "shift_x", rcam.data.shift_x / 3)
+            p.set(rcam.data, "shift_y", rcam.data.shift_y / 3)
+            sign = -1.0 if flipped else 1.0
+            K_canvas_err = float(np.abs(intrinsics_from_blender(replace(
+                params, lens_mm=rcam.data.lens, shift_x=sign * rcam.data.shift_x, shift_y=sign * rcam.data.shift_y,
+                resolution_x=Wc, resolution_y=Hc)) - K_expected).max())
+            shutter = timed_rows_shutter(first, period, Hc)
+            cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objs + [rcam])
+            for g in groups:
+                box = (min(boxes[k][0] for k in g), max(boxes[k][1] for k in g),
+                       min(boxes[k][2] for k in g), max(boxes[k][3] for k in g))
+                rendered_px += _area(box)
+                in_group = set(g)
+                with ScenePatch() as q:
+                    for k, o in enumerate(objs):
+                        if k not in in_group and not o.hide_render:
+                            q.set(o, "hide_render", True)      # not synced at all: the render costs its group only
+                    _set_canvas_border(q, scene, box, Wc, Hc, flipped)
+                    t0 = time.perf_counter()
+                    passes = cs.render_passes(scene, vl)
+                    render_seconds.append(time.perf_counter() - t0)
+                idx = passes["index"]
+                if flipped:
+                    idx = idx[::-1, ::-1]
+                if idx.shape != (box[3] - box[2], box[1] - box[0]):
+                    raise RuntimeError(f"canvas border render returned {idx.shape}, expected "
+                                       f"{(box[3] - box[2], box[1] - box[0])}")
+                idx = np.rint(idx).astype(np.int64)
+                for k in g:
+                    ri = table[k].render_index
+                    canvas_masks[k] = (box, idx == ri)
 
     canvas_masks.update(rasterised)
     for k in from_modal:                       # no possible occluder, inside the image: amodal = modal
@@ -555,7 +580,7 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
                "object_label_rasterise": t_raster}
     block = {
         "definition": DEFINITION,
-        "method": {"amodal": METHOD, "renders": len(groups),
+        "method": {"amodal": METHOD if lens is None else LENS_METHOD, "renders": len(groups),
                    "objects_rendered": len(boxes) - len(from_modal) - len(rasterised),
                    "objects_from_modal": len(from_modal), "objects_rasterised": len(rasterised),
                    "amodal_source": {"cycles_renders": sorted(table[k].render_index for g in groups for k in g),
@@ -567,9 +592,12 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
                    "canvas_shutter": {"first_row_ns": float(first), "row_period_ns": float(period), "rows": Hc,
                                       "motion_steps": sensor.motion_steps}},
         "canvas": {"size_px": [Wc, Hc], "origin_px": [-W, -H],
-                   "clip_m": {"near": float(cam.data.clip_start), "far": float(cam.data.clip_end),
+                   "clip_m": {"near": float(clip_near), "far": float(clip_far),
                               "rule": "camera rays start on the plane camera_z = near and end on camera_z = far "
-                                      "(Cycles clip_start / clip_end): surface outside that slab is not seen"},
+                                      "(Cycles clip_start / clip_end): surface outside that slab is not seen"
+                                      + ("" if lens is None else "; through a lens the rays are the lens camera's "
+                                         "(clip_start / clip_end of exporter/osl_camera.py)")},
+                   **({} if lens is None else {"lens": {"model": lens.model, "valid_pixels": LENS_CANVAS_RULE}}),
                    "row_times": "canvas row c <-> image row v = c - H; time = start + readout*(v'+0.5)/H + "
                                 "exposure/2 (v' = v top_to_bottom, H-1-v bottom_to_top), extrapolated beyond the image"},
         "objects": objects_out,

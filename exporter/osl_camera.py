@@ -12,6 +12,8 @@ import os
 import tempfile
 
 
+CLIP_M = (1e-6, 1e7)      # the custom camera's clip_start / clip_end (m): rays from (almost) the camera centre
+
 def compile_osl(source: str) -> tuple[str, str]:
     """(bytecode, md5) of OSL source, compiled by Cycles' own compiler."""
     import _cycles  # available once bpy is imported
@@ -45,7 +47,7 @@ def make_custom_camera(patch, scene, parent, source: str, name: str):
     data.custom_shader = text
     data.custom_bytecode = bytecode
     data.custom_bytecode_hash = digest
-    data.clip_start, data.clip_end = 1e-6, 1e7     # range limits are applied to the labels, not the rays
+    data.clip_start, data.clip_end = CLIP_M          # range limits are applied to the labels, not the rays
     obj = bpy.data.objects.new(name, data)
     scene.collection.objects.link(obj)
     obj.parent = parent

@@ -74,3 +74,33 @@ def marker_board(lens: str = "opencv", scale: int = 4, distance: float = 4.0, ya
     rig = common.camera_rig("camera_front", cam.name, rgb_samples=2, lens=LENS_PRESETS[lens],
                             readout_direction=direction)
     return truth, rig
+
+
+# Plates for object labels through a lens: (name, id, class, camera-frame rectangle x0, x1, y0, y1 in normalized
+# coordinates, depth m). The big plate leaves the image on the right (part of it on the canvas beyond; for the
+# fisheye part of it beyond the valid domain); the small one is nearer and occludes part of it.
+PLATE_LAYOUT = {
+    "opencv": [("plate", 0x7201, "plate", (0.60, 1.10, -0.30, 0.35), 4.0),
+               ("occluder", 0x7202, "occluder", (0.52, 0.75, -0.12, 0.08), 3.0)],
+    "opencv_fisheye": [("plate", 0x7201, "plate", (1.20, 40.0, -1.00, 0.80), 0.5),
+                       ("occluder", 0x7202, "occluder", (1.00, 2.00, -0.25, 0.20), 0.4)],
+}
+
+
+def lens_plates(lens: str = "opencv", scale: int = 4):
+    """Fronto-parallel rectangular plates at known depths (PLATE_LAYOUT[lens]) seen through LENS_PRESETS[lens],
+    object labels on. truth.notes["plates"]: (name, id, (X0, X1, Y0, Y1) m in the camera frame, depth m,
+    T_camera_object 4x4): the quad's local x is camera y, local y camera x, local z = -camera z."""
+    _, cam, T, K, size = calibration._base(scale)
+    plates = []
+    for name, oid, cls, (x0, x1, y0, y1), d in PLATE_LAYOUT[lens]:
+        X0, X1, Y0, Y1 = x0 * d, x1 * d, y0 * d, y1 * d
+        centre = ((X0 + X1) / 2, (Y0 + Y1) / 2, d)
+        M = calibration._plane_facing(np.eye(4), centre, (0, 0, -1.0))
+        q = common.add_quad(name, (Y1 - Y0) / 2, (X1 - X0) / 2, T @ M)
+        common.tag(q, oid, cls)
+        plates.append((name, oid, (X0, X1, Y0, Y1), d, M))
+    truth = calibration.Truth(K, size, lambda t: T, [],
+                              notes={"plates": plates, "lens": LENS_PRESETS[lens], "T_world_camera": T})
+    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, lens=LENS_PRESETS[lens], object_labels=True)
+    return truth, rig

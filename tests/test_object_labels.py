@@ -406,14 +406,37 @@ def test_rasteriser_clips_at_the_near_and_far_planes():
     assert np.array_equal(rasterize_rows(V, F, K, T, rows, len(us), int(us[0]), near=0.5, far=10.0), expect)
 
 
-def test_object_labels_with_a_lens_block_refused_at_planning(tmp_path):
-    """A camera rendered through a lens (distortion) cannot take pinhole object labels: one line at planning."""
-    from exporter.run import ExportRequest, plan_export
+def test_object_labels_through_a_fisheye_lens(tmp_path):
+    """The object calibration scene (truncated, overlapping, rotated box, moving mover) through a fisheye lens: object
+    labels are rasterised through the lens (no Cycles canvas renders), a deforming object is listed in `skipped`
+    with the reason, and the checker (lens re-rasterisation, lens ray cast) passes."""
+    import bpy
+
+    from contracts.check import check_bundle
     from scenes import common
 
-    _, rig = object_scenes.object_calibration()
-    rig["sensors"][0]["lens"] = {"model": "opencv_fisheye", "D": [-0.02, 0.01, -0.004, 0.0005]}
-    blend = common.save(tmp_path / "lens.blend", rig)
-    with pytest.raises(RowbeamError, match="sensor 'camera_front': object_labels need the pinhole") as exc:
-        plan_export(ExportRequest(out=tmp_path / "b", blend=blend, rig=blend.with_suffix(".rig.json"), device="cpu"))
-    assert "\n" not in str(exc.value)
+    from .conftest import build_and_export
+
+    def builder():
+        truth, rig = object_scenes.object_calibration()
+        rig["sensors"][0]["lens"] = {"model": "opencv_fisheye", "D": [-0.02, 0.01, -0.004, 0.0005]}
+        wave = common.add_quad("waving", 0.5, 0.5, bpy.data.objects["front"].matrix_world)
+        wave.location.z += 0.3
+        wave.modifiers.new("wave", "WAVE")
+        common.tag(wave, 0x9006, "target")
+        return truth, rig
+
+    e = build_and_export(tmp_path, "fisheye_objects", builder)
+    assert e.summary["published"], e.summary
+    m, a = load_event(e.event)
+    block = m["object_labels"]
+    assert block["method"]["renders"] == 0 and block["method"]["objects_rasterised"] == len(block["objects"]) >= 5
+    assert block["canvas"]["lens"]["model"] == "opencv_fisheye"
+    skipped = {s_["name"]: s_["reason"] for s_ in block["skipped"]}
+    assert "deforming: through a lens" in skipped.get("waving", ""), skipped
+    mover = next(o for o in block["objects"] if o["name"] == "mover")
+    assert mover["row_pose_index"] is not None
+    report = check_bundle(e.bundle)
+    assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+
+

@@ -1,0 +1,266 @@
+"""Object labels through a lens (issue 16): the per-pixel lens rasteriser (contracts.rasterize.rasterize_rays)
+against OpenCV as the independent oracle, exported plates through opencv / opencv_fisheye, the checker's lens
+re-rasterisation and ray cast, planted faults, adapters."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contracts.lens import LensSpec, make_lens
+from contracts.rasterize import canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows
+
+cv2 = pytest.importorskip("cv2")
+
+W, H = 320, 180
+PROBE = 0.02                # px: pixels whose centre and 4 probes this far away disagree lie on an edge (not judged)
+LENSES = {
+    "opencv": ("opencv", [[200.0, 0.0, 159.5], [0.0, 201.0, 90.25]], (-0.25, 0.06, 1.0e-3, -5.0e-4, 0.0)),
+    "opencv_rational": ("opencv", [[200.0, 0.0, 161.0], [0.0, 200.0, 88.5]], (0.08, -0.01, 0, 0, 0, 0.05, 0, 0)),
+    "opencv_fisheye": ("opencv_fisheye", [[110.0, 0.0, 159.5], [0.0, 110.0, 89.5]], (-0.02, 0.01, -0.004, 0.0005)),
+}
+# fronto-parallel plate per lens: normalized x0, x1, y0, y1 at depth d (partly beyond the image), moving along
+# camera x by vx metres per canvas row (rolling shutter: each row its own pose)
+PLATES = {"opencv": ((0.6, 1.3, -0.3, 0.35), 4.0, 0.002), "opencv_rational": ((0.6, 1.3, -0.3, 0.35), 4.0, 0.002),
+          "opencv_fisheye": ((1.2, 40.0, -1.0, 0.8), 0.5, 0.001)}
+
+
+def _lens(name):
+    model, k, d = LENSES[name]
+    return make_lens(LensSpec(model, d), np.array(k + [[0.0, 0.0, 1.0]]), W, H, where=name)
+
+
+def _cv_rays(lens, u, v):
+    """OpenCV's undistorted normalized (x, y) of pixels (u, v) (any shape), NaN where OpenCV's inverse does not
+    reproject onto the pixel within 1e-6 px (cv2.projectPoints) or, fisheye, theta >= 90 deg (OpenCV clamps)."""
+    pts = np.stack([u.ravel(), v.ravel()], -1)[:, None, :].astype(np.float64)
+    crit = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 100, 1e-15)
+    D = np.array(lens.D)
+    if lens.model == "opencv_fisheye":
+        xy = cv2.fisheye.undistortPoints(pts, lens.K, D, criteria=crit).reshape(-1, 2)
+        P = np.concatenate([xy, np.ones((len(xy), 1))], 1)
+        back, _ = cv2.fisheye.projectPoints(P[:, None, :], np.zeros(3), np.zeros(3), lens.K, D)
+        k1, k2, k3, k4 = lens.D
+        t = np.pi / 2
+        td_max = t * (1 + k1 * t**2 + k2 * t**4 + k3 * t**6 + k4 * t**8)       # the model's reach at 90 deg
+        td = np.hypot((u.ravel() - lens.K[0, 2]) / lens.K[0, 0], (v.ravel() - lens.K[1, 2]) / lens.K[1, 1])
+        ok = td < td_max
+    else:
+        xy = cv2.undistortPointsIter(pts, lens.K, D, None, None, crit).reshape(-1, 2)
+        P = np.concatenate([xy, np.ones((len(xy), 1))], 1)
+        back, _ = cv2.projectPoints(P, np.zeros(3), np.zeros(3), lens.K, D)
+        ok = np.ones(len(xy), bool)
+    ok &= np.hypot(*(back.reshape(-1, 2) - pts[:, 0]).T) < 1e-6
+    xy[~ok] = np.nan
+    return xy.reshape(u.shape + (2,))
+
+
+def _cv_plate_mask(lens, u, v, rect, depth, shift):
+    """Pixels (u, v) whose OpenCV ray meets the plate rect (X0, X1, Y0, Y1 m at camera z = depth) moved by shift
+    (m along camera x, per pixel); NaN-ray pixels are outside."""
+    xy = _cv_rays(lens, u, v) * depth
+    X0, X1, Y0, Y1 = rect
+    with np.errstate(invalid="ignore"):
+        return (xy[..., 0] - shift >= X0) & (xy[..., 0] - shift <= X1) & (xy[..., 1] >= Y0) & (xy[..., 1] <= Y1)
+
+
+def _robust_expected(lens, u, v, rect, depth, shift):
+    """(expected, judged): the OpenCV mask and the pixels whose centre and 4 probes PROBE px away agree (probes
+    only where the centre mask is not uniform over a 5 x 5 neighbourhood: elsewhere no edge is near)."""
+    centre = _cv_plate_mask(lens, u, v, rect, depth, shift)
+    pad = np.pad(centre, 2, mode="edge")
+    win = np.lib.stride_tricks.sliding_window_view(pad, (5, 5))
+    edgy = win.any((-1, -2)) & ~win.all((-1, -2))
+    judged = np.ones_like(centre)
+    uu, vv, ss = u[edgy], v[edgy], np.broadcast_to(shift, u.shape)[edgy]
+    c = centre[edgy]
+    for du, dv in ((PROBE, 0), (-PROBE, 0), (0, PROBE), (0, -PROBE)):
+        judged[edgy] &= _cv_plate_mask(lens, uu + du, vv + dv, rect, depth, ss) == c
+    return centre, judged
+
+
+def _plate_mesh(rect):
+    X0, X1, Y0, Y1 = rect
+    V = np.array([[X0, Y0, 0.0], [X1, Y0, 0.0], [X1, Y1, 0.0], [X0, Y1, 0.0]])
+    return V, np.array([[0, 1, 2], [0, 2, 3]])
+
+
+@pytest.mark.parametrize("name", list(LENSES))
+def test_lens_rasteriser_matches_opencv(name):
+    """A plate moving along camera x (its own pose per canvas row) through each lens: the canvas mask from
+    rasterize_rays (rays from contracts.lens.unproject) equals the set of pixels whose OpenCV ray
+    (cv2.undistortPoints, reprojected by cv2.projectPoints within 1e-6 px) meets the plate at the row's pose,
+    0 px mismatch away from 0.02 px of an edge; the pinhole rasteriser with the same K does not."""
+    lens = _lens(name)
+    (x0, x1, y0, y1), d, vx = PLATES[name]
+    rect = (x0 * d, x1 * d, y0 * d, y1 * d)
+    V, F = _plate_mesh(rect)
+    rows = np.arange(-H, 2 * H)
+    T = np.repeat(np.eye(4)[None], 3 * H, 0)
+    T[:, 0, 3] = vx * (rows + H)
+    T[:, 2, 3] = d
+    corners = np.array([[x, y, 0.0] for x in rect[:2] for y in rect[2:] for _ in (0, 1)])
+    box = lens_canvas_box(lens, corners, T, W, H, 1e-6)
+    assert box is not None
+    cx0, cx1, cy0, cy1 = box
+    mask = np.zeros((3 * H, 3 * W), bool)
+    rays = canvas_rays(lens, cx0 - W, cx1 - W, cy0 - H, cy1 - H)
+    mask[cy0:cy1, cx0:cx1] = rasterize_rays(V, F, rays, T[cy0:cy1], near=1e-6)
+    # the oracle over the canvas box grown by 20 px (nothing may be covered beyond the box)
+    gx0, gx1, gy0, gy1 = max(cx0 - 20, 0), min(cx1 + 20, 3 * W), max(cy0 - 20, 0), min(cy1 + 20, 3 * H)
+    v, u = np.mgrid[gy0 - H:gy1 - H, gx0 - W:gx1 - W].astype(np.float64)
+    shift = vx * (v + H)
+    expected, judged = _robust_expected(lens, u, v, rect, d, shift)
+    got = mask[gy0:gy1, gx0:gx1]
+    mismatch = (got != expected) & judged
+    assert expected.sum() > 2000 and mismatch.sum() == 0, (int(mismatch.sum()), int(expected.sum()))
+    assert (~judged).sum() < 0.01 * expected.sum()
+    in_image = expected[max(H - gy0, 0):2 * H - gy0, max(W - gx0, 0):2 * W - gx0].sum()
+    assert 0 < in_image < expected.sum(), "the plate is partly outside the image"
+    if lens.model == "opencv_fisheye":       # part of the plate lies beyond the valid domain: no canvas pixel there
+        assert np.isnan(rays[..., 0]).any() and not mask[cy0:cy1, cx0:cx1][np.isnan(rays[..., 0])].any()
+    pin = rasterize_rows(V, F, lens.K, T, rows, 3 * W, -W, near=1e-6)[gy0:gy1, gx0:gx1]
+    assert ((pin != expected) & judged).sum() > 100, "a pinhole rasterisation misses through the lens"
+    print(f"{name}: {int(expected.sum())} canvas px ({int(in_image)} in image), 0 mismatch "
+          f"({int((~judged).sum())} edge px not judged); pinhole misses {int(((pin != expected) & judged).sum())} px")
+
+
+def test_lens_rasteriser_with_pinhole_lens_equals_scanline():
+    """rasterize_rays with a pinhole lens (rays K^-1 (u, v, 1)) equals the scanline rasteriser rasterize_rows on
+    random meshes crossing the near and far planes, per-row poses, every pixel of the canvas."""
+    lens = make_lens(LensSpec("pinhole", ()), np.array([[150.0, 0, 40.3], [0, 152.0, 30.7], [0, 0, 1]]), 80, 60)
+    rng = np.random.default_rng(3)
+    Wc, Hc = 80, 60
+    rays = canvas_rays(lens, -Wc, 2 * Wc, -Hc, 2 * Hc)
+    rows = np.arange(-Hc, 2 * Hc)
+    for trial in range(4):
+        V = rng.normal(0, 1.0, (30, 3)) + [0, 0, 2.0]
+        F = rng.integers(0, 30, (40, 3))
+        T = np.repeat(np.eye(4)[None], 3 * Hc, 0)
+        T[:, 0, 3] = np.linspace(-0.3, 0.3, 3 * Hc) * (trial % 2)
+        a = rasterize_rays(V, F, rays, T, near=0.5, far=3.0)
+        b = rasterize_rows(V, F, lens.K, T, rows, 3 * Wc, -Wc, near=0.5, far=3.0)
+        assert a.sum() > 500 and np.array_equal(a, b), (trial, int((a != b).sum()))
+
+
+def _cv_project_corners(lens, rect, d):
+    """OpenCV pixel (u, v) of the plate's 4 corners."""
+    X0, X1, Y0, Y1 = rect
+    P = np.array([[X0, Y0, d], [X1, Y0, d], [X1, Y1, d], [X0, Y1, d]])
+    if lens.model == "opencv_fisheye":
+        uv, _ = cv2.fisheye.projectPoints(P[:, None, :], np.zeros(3), np.zeros(3), lens.K, np.array(lens.D))
+    else:
+        uv, _ = cv2.projectPoints(P, np.zeros(3), np.zeros(3), lens.K, np.array(lens.D))
+    return uv.reshape(-1, 2)
+
+
+# ----- exported plates through each lens (real Cycles, 320x180) --------------------------------------------------
+
+def _plates(exports, lens):
+    from scenes import lens_scenes
+
+    return exports(f"lens_plates_{lens}", lens_scenes.lens_plates, lens=lens)
+
+
+def _event_lens(m):
+    from contracts.lens import lens_from_calibration
+
+    return lens_from_calibration(m["calibration"])
+
+
+@pytest.mark.parametrize("lens_name", ["opencv", "opencv_fisheye"])
+def test_plate_object_labels_through_lens(exports, lens_name):
+    """Plates at known depths through each lens, the big one leaving the image: each canvas amodal mask equals the
+    pixels whose OpenCV ray (cv2.undistortPoints of the pixel centre) meets the plate (0 px mismatch away from
+    0.02 px of an edge) and its bbox holds the plate's outline projected by cv2.projectPoints; px counts, visib_fract
+    and truncation follow from the OpenCV masks and the rendered ids; box3d and the pose are the plate's closed
+    form; the manifest declares the lens canvas; `rowbeam check` passes."""
+    from contracts.check import check_bundle
+    from contracts.object_checks import object_masks
+
+    from .helpers import load_event
+
+    e = _plates(exports, lens_name)
+    m, a = load_event(e.event)
+    lens = _event_lens(m)
+    assert lens is not None and lens.model == LENSES[lens_name][0]
+    block = m["object_labels"]
+    assert "lens" in block["canvas"] and block["canvas"]["lens"]["model"] == lens.model
+    assert block["method"]["amodal"].startswith("rasterised_through_lens") and block["method"]["renders"] == 0
+    v, u = np.mgrid[-H:2 * H, -W:2 * W].astype(np.float64)
+    by_name = {o["name"]: o for o in block["objects"]}
+    assert set(by_name) == {"plate", "occluder"}, [o["name"] for o in block["objects"]]
+    expected_all = {}
+    for name, oid, rect, d, M in e.truth.notes["plates"]:
+        o = by_name[name]
+        _, canvas = object_masks(block, a, W, H, o)
+        expected, judged = _robust_expected(lens, u, v, rect, d, 0.0)
+        mismatch = int(((canvas != expected) & judged).sum())
+        assert mismatch == 0 and (~judged).sum() < 0.01 * expected.sum(), (name, mismatch)
+        expected_all[name] = expected
+        # the exported unclipped box lies inside the box of the plate's outline projected by cv2.projectPoints and
+        # misses it by < 1.5 px on each side (the outline's extremes may fall between pixel centres)
+        X0, X1, Y0, Y1 = rect
+        t = np.linspace(0, 1, 400)
+        outline = np.concatenate([np.stack([X0 + t * (X1 - X0), np.full_like(t, Y0)], 1),
+                                  np.stack([X0 + t * (X1 - X0), np.full_like(t, Y1)], 1),
+                                  np.stack([np.full_like(t, X0), Y0 + t * (Y1 - Y0)], 1),
+                                  np.stack([np.full_like(t, X1), Y0 + t * (Y1 - Y0)], 1)])
+        P = np.concatenate([outline, np.full((len(outline), 1), d)], 1)
+        if lens.model == "opencv_fisheye":
+            uv, _ = cv2.fisheye.projectPoints(P[:, None, :], np.zeros(3), np.zeros(3), lens.K, np.array(lens.D))
+        else:
+            uv, _ = cv2.projectPoints(P, np.zeros(3), np.zeros(3), lens.K, np.array(lens.D))
+        uv = uv.reshape(-1, 2)
+        bx, by, bw, bh = o["bbox_amodal_unclipped"]
+        lo, hi = np.array([bx, by]), np.array([bx + bw - 1, by + bh - 1])
+        assert (uv.min(0) <= lo).all() and (hi <= uv.max(0)).all(), (name, o["bbox_amodal_unclipped"], uv.min(0))
+        assert (lo - uv.min(0) < 1.5).all() and (uv.max(0) - hi < 1.5).all(), (name, lo, hi, uv.min(0), uv.max(0))
+        # counts and fractions: amodal from OpenCV, visible from the rendered ids
+        n_all, n_img = int(expected.sum()), int(expected[H:2 * H, W:2 * W].sum())
+        visible = int((a["instance_id"] == o["instance_id"]).sum())
+        assert (o["px_count_all"], o["px_count_in_image"], o["px_count_visib"]) == (n_all, n_img, visible)
+        assert o["visib_fract"] == visible / n_all and o["truncation_fraction"] == 1 - n_img / n_all
+        # box3d: the quad's local box (half extents along local x = camera y, local y = camera x); pose: closed form
+        assert np.allclose(o["box3d"]["size_m"], [Y1 - Y0, X1 - X0, 0.0], atol=1e-6)
+        assert np.allclose(o["box3d"]["centre_m"], 0.0, atol=1e-6)
+        assert np.abs(np.array(o["T_camera_object_reference"]) - M).max() < 1e-5, name
+    plate, occ = by_name["plate"], by_name["occluder"]
+    assert 0 < plate["px_count_in_image"] < plate["px_count_all"], "the plate is truncated by the image border"
+    assert plate["visib_fract"] < plate["px_count_in_image"] / plate["px_count_all"], "the occluder hides some of it"
+    assert (expected_all["plate"] & expected_all["occluder"])[H:2 * H, W:2 * W].sum() > 20
+    assert occ["truncation_fraction"] == 0.0
+    print(f"{lens_name}: plate {plate['px_count_all']} canvas px, {plate['px_count_in_image']} in image, "
+          f"{plate['px_count_visib']} visible (visib_fract {plate['visib_fract']:.4f}); 0 px mismatch vs OpenCV; "
+          f"object labels {m['run']['seconds'].get('object_labels', float('nan')):.3f} s")
+    report = check_bundle(e.bundle)
+    assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+    checks = {c["check"]: c for ev in report["events"] for c in ev["checks"]}
+    assert "through the" in checks["objects:rasterisation"]["message"] and checks["objects:ray_cast"]["status"] == "pass"
+
+
+def test_pinhole_rasterisation_through_a_lens_is_caught(exports, tmp_path, monkeypatch):
+    """Planted fault: the exporter rasterises a lens camera's objects with the pinhole model (same K): the checker's
+    lens re-rasterisation and its ray cast both fail."""
+    from contracts import rasterize
+    from exporter import object_labels
+    from scenes import lens_scenes
+
+    from .conftest import build_and_export
+
+    def pinhole_rays(lens, u0, u1, v0, v1, du=0.0, dv=0.0):
+        v, u = np.mgrid[v0:v1, u0:u1].astype(np.float64)
+        return np.stack([(u - lens.K[0, 2]) / lens.K[0, 0], (v - lens.K[1, 2]) / lens.K[1, 1]], -1)
+
+    monkeypatch.setattr(object_labels, "canvas_rays", pinhole_rays)
+    e = build_and_export(tmp_path, "fault", lens_scenes.lens_plates, lens="opencv")
+    monkeypatch.undo()
+    assert rasterize.canvas_rays is not pinhole_rays
+    # the exporter's own checks quarantine the event; the checker, run on that folder, names both failures
+    assert not e.summary["published"] and len(e.summary["quarantined"]) == 1
+    report = json.loads((Path(e.summary["quarantined"][0]) / "qa_report.json").read_text())
+    fails = {c["check"]: c["message"] for c in report["checks"] if c["status"] == "fail"}
+    assert "farther than 0.02 px from an edge" in fails.get("objects:rasterisation", ""), fails
+    assert "disagree with its amodal mask" in fails.get("objects:ray_cast", ""), fails
