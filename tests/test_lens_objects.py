@@ -145,16 +145,6 @@ def test_lens_rasteriser_with_pinhole_lens_equals_scanline():
         assert a.sum() > 500 and np.array_equal(a, b), (trial, int((a != b).sum()))
 
 
-def _cv_project_corners(lens, rect, d):
-    """OpenCV pixel (u, v) of the plate's 4 corners."""
-    X0, X1, Y0, Y1 = rect
-    P = np.array([[X0, Y0, d], [X1, Y0, d], [X1, Y1, d], [X0, Y1, d]])
-    if lens.model == "opencv_fisheye":
-        uv, _ = cv2.fisheye.projectPoints(P[:, None, :], np.zeros(3), np.zeros(3), lens.K, np.array(lens.D))
-    else:
-        uv, _ = cv2.projectPoints(P, np.zeros(3), np.zeros(3), lens.K, np.array(lens.D))
-    return uv.reshape(-1, 2)
-
 
 # ----- exported plates through each lens (real Cycles, 320x180) --------------------------------------------------
 
@@ -193,7 +183,7 @@ def test_plate_object_labels_through_lens(exports, lens_name):
     by_name = {o["name"]: o for o in block["objects"]}
     assert set(by_name) == {"plate", "occluder"}, [o["name"] for o in block["objects"]]
     expected_all = {}
-    for name, oid, rect, d, M in e.truth.notes["plates"]:
+    for name, _oid, rect, d, M in e.truth.notes["plates"]:
         o = by_name[name]
         _, canvas = object_masks(block, a, W, H, o)
         expected, judged = _robust_expected(lens, u, v, rect, d, 0.0)
