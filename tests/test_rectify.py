@@ -371,3 +371,60 @@ def test_bad_input_one_line_nothing_written(exports, tmp_path, capsys):
     root, ev = _copy(e, tmp_path / "missing")
     (ev / "rgb.exr").unlink()
     refused(root, fragment="rgb.exr")
+
+
+def test_amodal_masks_rectified(exports, tmp_path):
+    """Object labels (planted on a lens export: amodal masks = closed-form squares through OpenCV rays, one reaching
+    past the image corner): rectified amodal masks equal cv2.remap(INTER_NEAREST) of the planted masks (--alpha 1:
+    pixels with no source are 0), their counts and boxes are recomputed from the rectified masks."""
+    from contracts.arrays import write_npy
+
+    from .helpers import load_event, rehash
+    from .test_checker_faults import _copy, _edit_manifest
+    from .test_lenses import _cv_project_lens, _cv_rays, _event_lens
+
+    e = _board(exports, "opencv")
+    root, ev = _copy(e, tmp_path / "labels")
+    m, a = load_event(ev)
+    lens = _event_lens(m)
+    Hs, Ws = a["valid"].shape
+    v, u = np.mgrid[0:Hs, 0:Ws].astype(np.float64)
+    ray = _cv_rays(lens, u, v)
+    squares = [(0.0, 0.0, 0.4), (-3.6, -2.0, 0.8)]          # centre x, y on the plane z = 4 m, half side (m)
+    masks = [(np.abs(ray[..., 0] * 4 - x) <= h) & (np.abs(ray[..., 1] * 4 - y) <= h) for x, y, h in squares]
+    assert masks[1][0, 0] and 0 < masks[1].mean() < 0.2
+    write_npy(ev / "amodal_masks.npy", np.packbits(np.stack(masks), axis=-1))
+    objs = [o for o in m["objects"]][:3]
+
+    def plant(doc):
+        doc["modalities"]["amodal_masks"] = {"uri": "amodal_masks.npy", "format": "npy", "dtype": "uint8",
+                                             "shape": [2, Hs, (Ws + 7) // 8], "sha256": "0" * 64, "bytes": 0}
+        doc["object_labels"] = {"objects": [
+            {"id": objs[0]["id"], "instance_id": objs[0]["render_index"], "mask_index": 0},
+            {"id": objs[1]["id"], "instance_id": objs[1]["render_index"], "mask_index": 1},
+            {"id": objs[2]["id"], "instance_id": objs[2]["render_index"], "mask_index": None}]}
+    _edit_manifest(ev, plant)
+    rehash(ev, "amodal_masks")
+    side = _rectify(root, tmp_path / "r", "--alpha", "1", "--interpolation", "nearest")
+    K_rect, size = np.array(side["pinhole"]["camera_front"]["K"]), tuple(side["pinhole"]["camera_front"]["image_size_px"])
+    assert side["events"][0]["no_source_pixels"] > 1000
+    folder = tmp_path / "r" / "camera_front" / ev.name
+    packed = np.load(folder / "amodal_masks.npy")
+    got = np.unpackbits(packed, axis=-1, count=size[0]).astype(bool)
+    maps = _cv_maps(lens, K_rect, size)
+    tie = (np.abs(maps[0] % 1 - 0.5) < 1e-4) | (np.abs(maps[1] % 1 - 0.5) < 1e-4)
+    objects = {o["id"]: o for o in json.loads((folder / "objects.json").read_text())["objects"]}
+    for k, mask in enumerate(masks):
+        ref = _remap(mask.astype(np.uint8), maps) == 1
+        assert not (got[k] != ref)[~tie].any(), int((got[k] != ref).sum())
+        vt, ut = np.nonzero(tie & (got[k] != ref))          # float32 ties: judged by cv2.projectPoints in float64
+        if len(vt):
+            q = _cv_project_lens(lens, np.linalg.solve(K_rect, np.stack([ut, vt, np.ones(len(ut))])).T)
+            assert all(mask[int(np.rint(b)), int(np.rint(a_))] == got[k][y, x]
+                       for (a_, b), y, x in zip(q, vt, ut, strict=True))
+        o = objects[objs[k]["id"]]
+        ys, xs = np.nonzero(got[k])
+        assert o["mask_index"] == k and o["px_count_in_image"] == int(got[k].sum())
+        assert o["bbox_in_image"] == [xs.min(), ys.min(), xs.max() - xs.min() + 1, ys.max() - ys.min() + 1]
+    assert got[1][0, 0] and got[0].sum() > 500     # alpha 1 keeps the source corner the second square covers
+    assert "mask_index" not in objects.get(objs[2]["id"], {})

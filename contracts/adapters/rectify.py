@@ -18,7 +18,8 @@ Per event (OUT_DIR/<sensor>/<index:06d>/, arrays (H', W') or (H', W', C)):
   source_row, source_col (int32 .npy): s; -1 where invalid. source_row carries the pixel's row time.
   objects.json: per object of the event's table seen in the rectified view: its modal mask is instance_id ==
       render_index (nearest neighbour), its box [x, y, w, h] (w = x_max - x_min + 1, px) and pixel count recomputed
-      from that mask.
+      from that mask; with object labels, amodal_masks.npy (O, H', ceil(W'/8) packbits) holds the in-image amodal
+      masks resampled the same way, and the amodal count and box come from them.
 Per flow (OUT_DIR/<sensor>/<i0:06d>-<i1:06d>/, on the rectified grid of the source (forward) or destination
 (backward) event): flow = d' - s', where s' = K' unproject(s) and d' = K' unproject(s + flow(s)) (both pixel
 positions rectified through contracts.lens); flow_<dir>_start (H', W', 2) = s' (the flow vector's start, at most
@@ -75,7 +76,9 @@ LOST = [
     "rgb: resampled (bilinear or nearest) on the distorted grid: the pixel filter and exposure are the source's",
     "flow: vectors of the nearest source pixel, their start rectified (flow_<dir>_start, not the pixel centre); "
     "destinations outside the rectified frame have dest_in_bounds 0",
-    "amodal object masks and object poses are not rectified; boxes come from the rectified modal masks",
+    "object labels: amodal masks only inside the source image (nearest neighbour; rectified pixels with no source "
+    "are 0, the 3x canvas is not resampled), object poses are not rewritten; boxes are recomputed from the "
+    "rectified masks",
 ]
 
 
@@ -257,21 +260,39 @@ def cropped_source_pixels(m: RectMap, source_valid: np.ndarray) -> int:
     return int(((source_valid == 1) & ~m.kept()).sum())
 
 
-def object_boxes(instance_id: np.ndarray, objects: list[dict]) -> list[dict]:
-    """Per object of the table seen in the rectified instance_id: modal pixel count and box [x, y, w, h] (px,
-    w = x_max - x_min + 1) of its rectified modal mask (instance_id == render_index)."""
+def _box(mask: np.ndarray) -> list[int] | None:
     from .objects import mask_box
 
+    b = mask_box(mask)
+    return None if b is None else [b[0], b[1], b[2] - b[0] + 1, b[3] - b[1] + 1]
+
+
+def rectify_amodal(m: RectMap, masks: list[np.ndarray]) -> np.ndarray:
+    """Rectified in-image amodal masks (O, H', W') bool: the nearest source pixel's bit where the rectified pixel
+    has a source, else False (the canvas beyond the source image is not resampled)."""
+    if not masks:
+        return np.zeros((0,) + m.inside.shape, bool)
+    return np.stack([m.inside & mask[m.rows, m.cols] for mask in masks])
+
+
+def object_boxes(instance_id: np.ndarray, objects: list[dict], amodal: dict | None = None) -> list[dict]:
+    """Per object of the table seen in the rectified instance_id (or with a rectified amodal mask): modal pixel count
+    and box [x, y, w, h] (px, w = x_max - x_min + 1) of its rectified modal mask (instance_id == render_index);
+    `amodal` {id: (mask_index, rectified in-image amodal mask)} adds the amodal count and box."""
     out = []
     present = set(np.unique(instance_id).tolist()) - {0}
+    amodal = amodal or {}
     for o in objects:
-        if o["render_index"] not in present:
+        if o["render_index"] not in present and o["id"] not in amodal:
             continue
         mask = instance_id == o["render_index"]
-        x0, y0, x1, y1 = mask_box(mask)
-        out.append({"id": o["id"], "render_index": o["render_index"], "class_id": o.get("class_id"),
-                    "class_tag": o.get("class_tag"), "name": o.get("name"), "px_count_visib": int(mask.sum()),
-                    "bbox_visib": [x0, y0, x1 - x0 + 1, y1 - y0 + 1]})
+        row = {"id": o["id"], "render_index": o["render_index"], "class_id": o.get("class_id"),
+               "class_tag": o.get("class_tag"), "name": o.get("name"), "px_count_visib": int(mask.sum()),
+               "bbox_visib": _box(mask)}
+        if o["id"] in amodal:
+            index, am = amodal[o["id"]]
+            row.update(mask_index=index, px_count_in_image=int(am.sum()), bbox_in_image=_box(am))
+        out.append(row)
     return out
 
 
@@ -305,6 +326,9 @@ def rectify_flow(m: RectMap, arrays: dict, direction: str) -> dict:
 # ----- writing -----------------------------------------------------------------------------------------------
 
 XY_CHANNELS = ["u", "v"]
+OBJECTS_BOX_TEXT = ("[x, y, w, h] px, w = x_max - x_min + 1: bbox_visib of the rectified modal mask instance_id == "
+                    "render_index; bbox_in_image of the rectified amodal mask (amodal_masks.npy row mask_index, "
+                    "np.packbits(axis=-1)), when the event has object labels; null when empty")
 PNG_ENCODINGS = {"depth.png": "BOP: uint16 = camera_z in mm / depth_scale_mm (per event), 0 = invalid",
                  "flow_<dir>.png": "KITTI 2015: uint16 R, G = flow * 64 + 2^15, B = 1 where the flow is defined "
                                    "(correspondence_defined; destinations outside the image included)"}
@@ -399,9 +423,16 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
             arrays, stats = rectify_event(cam["map"], e.arrays(names), interpolation)
             folder = stage / e.sensor / f"{e.index:06d}"
             _write_arrays(folder, arrays, e.manifest["modalities"], fmt)
-            boxes = object_boxes(arrays["instance_id"], e.objects)
-            write_file(folder / "objects.json", _json({"objects": boxes, "box": "[x, y, w, h] px of the rectified "
-                                                       "modal mask instance_id == render_index, w = x_max - x_min + 1"}))
+            amodal = {}
+            if e.object_labels and "amodal_masks" in e.names:
+                labels = [lb for lb in e.object_labels if lb.get("mask_index") is not None]
+                rect = rectify_amodal(cam["map"], [e.amodal_mask(lb) for lb in labels])
+                amodal = {lb["id"]: (k, rect[k]) for k, lb in enumerate(labels)}
+                buf = io.BytesIO()
+                np.save(buf, np.packbits(rect, axis=-1), allow_pickle=False)
+                write_file(folder / "amodal_masks.npy", buf.getvalue())
+            boxes = object_boxes(arrays["instance_id"], e.objects, amodal)
+            write_file(folder / "objects.json", _json({"objects": boxes, "box": OBJECTS_BOX_TEXT}))
             if png:
                 scale, err = _depth_png(folder, arrays["camera_z"], arrays["valid"])
                 png_info.setdefault("depth_scale_mm", {})[f"{e.sensor}/{e.index:06d}"] = scale
