@@ -184,26 +184,46 @@ def apply_per_row(T_rows, points, rows, frac=None) -> np.ndarray:
 
     With `frac`, the pose is linearly interpolated toward the next row: T[r] + frac * (T[r+1] - T[r])
     (the last row has no successor and is used as is). Rolling-shutter data has one pose per row;
-    the rows' 3x4 matrices are gathered and applied as one batched product.
+    each of the 12 matrix entries is gathered per point and the product formed elementwise, summed
+    (T0 x + T2 z) + (T1 y + T3), then + 0.0 (a zero is +0): the bits numpy's batched matmul gives, without its cost.
     """
     T_rows = np.asarray(T_rows, dtype=np.float64)
-    E = np.ascontiguousarray(T_rows[:, :3, :])                     # (K, 3, 4)
-    Ph = np.empty((len(rows), 4, 1))
-    Ph[:, :3, 0] = points
-    Ph[:, 3, 0] = 1.0
-    out = np.matmul(E.take(rows, axis=0), Ph)[:, :, 0]
-    if frac is not None:
-        D = np.zeros_like(E)
-        D[:-1] = E[1:] - E[:-1]
-        out += np.asarray(frac, dtype=np.float64)[:, None] * np.matmul(D.take(rows, axis=0), Ph)[:, :, 0]
+    rows = np.asarray(rows, dtype=np.intp)
+    points = np.asarray(points, dtype=np.float64)
+    x, y, z = (np.ascontiguousarray(points[:, k]) for k in range(3))
+    frac = None if frac is None else np.asarray(frac, dtype=np.float64)
+    out = np.empty((rows.size, 3))
+    for i in range(3):
+        out[:, i] = _affine_row(T_rows[:, i, :], rows, x, y, z)
+        if frac is not None:
+            D = np.zeros((T_rows.shape[0], 4))
+            D[:-1] = T_rows[1:, i, :] - T_rows[:-1, i, :]
+            out[:, i] += frac * _affine_row(D, rows, x, y, z)
     return out
+
+
+def _affine_row(M, rows, x, y, z) -> np.ndarray:
+    """(N,) M[rows] . (x, y, z, 1) for one matrix row per point, M (K, 4)."""
+    c0, c1, c2, c3 = (np.ascontiguousarray(M[:, k]).take(rows) for k in range(4))
+    c0 *= x
+    c2 *= z
+    c0 += c2
+    c1 *= y
+    c1 += c3
+    c0 += c1
+    c0 += 0.0
+    return c0
 
 
 def apply_rows_grid(T_rows, grid, rotate_only: bool = False) -> np.ndarray:
     """Row h's transform applied to every point (or, with rotate_only, vector) of image row h:
-    (H, 4, 4), (H, W, 3) -> (H, W, 3). No gather: image rows are already grouped."""
+    (H, 4, 4), (H, W, 3) -> (H, W, 3). No gather: image rows are already grouped; elementwise products summed
+    (R0 g0 + R2 g2) + R1 g1, then + 0.0 (a zero is +0): the bits numpy's einsum over the contiguous axis gives."""
     T_rows = np.asarray(T_rows, dtype=np.float64)
-    out = np.einsum("hij,hwj->hwi", T_rows[:, :3, :3], np.asarray(grid, dtype=np.float64))
-    if not rotate_only:
-        out += T_rows[:, None, :3, 3]
+    g = np.asarray(grid, dtype=np.float64)
+    out = np.empty(g.shape)
+    for i in range(3):
+        R = T_rows[:, None, i, :]                                   # (H, 1, 4)
+        o = ((R[..., 0] * g[..., 0] + R[..., 2] * g[..., 2]) + R[..., 1] * g[..., 1]) + 0.0
+        out[..., i] = o if rotate_only else o + R[..., 3]
     return out

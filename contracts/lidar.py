@@ -10,6 +10,7 @@ azimuth follows the head's rotation at its own time:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from fractions import Fraction
 
 import numpy as np
@@ -109,12 +110,20 @@ class SpinningTiming:
     azimuth_steps: int
     time_offsets_ns: tuple
 
-    @property
+    @cached_property
     def firing_period_ns(self) -> Fraction:
         return Fraction(NS_PER_S) / (exact(self.rotation_hz) * self.azimuth_steps)
 
     def firing_time_exact(self, k: int) -> Fraction:
         return self.sweep_start_ns + k * self.firing_period_ns
+
+    def firing_times_exact(self, offsets=(0,)) -> list[Fraction]:
+        """Exact time (ns) of every firing k plus each channel time offset o, ordered (k, o): the values of
+        firing_time_exact(k) + o, built in integers over the period's denominator (no Fraction arithmetic per time)."""
+        p = self.firing_period_ns
+        num, den = p.numerator, p.denominator
+        base = [self.sweep_start_ns * den + o * den for o in offsets]
+        return [Fraction(b + k * num, den) for k in range(self.azimuth_steps) for b in base]
 
     def beam_time_exact(self, k: int, c: int) -> Fraction:
         return self.firing_time_exact(k) + self.time_offsets_ns[c]

@@ -153,11 +153,7 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     sfc = np.full((H * W, 3), np.nan, np.float32)
     d = Pd - P
     sf[idx[defined]] = d[defined]
-    R_cw_src = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))
-    d_grid = np.zeros((H * W, 3))
-    d_grid[idx] = d
-    sfc_all = np.einsum("hij,hwj->hwi", R_cw_src, d_grid.reshape(H, W, 3)).reshape(-1, 3)
-    sfc[idx[defined]] = sfc_all[idx[defined]]
+    sfc[idx[defined]] = _to_camera(src.row_T_world_camera, rows[defined], d[defined])
 
     def plane(mask_pixels):
         out = np.zeros(H * W, np.uint8)
@@ -170,6 +166,15 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
         stats["max_material_point_distance_m"] = worst_locate
     return FlowResult(flow.reshape(H, W, 2), plane(np.ones_like(defined)), plane(in_bounds), plane(visible),
                       plane(defined), sf.reshape(H, W, 3), sfc.reshape(H, W, 3), stats)
+
+
+def _to_camera(row_T_world_camera, rows, vectors) -> np.ndarray:
+    """(N, 3) world vectors rotated into the camera frame of their rows: R(row)^T v, R from (H, 4, 4) poses; summed
+    in order, then + 0.0 (the bits of numpy's einsum)."""
+    R = row_T_world_camera[:, :3, :3]
+    c = [[np.ascontiguousarray(R[:, j, i]).take(rows) for j in range(3)] for i in range(3)]
+    return np.stack([((c[i][0] * vectors[:, 0] + c[i][1] * vectors[:, 1]) + c[i][2] * vectors[:, 2]) + 0.0
+                     for i in range(3)], axis=-1)
 
 
 def _depth_test(dst: EventGeometry, ud, vd, z, render, abs_m, rel) -> np.ndarray:

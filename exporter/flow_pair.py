@@ -22,8 +22,9 @@ from contracts.modalities import FLAG_NAMES, FLAG_TEXT
 from contracts.timing import RollingShutterTiming
 
 from .flow_math import EventGeometry, geometric_flow
-from .mesh_motion import MESH_PATH_METHOD, sample_rows, same_topology, uses_mesh_path
-from .scene_clock import pose_method, set_time
+from .material_points import MissingMeshRows
+from .mesh_motion import MESH_PATH_METHOD, evaluate_meshes, mesh_from_samples, same_topology, uses_mesh_path
+from .scene_clock import objects_world_matrices, pose_method, set_time
 
 NEEDED = ("camera_z", "instance_id", "row_T_world_camera")
 DEFINITION = ("material-point flow: the source pixel's surface point, fixed in its object's frame (matrix_world, "
@@ -77,48 +78,96 @@ def _object_luts(ctx, rigid, deforming, t_src, t_dst):
     return slot, dslot, undefined, reasons
 
 
+MESH_ROW_MARGIN = 2      # rows sampled on either side of a deforming object's rows (the destination solve stays near)
+
+
+def _with_margin(rows, height: int) -> set:
+    """The rows within MESH_ROW_MARGIN of any of `rows`, inside [0, height)."""
+    rows = np.asarray(list(rows), np.int64)
+    near = (rows[:, None] + np.arange(-MESH_ROW_MARGIN, MESH_ROW_MARGIN + 1)[None]).ravel()
+    return set(np.unique(near[(near >= 0) & (near < height)]).tolist())
+
+
+def _initial_mesh_rows(deforming, index_of, instance_ids) -> dict:
+    """{(event 0|1, deforming slot): rows to sample first}: the rows the object shows in either event (the source
+    rows of one direction; the other direction's destination solve lands near them), with a margin."""
+    wanted = {}
+    for j, name in enumerate(deforming):
+        shown = np.concatenate([np.flatnonzero((ids == index_of[name]).any(axis=1)) for ids in instance_ids])
+        for e, ids in enumerate(instance_ids):
+            wanted[(e, j)] = _with_margin(shown, ids.shape[0]) if shown.size else set()
+    return wanted
+
+
 def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, dict]:
     """(arrays, method, endpoints) of the flow between two published camera events."""
     t0 = time.perf_counter()
     (m0, a0), (m1, a1) = load_event(src_dir), load_event(dst_dir)
-    timing0, timing1 = (RollingShutterTiming.from_manifest(m["event"]) for m in (m0, m1))
+    timings = tuple(RollingShutterTiming.from_manifest(m["event"]) for m in (m0, m1))
+    row_times = [[timing.row_time_exact(v) for v in range(timing.rows)] for timing in timings]
+    scene = ctx.scene
     moving = [e.obj_name for e in ctx.table if e.motion == "moving"]
-    deforming = [n for n in moving if uses_mesh_path(ctx.scene, ctx.scene.objects[n])]
+    deforming = [n for n in moving if uses_mesh_path(scene, scene.objects[n])]
     rigid = [n for n in moving if n not in deforming]
-    slot, dslot, undefined, reasons = _object_luts(ctx, rigid, deforming, timing0.reference_time_ns(),
-                                                   timing1.reference_time_ns())
-    sampled = []
-    for timing in (timing0, timing1):
-        sampled.append(sample_rows(ctx.scene, ctx.clock, [ctx.scene.objects[n] for n in rigid],
-                                   [ctx.scene.objects[n] for n in deforming],
-                                   [timing.row_time_exact(v) for v in range(timing.rows)]))
-    for j, name in enumerate(deforming):
-        a, b = sampled[0][1][j], sampled[1][1][j]
-        why = a if isinstance(a, str) else b if isinstance(b, str) else same_topology(a, b)
-        if why:
-            reasons.setdefault(name, why)
-            render_index = next(e.render_index for e in ctx.table if e.obj_name == name)
-            undefined[render_index] = 1
-            dslot[render_index] = -1
-    geoms = []
-    for (m, a, _timing), (mats, meshes) in zip(((m0, a0, timing0), (m1, a1, timing1)), sampled, strict=False):
-        meshes = tuple(x if not isinstance(x, str) else None for x in meshes)
-        geoms.append(EventGeometry(np.array(m["calibration"]["K"]), a["camera_z"], a["instance_id"],
-                                   a["row_T_world_camera"], mats, slot, undefined, dslot, meshes,
-                                   lens_from_calibration(m["calibration"])))
-    poses_s = time.perf_counter() - t0
+    slot, dslot, undefined, reasons = _object_luts(ctx, rigid, deforming, timings[0].reference_time_ns(),
+                                                   timings[1].reference_time_ns())
+    mats = [objects_world_matrices(scene, ctx.clock, [scene.objects[n] for n in rigid], times) if rigid
+            else np.empty((0, len(times), 4, 4)) for times in row_times]
+    lenses = [lens_from_calibration(m["calibration"]) for m in (m0, m1)]
+    index_of = {e.obj_name: e.render_index for e in ctx.table}
+    wanted = _initial_mesh_rows(deforming, index_of, (a0["instance_id"], a1["instance_id"]))
+    samples = {key: {} for key in wanted}
     tol = (qa_profile.FLOW_DEPTH_TEST_ABS_M, qa_profile.FLOW_DEPTH_TEST_REL)
-    t1 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=2) as pool:        # numpy releases the GIL: both directions at once
-        fwd_job = pool.submit(geometric_flow, geoms[0], geoms[1], *tol)
-        bwd_job = pool.submit(geometric_flow, geoms[1], geoms[0], *tol)
-        fwd, bwd = fwd_job.result(), bwd_job.result()
+    results, why, solves, flow_s, poses_s = [None, None], None, 0, 0.0, 0.0
+    while True:
+        t1 = time.perf_counter()
+        todo = [(scene.objects[deforming[j]], (e, j, r), row_times[e][r])
+                for (e, j), rows in wanted.items() for r in sorted(rows) if r not in samples[(e, j)]]
+        for (e, j, r), mesh in evaluate_meshes(scene, ctx.clock, todo).items():
+            samples[(e, j)][r] = mesh
+        meshes = [[mesh_from_samples(samples[(e, j)], timings[e].rows, row_times[e]) for j in range(len(deforming))]
+                  for e in (0, 1)]
+        und, ds, now = undefined.copy(), dslot.copy(), dict(reasons)
+        for j, name in enumerate(deforming):
+            a, b = meshes[0][j], meshes[1][j]
+            reason = a if isinstance(a, str) else b if isinstance(b, str) else (
+                same_topology(a, b) if a is not None and b is not None else None)
+            if reason:
+                now.setdefault(name, reason)
+                und[index_of[name]] = 1
+                ds[index_of[name]] = -1
+        if now != why:                       # which objects are undefined changed: both directions solve again
+            results, why = [None, None], now
+        geoms = [EventGeometry(np.array(m["calibration"]["K"]), a["camera_z"], a["instance_id"],
+                               a["row_T_world_camera"], mats[e], slot, und, ds,
+                               tuple(x if not isinstance(x, str) else None for x in meshes[e]), lenses[e])
+                 for e, (m, a) in enumerate(((m0, a0), (m1, a1)))]
+        t2 = time.perf_counter()
+        poses_s += t2 - (t0 if solves == 0 else t1)
+        todo_dirs = [d for d in (0, 1) if results[d] is None]
+        missing = []
+        with ThreadPoolExecutor(max_workers=2) as pool:        # numpy releases the GIL: both directions at once
+            jobs = {d: pool.submit(geometric_flow, geoms[d], geoms[1 - d], *tol) for d in todo_dirs}
+            for d, job in jobs.items():
+                try:
+                    results[d] = job.result()
+                except MissingMeshRows as gap:
+                    missing.append(gap)
+        solves += len(todo_dirs)
+        flow_s += time.perf_counter() - t2
+        if not missing:
+            break
+        for gap in missing:      # a destination solve reached rows not sampled yet: sample them (+- margin), solve again
+            e, j = next((e, j) for e in (0, 1) for j, x in enumerate(meshes[e]) if x is gap.mesh)
+            wanted[(e, j)] |= _with_margin(gap.rows, timings[e].rows)
+    fwd, bwd = results
+    reasons = why
     arrays = {"flow_forward": fwd.flow, "flow_backward": bwd.flow,
               "scene_flow_world": fwd.scene_flow_world, "scene_flow_source_camera": fwd.scene_flow_source_camera}
     for direction, result in (("forward", fwd), ("backward", bwd)):
         for flag in FLAG_NAMES:
             arrays[f"flow_{direction}_{flag}"] = getattr(result, flag)
-    row_ns = timing1.readout_ns / timing1.rows
+    row_ns = timings[1].readout_ns / timings[1].rows
     method = {
         "definition": DEFINITION,
         "depth_test": {"abs_m": tol[0], "rel": tol[1]},
@@ -126,10 +175,13 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
                         + pose_method(ctx.scene, [ctx.scene.objects[n] for n in rigid])
                         + ("; deforming objects' evaluated meshes by scene.frame_set with subframe" if deforming else ""),
         "deforming_objects": MESH_PATH_METHOD,
+        "deforming_mesh_rows": {name: {"source": len(samples[(0, j)]), "destination": len(samples[(1, j)]),
+                                       "rows": [timings[0].rows, timings[1].rows]} for j, name in enumerate(deforming)},
+        "flow_solves": solves,
         "objects": _object_methods(ctx, rigid, deforming, reasons),
         "forward": {**fwd.stats, "max_row_time_residual_ns": fwd.stats["max_row_residual"] * row_ns},
         "backward": {**bwd.stats, "max_row_time_residual_ns": bwd.stats["max_row_residual"] * row_ns},
-        "seconds": {"poses": round(poses_s, 3), "flow": round(time.perf_counter() - t1, 3)},
+        "seconds": {"poses": round(poses_s, 3), "flow": round(flow_s, 3)},
     }
     return arrays, method, (m0, m1)
 

@@ -67,12 +67,10 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> BeamEventOutput:
     seconds = {}
 
     t0 = time.perf_counter()
-    times = [timing.firing_time_exact(k) + o for k in range(F) for o in offsets]
-    poses = rigid_poses(scene, clock, mount, times).reshape(F, len(offsets), 4, 4)
-    ref_pose = rigid_poses(scene, clock, mount, [timing.reference_time_ns()])[0]
+    all_poses = rigid_poses(scene, clock, mount, timing.firing_times_exact(offsets) + [timing.reference_time_ns()])
+    poses, ref_pose = all_poses[:-1].reshape(F, len(offsets), 4, 4), all_poses[-1]
     seconds["poses"] = time.perf_counter() - t0
-    beam_poses = (np.broadcast_to(poses[:, :1], (F, C, 4, 4)) if len(offsets) == 1   # one time group: a view
-                  else poses[:, group_of_channel])
+    beam_poses = poses[:, :1] if len(offsets) == 1 else poses[:, group_of_channel]   # (F, 1 or C, 4, 4)
     directions = sensor.directions(timing)
 
     renders = layout.renders()

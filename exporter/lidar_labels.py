@@ -31,7 +31,8 @@ def derive_lidar_labels(passes: dict, layout, beam_poses: np.ndarray, directions
 
 def labels_from_beams(beams: dict, beam_poses: np.ndarray, directions: np.ndarray,
                       limits: tuple[float, float], lut: np.ndarray) -> tuple[dict, dict]:
-    """beams: beam_samples (F, C, ...); beam_poses: (F, C, 4, 4) T_world_lidar at each beam's time;
+    """beams: beam_samples (F, C, ...); beam_poses: (F, C, 4, 4) T_world_lidar at each beam's time, or any shape
+    broadcasting to it ((F, 1, 4, 4): one pose per firing);
     directions: (F, C, 3) unit, LiDAR frame.
 
     Returns (arrays without timing/pose payloads, stats); arrays include `_world` (F, C, 3) hit points.
@@ -40,16 +41,17 @@ def labels_from_beams(beams: dict, beam_poses: np.ndarray, directions: np.ndarra
     index, surface, unresolved = resolve_hits(beams["depth"], beams["index"], raw, lut.size)
     R = beam_poses[..., :3, :3]
     o = beam_poses[..., :3, 3]
-    P = on_exact_beam(raw, beams["true_normal"].astype(np.float64), o, np.einsum("fcij,fcj->fci", R, directions))
-    p = np.einsum("fcji,fcj->fci", R, P - o)
+    true_normal = beams["true_normal"].astype(np.float64)
+    P = on_exact_beam(raw, true_normal, o, rotate(R, directions))
+    p = rotate_inverse(R, P - o)
     rng = np.linalg.norm(p, axis=-1)
     in_limits = (rng >= limits[0]) & (rng <= limits[1])
-    n = np.einsum("fcji,fcj->fci", R, beams["true_normal"].astype(np.float64))
+    n = rotate_inverse(R, true_normal)
     with np.errstate(invalid="ignore", divide="ignore"):
         n /= np.linalg.norm(n, axis=-1, keepdims=True)
     valid = surface & ~unresolved & in_limits & np.isfinite(n).all(axis=-1)
     # how far Cycles' own hit lay from the declared beam line (float32 OSL angles and hit positions)
-    lateral = np.linalg.norm(np.cross(np.einsum("fcji,fcj->fci", R, raw - o), directions), axis=-1)
+    lateral = np.linalg.norm(np.cross(rotate_inverse(R, raw - o), directions), axis=-1)
     nan = np.float32(np.nan)
     instance = np.where(valid, index, 0).astype(np.uint32)
     arrays = {
@@ -58,7 +60,7 @@ def labels_from_beams(beams: dict, beam_poses: np.ndarray, directions: np.ndarra
         "instance_id": instance,
         "semantic_id": lut[instance],
         "normal_geometric": np.where(valid[..., None], n, nan).astype(np.float32),
-        "cos_incidence": np.where(valid, -np.einsum("fci,fci->fc", n, directions), nan).astype(np.float32),
+        "cos_incidence": np.where(valid, -dot(n, directions), nan).astype(np.float32),
         "_world": P,
         "_lidar": p,
     }
@@ -77,13 +79,33 @@ HIT_REFINEMENT = ("each return is the intersection of the exact beam (mount pose
 MIN_REFINE_COS = 1e-2
 
 
+def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(...,) a . b of (..., 3) vectors (broadcasting), elementwise. Summed (a0 b0 + a2 b2) + a1 b1, then + 0.0 (a zero
+    is +0): numpy's einsum over a contiguous axis of 3 gives the same bits, so labels are unchanged from the einsum
+    version."""
+    return ((a[..., 0] * b[..., 0] + a[..., 2] * b[..., 2]) + a[..., 1] * b[..., 1]) + 0.0
+
+
+def rotate(R: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """(..., 3) R @ v for rotations R (..., 3, 3) broadcasting against v (..., 3), elementwise (no batched product)."""
+    return np.stack([dot(R[..., i, :], v) for i in range(3)], axis=-1)
+
+
+def rotate_inverse(R: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """(..., 3) R^T @ v (world -> sensor frame for a pose's rotation R), broadcasting like `rotate`; summed in order,
+    then + 0.0 (einsum's bits over a strided axis)."""
+    return np.stack([((R[..., 0, i] * v[..., 0] + R[..., 1, i] * v[..., 1]) + R[..., 2, i] * v[..., 2]) + 0.0
+                     for i in range(3)], axis=-1)
+
+
 def on_exact_beam(hit: np.ndarray, normal: np.ndarray, origin: np.ndarray, direction: np.ndarray) -> np.ndarray:
     """(..., 3) world points: where the ray origin + s*direction meets the plane through `hit` with `normal`
     (world frame, metres; `direction` unit). Hits whose plane the ray meets at |cos| < MIN_REFINE_COS, or
     without a finite normal, are returned unchanged."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        cos = np.einsum("...i,...i->...", normal, direction) / np.linalg.norm(normal, axis=-1)
-        s = np.einsum("...i,...i->...", normal, hit - origin) / np.einsum("...i,...i->...", normal, direction)
+        n_dot_d = dot(normal, direction)
+        cos = n_dot_d / np.linalg.norm(normal, axis=-1)
+        s = dot(normal, hit - origin) / n_dot_d
     refine = np.isfinite(s) & (np.abs(cos) >= MIN_REFINE_COS) & (s > 0)
     return np.where(refine[..., None], origin + s[..., None] * direction, hit)
 

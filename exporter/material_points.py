@@ -17,22 +17,44 @@ import numpy as np
 CHUNK = 1 << 20          # point-triangle pairs per batch (bounded memory)
 
 
-@dataclass
+class MissingMeshRows(LookupError):
+    """A DeformingMesh was asked for rows it was not sampled at: `rows` (sorted unique ints) of `mesh`."""
+
+    def __init__(self, mesh: "DeformingMesh", rows: np.ndarray):
+        super().__init__(f"deforming mesh not sampled at rows {rows.tolist()}")
+        self.mesh, self.rows = mesh, rows
+
+
+@dataclass(eq=False)
 class DeformingMesh:
-    """One deforming object sampled at an event's rows: vertices (H, V, 3) world metres, triangles (T, 3)."""
+    """One deforming object sampled at an event's rows: vertices (H, V, 3) world metres (NaN at rows not sampled),
+    triangles (T, 3), sampled (H,) bool (None: every row)."""
 
     vertices: np.ndarray
     triangles: np.ndarray
+    sampled: np.ndarray | None = None
+
+    def require(self, rows) -> None:
+        """Raise MissingMeshRows unless every row in `rows` was sampled."""
+        if self.sampled is not None:
+            rows = np.asarray(rows, np.int64)
+            missing = np.unique(rows[~self.sampled[rows]])
+            if missing.size:
+                raise MissingMeshRows(self, missing)
 
     def at(self, rows, tri, bary, frac=None) -> np.ndarray:
         """World points (N, 3) of material points (tri (N,), bary (N, 3)) at rows (N,) int, linearly
-        interpolated toward the next row by `frac` (N,) in [0, 1) (the last row is used as is)."""
+        interpolated toward the next row by `frac` (N,) in [0, 1) (the last row is used as is; the next row is
+        read only where frac > 0)."""
         V = self.vertices
+        self.require(rows)
         idx = self.triangles[tri]                                     # (N, 3)
         out = np.einsum("nk,nkj->nj", bary, V[rows[:, None], idx])
         if frac is not None:
-            nxt = np.minimum(rows + 1, V.shape[0] - 1)
-            out += frac[:, None] * (np.einsum("nk,nkj->nj", bary, V[nxt[:, None], idx]) - out)
+            m = np.flatnonzero(frac > 0)
+            nxt = np.minimum(rows[m] + 1, V.shape[0] - 1)
+            self.require(nxt)
+            out[m] += frac[m, None] * (np.einsum("nk,nkj->nj", bary[m], V[nxt[:, None], idx[m]]) - out[m])
         return out
 
 
@@ -44,6 +66,7 @@ def locate(mesh: DeformingMesh, rows, points) -> tuple[np.ndarray, np.ndarray, n
     surface is from the exactly evaluated one."""
     rows = np.asarray(rows, np.int64)
     points = np.asarray(points, np.float64)
+    mesh.require(rows)
     n = len(points)
     tri = np.zeros(n, np.int64)
     bary = np.zeros((n, 3))

@@ -3,23 +3,26 @@
 A moving object takes the mesh path (material points as triangle + barycentric, `material_points`) when
 its surface can move relative to its matrix_world: a modifier deforms it (armature, lattice, curve, ...),
 its shape keys are animated, or it has any other modifier (geometry nodes, build, remesh, ...). Its
-evaluated mesh is sampled at every row time, with each modifier's render settings (show_render, render
-subdivision levels) so the mesh is the one Cycles renders. If the triangles (vertex indices) differ
-between any two sampled times the topology changes and the correspondence is undefined.
+evaluated mesh is sampled at the row times flow needs (`evaluate_meshes`), with each modifier's render
+settings (show_render, render subdivision levels) so the mesh is the one Cycles renders. If the triangles
+(vertex indices) differ between any two sampled times the topology changes and the correspondence is undefined.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .material_points import DeformingMesh
-from .scene_clock import objects_world_matrices, set_time
+from .scene_clock import set_time
 from .scene_patch import ScenePatch
 
 MESH_PATH_METHOD = ("material point = (triangle, barycentric coordinates) of the object's evaluated mesh (render "
                     "settings, Blender's loop triangles as Cycles renders them) nearest to the source pixel's "
                     "surface point at the source row's exact time; re-evaluated as sum_k b_k V_k(t) on the mesh "
-                    "evaluated (scene.frame_set with subframe) at every row's exact time of the other event, linear "
-                    "between adjacent rows")
+                    "evaluated (scene.frame_set with subframe) at the exact times of the other event's rows, linear "
+                    "between adjacent rows. The mesh is evaluated at the rows the object shows in either event "
+                    "(+- 2 rows) and at any further row a destination solve reaches (that direction is then solved "
+                    "again), never interpolated; triangles and vertex count are compared over all evaluated rows "
+                    "(deforming_mesh_rows: rows evaluated per event)")
 
 
 def uses_mesh_path(scene, obj) -> bool:
@@ -56,35 +59,43 @@ def _evaluated_mesh(obj, depsgraph) -> tuple[np.ndarray, np.ndarray]:
     return local @ M[:3, :3].T + M[:3, 3], tris.reshape(-1, 3).astype(np.int64)
 
 
-def sample_rows(scene, clock, rigid, deforming, times_ns):
-    """(matrix_world of each `rigid` object (R, N, 4, 4) (`objects_world_matrices`: direct evaluation where the
-    motion is plain), and per `deforming` object either a DeformingMesh (vertices (N, V, 3)) or the reason its
-    topology is not constant (str): one frame_set per time for the deforming objects)."""
+def evaluate_meshes(scene, clock, wanted) -> dict:
+    """{key: (world vertices (V, 3) float64, loop triangles (T, 3) int64)} for each (obj, key, time_ns) of `wanted`:
+    one frame_set per distinct time (ascending), modifiers at their render settings."""
     import bpy
 
-    mats = objects_world_matrices(scene, clock, rigid, times_ns) if rigid else np.empty((0, len(times_ns), 4, 4))
-    verts = [[] for _ in deforming]
-    tris = [None] * len(deforming)
-    changed = [None] * len(deforming)
+    by_time = {}
+    for obj, key, t in wanted:
+        by_time.setdefault(t, []).append((obj, key))
+    out = {}
     with ScenePatch() as patch:
-        _render_modifiers(patch, deforming)
-        for t in times_ns if deforming else ():
+        _render_modifiers(patch, list({o.name: o for o, _, _ in wanted}.values()))
+        for t in sorted(by_time):
             set_time(scene, clock, t)
             depsgraph = bpy.context.evaluated_depsgraph_get()
-            for j, obj in enumerate(deforming):
-                if changed[j]:
-                    continue
-                v, f = _evaluated_mesh(obj, depsgraph)
-                if tris[j] is None:
-                    tris[j] = f
-                elif f.shape != tris[j].shape or not np.array_equal(f, tris[j]) or len(v) != len(verts[j][0]):
-                    changed[j] = (f"topology changes: the evaluated mesh has {len(tris[j])} triangles / "
-                                  f"{len(verts[j][0])} vertices at t = {float(times_ns[0]):.0f} ns and "
-                                  f"{len(f)} / {len(v)} at t = {float(t):.0f} ns")
-                    continue
-                verts[j].append(v)
-    meshes = [changed[j] or DeformingMesh(np.stack(verts[j]), tris[j]) for j in range(len(deforming))]
-    return mats, meshes
+            for obj, key in by_time[t]:
+                out[key] = _evaluated_mesh(obj, depsgraph)
+    return out
+
+
+def mesh_from_samples(samples: dict, rows: int, times_ns) -> DeformingMesh | str | None:
+    """One event's DeformingMesh from {row: (vertices, triangles)} (`evaluate_meshes`): vertices (rows, V, 3), NaN
+    at rows not sampled; the reason (str) when the triangles or vertex count differ between two sampled rows
+    (times_ns: the event's row times, for the reason); None when no row was sampled."""
+    if not samples:
+        return None
+    order = sorted(samples)
+    v0, f0 = samples[order[0]]
+    for r in order[1:]:
+        v, f = samples[r]
+        if f.shape != f0.shape or len(v) != len(v0) or not np.array_equal(f, f0):
+            return (f"topology changes: the evaluated mesh has {len(f0)} triangles / {len(v0)} vertices at "
+                    f"t = {float(times_ns[order[0]]):.0f} ns and {len(f)} / {len(v)} at t = {float(times_ns[r]):.0f} ns")
+    vertices = np.full((rows, len(v0), 3), np.nan)
+    sampled = np.zeros(rows, bool)
+    vertices[order] = np.stack([samples[r][0] for r in order])
+    sampled[order] = True
+    return DeformingMesh(vertices, f0, sampled)
 
 
 def same_topology(a: DeformingMesh, b: DeformingMesh) -> str | None:

@@ -102,7 +102,7 @@ def export_radar_event(ctx, sensor: RadarSensor, index: int) -> BeamEventOutput:
 
     t0 = time.perf_counter()
     directions = np.broadcast_to(sensor.directions()[None], (K, B, 3))
-    beam_poses = np.broadcast_to(poses[:, None], (K, B, 4, 4))
+    beam_poses = poses[:, None]                                   # (K, 1, 4, 4): one pose per chirp
     labels, stats = labels_from_beams(beams, beam_poses, directions, (sensor.min_range_m, sensor.max_range_m), ctx.lut)
     d_world = np.einsum("kij,bj->kbi", poses[:, :3, :3], sensor.directions())
     v_r = radial_velocity(labels["_world"], labels["instance_id"], labels["valid"] == 1, M, Mdot, body_of_index,
