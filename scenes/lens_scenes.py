@@ -80,10 +80,10 @@ def marker_board(lens: str = "opencv", scale: int = 4, distance: float = 4.0, ya
 # coordinates, depth m). The big plate leaves the image on the right (part of it on the canvas beyond; for the
 # fisheye part of it beyond the valid domain); the small one is nearer and occludes part of it.
 PLATE_LAYOUT = {
-    "opencv": [("plate", 0x7201, "plate", (0.60, 1.10, -0.30, 0.35), 4.0),
-               ("occluder", 0x7202, "occluder", (0.52, 0.75, -0.12, 0.08), 3.0)],
-    "opencv_fisheye": [("plate", 0x7201, "plate", (1.20, 40.0, -1.00, 0.80), 0.5),
-                       ("occluder", 0x7202, "occluder", (1.00, 2.00, -0.25, 0.20), 0.4)],
+    "opencv": [("plate", 0x7201, "target", (0.60, 1.10, -0.30, 0.35), 4.0),
+               ("occluder", 0x7202, "target", (0.52, 0.75, -0.12, 0.08), 3.0)],
+    "opencv_fisheye": [("plate", 0x7201, "target", (1.20, 40.0, -1.00, 0.80), 0.5),
+                       ("occluder", 0x7202, "target", (1.00, 2.00, -0.25, 0.20), 0.4)],
 }
 
 

@@ -254,3 +254,25 @@ def test_pinhole_rasterisation_through_a_lens_is_caught(exports, tmp_path, monke
     fails = {c["check"]: c["message"] for c in report["checks"] if c["status"] == "fail"}
     assert "farther than 0.02 px from an edge" in fails.get("objects:rasterisation", ""), fails
     assert "disagree with its amodal mask" in fails.get("objects:ray_cast", ""), fails
+
+
+def test_object_adapters_with_a_lens(exports, tmp_path):
+    """BOP (cam_K only) and KITTI (P2 = [K | 0]) have no distortion model: a lens camera is refused in one line,
+    exit 2, nothing written; COCO (image-space masks, no camera model) exports the distorted image's masks as they
+    are (areas = px_count_visib)."""
+    from .conftest import run_python
+
+    e = _plates(exports, "opencv")
+    for fmt in ("bop", "kitti-object"):
+        r = run_python("-m", "contracts", "adapt", fmt, e.bundle, tmp_path / fmt)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("rowbeam adapt: error:"), r.stderr
+        assert "lens model opencv" in lines[0] and not (tmp_path / fmt).exists(), lines
+    r = run_python("-m", "contracts", "adapt", "coco", e.bundle, tmp_path / "c.json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "c.json").read_text())
+    from .helpers import load_event
+
+    m, _ = load_event(e.event)
+    visib = {str(o["id"]): o["px_count_visib"] for o in m["object_labels"]["objects"]}
+    assert {a["rowbeam_id"]: a["area"] for a in doc["annotations"]} == visib

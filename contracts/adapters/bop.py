@@ -26,7 +26,7 @@ from ..errors import RowbeamError
 from ..frames import apply, invert_rigid
 from ..object_checks import object_row_poses
 from .mesh import diameter, mesh_ply_bytes, read_asset
-from .objects import amodal_mask, image_size, labelled_events, mask_box, modal_mask
+from .objects import amodal_mask, image_size, labelled_events, mask_box, modal_mask, refuse_lens
 from .output import (FOLDER_SIDECAR, check_output_dir, folder_listing, sidecar, sidecar_bytes, staged_dir,
                      write_file)
 from .png import png_bytes
@@ -142,6 +142,7 @@ def export_bop(bundle_path, out_dir, split: str = "test") -> dict:
     bundle = Bundle.open(bundle_path)
     out_dir = check_output_dir(out_dir, bundle.path)
     events = labelled_events(bundle)
+    refuse_lens(events, "BOP", "stores cam_K only (pinhole; scene_camera.json has no distortion field)")
     assets = _assets(events)
     obj_ids = {sha: i for i, sha in enumerate(sorted(assets), start=1)}
     depth_scale = _depth_scale(events)

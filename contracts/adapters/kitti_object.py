@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from ..bundle_reader import Bundle, Event
-from .objects import image_size, labelled_events
+from .objects import image_size, labelled_events, refuse_lens
 from .output import FOLDER_SIDECAR, check_output_dir, folder_listing, sidecar, sidecar_bytes, staged_dir, write_file
 
 AXIS_TOL_RAD = 1e-3
@@ -111,6 +111,7 @@ def export_kitti_object(bundle_path, out_dir, sensor: str | None = None) -> dict
     bundle = Bundle.open(bundle_path)
     out_dir = check_output_dir(out_dir, bundle.path)
     events = labelled_events(bundle, sensor, single_sensor=True)
+    refuse_lens(events, "KITTI", "calib P2 = [K | 0] is a pinhole projection (no distortion)")
     written, skipped, velo_notes = [], [], {}
     worst = {"m": 0.0, "rad": 0.0, "px": 0.0, "fraction": 0.0}
     with staged_dir(out_dir) as stage:

@@ -25,6 +25,17 @@ def labelled_events(bundle: Bundle, sensor: str | None = None, single_sensor: bo
     return events
 
 
+def refuse_lens(events: list[Event], fmt: str, why: str) -> None:
+    """RowbeamError (one line) when a camera event renders through a lens (calibration.distortion model != none):
+    `fmt`'s camera model is the pinhole K only (`why`), so its labels would be read with the wrong projection."""
+    for e in events:
+        model = e.manifest["calibration"].get("distortion", {}).get("model", "none")
+        if model != "none":
+            raise RowbeamError(f"{e.path}: camera {e.sensor!r} renders through lens model {model} "
+                               f"(calibration.distortion); {fmt} {why}, so its masks, boxes and poses would be read "
+                               "with the wrong projection: export this camera without a lens for " + fmt)
+
+
 def image_size(event: Event) -> tuple[int, int]:
     """(W, H) of a camera event."""
     W, H = event.manifest["calibration"]["image_size_px"]
