@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -113,8 +114,7 @@ def _registry() -> Registry:
 
 @lru_cache(maxsize=None)
 def validator(schema_id: str) -> jsonschema.Draft202012Validator:
-    schema = _schemas()[schema_id]
-    jsonschema.Draft202012Validator.check_schema(schema)
+    schema = _schemas()[schema_id]        # shipped schemas are meta-validated in tests (check_schema costs ~1 s)
     cls = _StrictIntegers if schema_id in USER_SCHEMAS else jsonschema.Draft202012Validator
     return cls(schema, registry=_registry())
 
@@ -128,13 +128,189 @@ def json_path(error: jsonschema.ValidationError) -> str:
 
 def schema_errors(document, schema_id: str) -> list[str]:
     """All violations as 'path: message' strings, deepest (most specific) first. A non-finite number
-    or nesting beyond MAX_JSON_DEPTH is the only violation reported (no schema admits them)."""
+    or nesting beyond MAX_JSON_DEPTH is the only violation reported (no schema admits them).
+
+    Large homogeneous arrays (the object table, object_labels.objects) take a fast path first
+    (`fast_valid`): the document without them goes through jsonschema and each item through a
+    compiled item check; only when either finds a problem does the whole document go through
+    jsonschema, so the messages are always jsonschema's."""
     problem = document_problem(document)
     if problem:
         return [problem]
+    if fast_valid(document, schema_id):
+        return []
     errors = sorted(validator(schema_id).iter_errors(document),
                     key=lambda e: (-len(e.absolute_path), json_path(e)))
     return [f"{json_path(e)}: {_message(e)}"[:300] for e in errors]
+
+
+# ---- fast path for large homogeneous arrays -------------------------------------------------------------
+# A compiled item check is a predicate equal to jsonschema's verdict on the item schema (tested against
+# jsonschema on valid and planted-invalid tables in tests/test_schema_fast.py). It exists only for item
+# schemas built from the keywords below; anything else (a $ref, a format, ...) is left to jsonschema.
+
+FAST_MIN_ITEMS = 16           # shorter arrays are validated by jsonschema with the rest of the document
+_IGNORED = {"description", "title", "$comment", "examples", "default"}
+_APPLICATORS = {"allOf", "anyOf", "oneOf", "if", "then", "else", "not"}
+_UNSAFE = {"$ref", "$dynamicRef", "patternProperties", "unevaluatedProperties", "dependentSchemas",
+           "additionalProperties", "properties", "unevaluatedItems"}
+
+
+def _type_test(name: str, strict_int: bool):
+    if name == "integer":
+        if strict_int:
+            return lambda x: type(x) is int
+        return lambda x: type(x) is int or (type(x) is float and x.is_integer())
+    return {"number": lambda x: type(x) in (int, float), "string": lambda x: type(x) is str,
+            "object": lambda x: type(x) is dict, "array": lambda x: type(x) is list,
+            "boolean": lambda x: type(x) is bool, "null": lambda x: x is None}.get(name)
+
+
+def _literal(v) -> bool:
+    return v is None or type(v) in (str, bool)
+
+
+def compile_check(schema, strict_int: bool = False):
+    """A predicate item -> bool equal to jsonschema Draft 2020-12 validity for `schema`, or None when the
+    schema uses a keyword this compiler does not handle (then no fast path)."""
+    if schema is True:
+        return lambda x: True
+    if schema is False:
+        return lambda x: False
+    if not isinstance(schema, dict):
+        return None
+    tests = []
+    for key, value in schema.items():
+        if key in _IGNORED:
+            continue
+        if key == "type":
+            names = [value] if isinstance(value, str) else value
+            fs = [_type_test(n, strict_int) for n in names]
+            if not isinstance(names, list) or any(f is None for f in fs):
+                return None
+            tests.append(fs[0] if len(fs) == 1 else (lambda x, fs=fs: any(f(x) for f in fs)))
+        elif key == "enum":
+            if not isinstance(value, list) or not all(_literal(v) for v in value):
+                return None
+            tests.append(lambda x, vs=value: any(type(x) is type(v) and x == v for v in vs))
+        elif key == "const":
+            if not _literal(value):
+                return None
+            tests.append(lambda x, v=value: type(x) is type(v) and x == v)
+        elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if type(value) not in (int, float):
+                return None
+            op = {"minimum": lambda x, b: x >= b, "maximum": lambda x, b: x <= b,
+                  "exclusiveMinimum": lambda x, b: x > b, "exclusiveMaximum": lambda x, b: x < b}[key]
+            tests.append(lambda x, op=op, b=value: type(x) not in (int, float) or op(x, b))
+        elif key in ("minItems", "maxItems", "minLength", "maxLength"):
+            if type(value) is not int:
+                return None
+            kind = list if key.endswith("Items") else str
+            op = (lambda n, b: n >= b) if key.startswith("min") else (lambda n, b: n <= b)
+            tests.append(lambda x, kind=kind, op=op, b=value: type(x) is not kind or op(len(x), b))
+        elif key == "pattern":
+            rx = re.compile(value)
+            tests.append(lambda x, rx=rx: type(x) is not str or rx.search(x) is not None)
+        elif key == "items":
+            f = compile_check(value, strict_int)
+            if f is None:
+                return None
+            if isinstance(value, dict) and value.keys() == {"type"} and value["type"] in ("number", "string"):
+                kinds = (int, float) if value["type"] == "number" else (str,)     # the common leaf: a type only
+                tests.append(lambda x, kinds=kinds: type(x) is not list or all(type(i) in kinds for i in x))
+            else:
+                tests.append(lambda x, f=f: type(x) is not list or all(map(f, x)))
+        elif key == "required":
+            tests.append(lambda x, r=tuple(value): type(x) is not dict or all(k in x for k in r))
+        elif key == "properties":
+            props = {k: compile_check(v, strict_int) for k, v in value.items()}
+            if any(f is None for f in props.values()):
+                return None
+            tests.append(lambda x, p=props: type(x) is not dict or all(f(x[k]) for k, f in p.items() if k in x))
+        elif key == "additionalProperties":
+            if value is not False:
+                return None
+            known = frozenset(schema.get("properties", {}))
+            tests.append(lambda x, known=known: type(x) is not dict or known.issuperset(x))
+        elif key in ("oneOf", "anyOf"):
+            fs = [compile_check(v, strict_int) for v in value]
+            if any(f is None for f in fs):
+                return None
+            if key == "oneOf":
+                tests.append(lambda x, fs=fs: sum(1 for f in fs if f(x)) == 1)
+            else:
+                tests.append(lambda x, fs=fs: any(f(x) for f in fs))
+        else:
+            return None
+    if not tests:
+        return lambda x: True
+    if len(tests) == 1:
+        return tests[0]
+    if len(tests) == 2:
+        t0, t1 = tests
+        return lambda x: t0(x) and t1(x)
+    return lambda x: all(t(x) for t in tests)
+
+
+def _touches(schema, name: str) -> bool:
+    """Whether an applicator subschema (same instance) could look at property `name` of the instance."""
+    if not isinstance(schema, dict):
+        return isinstance(schema, list) and any(_touches(s, name) for s in schema)
+    if any(k in schema for k in _UNSAFE - {"properties", "additionalProperties"}):
+        return True
+    if schema.get("additionalProperties", True) is not True or name in schema.get("properties", {}):
+        return True
+    return any(_touches(schema[k], name) for k in _APPLICATORS if k in schema)
+
+
+def _fast_paths(schema, strict_int: bool, prefix=()) -> list:
+    """[(property path, item check)] of the arrays in `schema` reached through `properties` only whose schema
+    is {"type": "array", "items": compilable} and that no applicator on the way could inspect."""
+    out = []
+    if not isinstance(schema, dict) or any(k in schema for k in ("patternProperties", "unevaluatedProperties",
+                                                                  "dependentSchemas", "$ref", "$dynamicRef")):
+        return out
+    for name, sub in schema.get("properties", {}).items():
+        if any(_touches(schema[k], name) for k in _APPLICATORS if k in schema):
+            continue
+        if isinstance(sub, dict) and sub.get("type") == "array" and set(sub) - _IGNORED == {"type", "items"}:
+            f = compile_check(sub["items"], strict_int)
+            if f is not None:
+                out.append(((*prefix, name), f))
+        elif isinstance(sub, dict) and sub.get("type") == "object":
+            out += _fast_paths(sub, strict_int, (*prefix, name))
+    return out
+
+
+@lru_cache(maxsize=None)
+def _compiled_paths(schema_id: str) -> tuple:
+    return tuple(_fast_paths(_schemas()[schema_id], schema_id in USER_SCHEMAS))
+
+
+def fast_valid(document, schema_id: str) -> bool:
+    """True when `document` is certainly valid: its large fast-path arrays pass their compiled item checks and
+    the rest of it (those arrays replaced by []) passes jsonschema. False means: ask jsonschema."""
+    stripped, items = document, []
+    for path, check in _compiled_paths(schema_id):
+        parents, node = [], stripped
+        for key in path[:-1]:
+            if not isinstance(node, dict) or not isinstance(node.get(key), dict):
+                node = None
+                break
+            parents.append(node)
+            node = node[key]
+        if not isinstance(node, dict) or not isinstance(node.get(path[-1]), list) or \
+                len(node[path[-1]]) < FAST_MIN_ITEMS:
+            continue
+        items.append((node[path[-1]], check))
+        copy = {**node, path[-1]: []}                  # shallow copies along the path; the document is untouched
+        for parent, key in zip(reversed(parents), reversed(path[:-1]), strict=True):
+            copy = {**parent, key: copy}
+        stripped = copy
+    if not items:
+        return False
+    return all(check(i) for table, check in items for i in table) and validator(schema_id).is_valid(stripped)
 
 
 def _message(e: jsonschema.ValidationError) -> str:
