@@ -10,7 +10,7 @@ from .errors import RowbeamError
 from .files import resolve_inside, sha256_file
 from .frames import invert_rigid, is_rigid
 from .lens import lens_from_calibration
-from .rasterize import canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows, read_ply
+from .rasterize import canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows_box, read_ply
 from .ray_cast import robust_hits
 
 EDGE_MARGIN_PX = 0.02      # a mask pixel may differ from the rasterisation only within this of an edge
@@ -100,13 +100,70 @@ def _clip(manifest):
 def rasterise_object(manifest, arrays, o, V, F, margin_px: float = 0.0) -> np.ndarray:
     """Independent canvas mask (3H, 3W) of the asset (V, F) at the exported per-row poses and K (pinhole)."""
     W, H = manifest["calibration"]["image_size_px"]
+    return _paste(rasterise_object_box(manifest, arrays, o, V, F, margin_px), (0, 3 * H, 0, 3 * W))
+
+
+def rasterise_object_box(manifest, arrays, o, V, F, margin_px: float = 0.0, T_cw=None):
+    """`rasterise_object` as (first canvas row, first canvas column, bool block) holding every covered canvas pixel,
+    or None when none is covered. T_cw: inverse of canvas_row_T_world_camera (3H, 4, 4), shared by all objects."""
+    W, H = manifest["calibration"]["image_size_px"]
     K = np.array(manifest["calibration"]["K"], dtype=np.float64)
-    T_co = _row_T_co(manifest, arrays, o)
+    if T_cw is None:
+        T_cw = np.linalg.inv(arrays["canvas_row_T_world_camera"])
+    T_co = np.einsum("rij,rjk->rik", T_cw, object_row_poses(manifest, arrays, o))
     rows = np.arange(-H, 2 * H)
     near, far = _clip(manifest)
     if np.allclose(T_co, T_co[0], atol=0, rtol=0):
         T_co = T_co[0]
-    return rasterize_rows(V, F, K, T_co, rows, 3 * W, -W, margin_px, near=near, far=far)
+    return rasterize_rows_box(V, F, K, T_co, rows, 3 * W, -W, margin_px, near=near, far=far)
+
+
+def _paste(box, window) -> np.ndarray:
+    """The part of a (row, column, block) box (None: empty) inside window (r0, r1, c0, c1), as a bool array."""
+    r0, r1, c0, c1 = window
+    out = np.zeros((r1 - r0, c1 - c0), dtype=bool)
+    if box is not None:
+        br, bc, block = box
+        a, b = max(br, r0), min(br + block.shape[0], r1)
+        c, d = max(bc, c0), min(bc + block.shape[1], c1)
+        if a < b and c < d:
+            out[a - r0:b - r0, c - c0:d - c0] = block[a - br:b - br, c - bc:d - bc]
+    return out
+
+
+def _extent(box):
+    """(r0, r1, c0, c1) of a (row, column, block) box, or None."""
+    return None if box is None else (box[0], box[0] + box[2].shape[0], box[1], box[1] + box[2].shape[1])
+
+
+def _union(*extents):
+    e = [x for x in extents if x is not None]
+    return (min(x[0] for x in e), max(x[1] for x in e), min(x[2] for x in e), max(x[3] for x in e)) if e else None
+
+
+def packed_extent(packed, width: int):
+    """(r0, r1, c0, c1) holding every set pixel of a bit-packed mask (R, ceil(width / 8)) (np.packbits, axis -1,
+    big bit order; pad bits ignored), or None when no pixel is set. Cheap: no full unpack."""
+    packed = np.asarray(packed, dtype=np.uint8)
+    rows = np.flatnonzero(packed.any(axis=1))
+    if rows.size == 0:
+        return None
+    cols = np.flatnonzero(np.unpackbits(np.bitwise_or.reduce(packed[rows[0]:rows[-1] + 1], axis=0), count=width))
+    return (int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1) if cols.size else None
+
+
+def canvas_mask_box(arrays: dict, W: int, H: int, o: dict):
+    """The amodal canvas mask of a listed object as a (row, column, block) box on the (3H, 3W) canvas, or None."""
+    if o.get("canvas_mask_index") is not None:
+        packed, width, dr, dc = arrays["amodal_masks_canvas"][o["canvas_mask_index"]], 3 * W, 0, 0
+    elif o["mask_index"] is not None:
+        packed, width, dr, dc = arrays["amodal_masks"][o["mask_index"]], W, H, W
+    else:
+        return None
+    e = packed_extent(packed, width)
+    if e is None:
+        return None
+    return e[0] + dr, e[2] + dc, unpack(packed[e[0]:e[1]], width)[:, e[2]:e[3]]
 
 
 def rasterise_object_lens(manifest, arrays, o, V, F, lens, exported=None, margin_px: float = 0.0) -> np.ndarray:
@@ -239,6 +296,8 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
     except RowbeamError as exc:
         add("objects:rasterisation", False, f"the calibration's lens does not build: {exc}")
         return
+    W, H = manifest["calibration"]["image_size_px"]
+    T_cw = np.linalg.inv(arrays["canvas_row_T_world_camera"]) if lens is None else None   # once per event
     for o in objs:
         name = f"object {o['instance_id']}"
         try:
@@ -253,26 +312,32 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
         if not o.get("rasterisation_check", True):
             skipped.append(o["instance_id"])
             continue
-        try:
-            m = object_masks(block, arrays, *manifest["calibration"]["image_size_px"], o)[1]
-            if lens is not None:
-                nominal = rasterise_object_lens(manifest, arrays, o, V, F, lens, m)
+        try:              # in one window of the canvas: the mask's box (+2 px for the ray cast) and the rasterisations'
+            mbox = canvas_mask_box(arrays, W, H, o)
+            if lens is not None:          # through a lens: whole-canvas masks (probe bands EDGE_MARGIN_PX away)
+                exported = _paste(mbox, (0, 3 * H, 0, 3 * W))
+                band = lambda e, o=o, V=V, F=F, x=exported: (0, 0, rasterise_object_lens(  # noqa: E731
+                    manifest, arrays, o, V, F, lens, x, e))
             else:
-                nominal = rasterise_object(manifest, arrays, o, V, F)
-            mismatch, violation = int((m ^ nominal).sum()), 0
+                band = lambda e, o=o, V=V, F=F: rasterise_object_box(manifest, arrays, o, V, F, e, T_cw=T_cw)  # noqa: E731
+            nominal = band(0.0)
+            m_ext = _extent(mbox)
+            pad = None if m_ext is None else (max(m_ext[0] - 2, 0), min(m_ext[1] + 2, 3 * H),
+                                              max(m_ext[2] - 2, 0), min(m_ext[3] + 2, 3 * W))
+            window = _union(pad, _extent(nominal)) or (0, 0, 0, 0)
+            m = _paste(mbox, window)
+            mismatch, violation = int(np.count_nonzero(m ^ _paste(nominal, window))), 0
             if mismatch:          # inner <= nominal <= outer: only a mismatch needs the edge bands
-                if lens is not None:      # edge bands through the lens: probes EDGE_MARGIN_PX away
-                    outer = rasterise_object_lens(manifest, arrays, o, V, F, lens, m, EDGE_MARGIN_PX)
-                    inner = rasterise_object_lens(manifest, arrays, o, V, F, lens, m, -EDGE_MARGIN_PX)
-                else:
-                    outer = rasterise_object(manifest, arrays, o, V, F, EDGE_MARGIN_PX)
-                    inner = rasterise_object(manifest, arrays, o, V, F, -EDGE_MARGIN_PX)
-                violation = int((inner & ~m).sum() + (m & ~outer).sum())
+                bands = [band(EDGE_MARGIN_PX), band(-EDGE_MARGIN_PX)]
+                window = _union(window, *map(_extent, bands))
+                m = _paste(mbox, window)
+                outer, inner = (_paste(b, window) for b in bands)
+                violation = int(np.count_nonzero(inner & ~m) + np.count_nonzero(m & ~outer))
         except ValueError as exc:
             skipped.append(f"{o['instance_id']} ({exc})")
             continue
         checked += 1
-        rays.append((o, *_ray_cast_edges(manifest, arrays, o, V, F, m, lens)))
+        rays.append((o, *_ray_cast_edges(manifest, arrays, o, V, F, m, lens, window[::2])))
         worst, worst_violation = max(worst, mismatch), max(worst_violation, violation)
         if violation:
             problems.append(f"{name}: amodal mask differs from the rasterised asset by {mismatch} px, "
@@ -295,17 +360,19 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
             + (f" (+{len(bad) - 1} more objects)" if len(bad) > 1 else ""), rays=cast, judged=judged)
 
 
-def _ray_cast_edges(manifest, arrays, o, V, F, canvas, lens=None, per_object: int = RAY_SAMPLES) -> tuple[int, int, int]:
+def _ray_cast_edges(manifest, arrays, o, V, F, canvas, lens=None, origin=(0, 0),
+                    per_object: int = RAY_SAMPLES) -> tuple[int, int, int]:
     """(rays cast, judged, disagreeing) for pixels on both sides of the object's canvas silhouette edge (plus a
     few anywhere in its box), each ray cast at its canvas row's pose (through `lens` when given, else the pinhole
-    K) and judged only away from edges."""
+    K) and judged only away from edges. canvas: the (3H, 3W) canvas mask, or a window of it whose first pixel is
+    canvas (row, column) `origin` holding the mask's box grown by 2 px (clipped to the canvas)."""
     W, H = manifest["calibration"]["image_size_px"]
-    box = tight_box(canvas)
+    box = tight_box(canvas, origin[1], origin[0])
     if box is None:
         return 0, 0, 0
-    r0, r1 = max(box[1] - 2, 0), min(box[1] + box[3] + 2, canvas.shape[0])
-    c0, c1 = max(box[0] - 2, 0), min(box[0] + box[2] + 2, canvas.shape[1])
-    w = canvas[r0:r1, c0:c1]
+    r0, r1 = max(box[1] - 2, 0), min(box[1] + box[3] + 2, 3 * H)
+    c0, c1 = max(box[0] - 2, 0), min(box[0] + box[2] + 2, 3 * W)
+    w = canvas[r0 - origin[0]:r1 - origin[0], c0 - origin[1]:c1 - origin[1]]
     edge = np.zeros_like(w)
     for axis in (0, 1):
         for shift in (1, -1):
@@ -324,5 +391,5 @@ def _ray_cast_edges(manifest, arrays, o, V, F, canvas, lens=None, per_object: in
     K = lens if lens is not None else np.array(manifest["calibration"]["K"], dtype=np.float64)
     uv = np.stack([cols - W, rows - H], axis=1).astype(np.float64)
     inside, outside = robust_hits(V, F, K, T_co, uv, near, far)
-    mask = canvas[rows, cols]
+    mask = canvas[rows - origin[0], cols - origin[1]]
     return len(pick), int((inside | outside).sum()), int(((mask & outside) | (~mask & inside)).sum())

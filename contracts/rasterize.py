@@ -19,6 +19,7 @@ import numpy as np
 from .errors import RowbeamError
 
 CHUNK = 4_000_000          # (row, triangle) pairs per vectorised step
+ROW_SLACK_PX = 1e-3        # rows farther than this outside a row's projected vertex v-range are skipped (margin <= 0)
 
 
 def _clip_plane(tris, valid, sign: float, c: float):
@@ -59,7 +60,19 @@ def clip_triangles(P, near: float, far: float = np.inf):
 
 def rasterize_rows(vertices, triangles, K, T_camera_object, rows, width: int, u0: int = 0,
                    margin_px: float = 0.0, near: float | None = None, far: float = np.inf) -> np.ndarray:
-    """Coverage of pixel-centre rows by a mesh.
+    """Coverage of pixel-centre rows by a mesh: bool (R, width); see `rasterize_rows_box`."""
+    out = np.zeros((len(rows), width), dtype=bool)
+    box = rasterize_rows_box(vertices, triangles, K, T_camera_object, rows, width, u0, margin_px, near, far)
+    if box is not None:
+        r0, c0, block = box
+        out[r0:r0 + block.shape[0], c0:c0 + block.shape[1]] = block
+    return out
+
+
+def rasterize_rows_box(vertices, triangles, K, T_camera_object, rows, width: int, u0: int = 0,
+                       margin_px: float = 0.0, near: float | None = None, far: float = np.inf):
+    """Coverage of pixel-centre rows by a mesh, as (first row index, first column index, bool block) holding
+    every covered pixel (None when nothing is covered); the cost follows the covered box, not R x width.
 
     vertices: (V, 3) m, object frame; triangles: (F, 3) int; K: 3x3; T_camera_object: (4, 4) or
     (R, 4, 4), one per entry of `rows`; rows: (R,) pixel-row coordinates v (may be negative);
@@ -73,9 +86,8 @@ def rasterize_rows(vertices, triangles, K, T_camera_object, rows, width: int, u0
     T = np.asarray(T_camera_object, dtype=np.float64)
     tris = np.asarray(triangles, dtype=np.int64).reshape(-1, 3)
     V = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
-    out = np.zeros((R, width), dtype=bool)
     if R == 0 or tris.shape[0] == 0:
-        return out
+        return None
     per_row = T.ndim == 3
     P = V @ np.swapaxes(T[..., :3, :3], -1, -2) + T[..., None, :3, 3]          # (R?, V, 3)
     z = P[..., 2]
@@ -88,8 +100,14 @@ def rasterize_rows(vertices, triangles, K, T_camera_object, rows, width: int, u0
                          K[1, 1] * Q[..., 1] / Q[..., 2] + K[1, 2]], axis=-1)
 
     uv = None if clip else project(P)                                        # (R?, V, 2)
-    diff = np.zeros((R, width + 1), dtype=np.int32)
-    r_lo, r_hi, c_lo, c_hi = R, 0, width + 1, 0                              # touched part of `diff`
+    sel = None
+    if uv is not None and margin_px <= 0:     # a covered centre lies inside a triangle: only rows within its v-extent
+        v = uv[..., 1]
+        sel = np.flatnonzero((rows >= v.min(-1) - ROW_SLACK_PX) & (rows <= v.max(-1) + ROW_SLACK_PX))
+        rows, R = rows[sel], sel.size
+        if per_row:
+            uv = uv[sel]
+    spans = []                                                               # (row, first column, stop column)
     F = tris.shape[0] * ((4 if np.isfinite(far) else 2) if clip else 1)
     step = max(1, CHUNK // F)
     for r0 in range(0, R, step):
@@ -128,15 +146,18 @@ def rasterize_rows(vertices, triangles, K, T_camera_object, rows, width: int, u0
         ri, fi = np.nonzero(ok)
         if ri.size == 0:
             continue
-        start = first[ri, fi].astype(np.int64)
-        stop = last[ri, fi].astype(np.int64) + 1
-        np.add.at(diff, (ri + r0, start), 1)
-        np.add.at(diff, (ri + r0, stop), -1)
-        r_lo, r_hi = min(r_lo, int(ri.min()) + r0), max(r_hi, int(ri.max()) + r0 + 1)
-        c_lo, c_hi = min(c_lo, int(start.min())), max(c_hi, int(stop.max()))
-    if r_hi > r_lo:
-        out[r_lo:r_hi, c_lo:c_hi] = np.cumsum(diff[r_lo:r_hi, c_lo:c_hi], axis=1) > 0
-    return out
+        spans.append((ri + r0, first[ri, fi].astype(np.int64), last[ri, fi].astype(np.int64) + 1))
+    if not spans:
+        return None
+    ri, start, stop = (np.concatenate(x) for x in zip(*spans, strict=True))
+    if sel is not None:
+        ri = sel[ri]
+    r_lo, r_hi, c_lo, c_hi = int(ri.min()), int(ri.max()) + 1, int(start.min()), int(stop.max())
+    w = c_hi - c_lo + 1                                                      # +1: the stop column of the widest span
+    n = (r_hi - r_lo) * w
+    diff = (np.bincount((ri - r_lo) * w + (start - c_lo), minlength=n)
+            - np.bincount((ri - r_lo) * w + (stop - c_lo), minlength=n)).reshape(r_hi - r_lo, w)
+    return r_lo, c_lo, np.cumsum(diff[:, :-1], axis=1) > 0
 
 
 PAIR_CHUNK = 4_000_000     # (pixel, triangle) point tests per vectorised step of rasterize_rays

@@ -73,9 +73,29 @@ def loads_user_json(data, source: str, what: str):
     return document
 
 
+def _clean(node, depth: int, max_depth: int) -> bool:
+    """True when container `node` (at `depth` enclosing containers) holds only finite floats and nests at most
+    max_depth levels (recursion stops at max_depth). False: not certainly clean (plain types only)."""
+    if depth >= max_depth:
+        return False
+    for v in (node.values() if type(node) is dict else node):
+        t = type(v)
+        if t is float:
+            if v - v != 0.0:                  # inf - inf and nan - nan are nan
+                return False
+        elif t is dict or t is list or t is tuple:
+            if not _clean(v, depth + 1, max_depth):
+                return False
+        elif t not in (str, int, bool) and v is not None:
+            return False
+    return True
+
+
 def document_problem(document, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """'path: problem' for the first non-finite number or nesting deeper than max_depth; None when clean.
-    Iterative, so any depth is safe to inspect."""
+    Iterative, so any depth is safe to inspect (a fast recursive pass first, bounded by max_depth)."""
+    if type(document) in (dict, list, tuple) and _clean(document, 0, max_depth):
+        return None
     stack = [(document, None, 0)]
     while stack:
         node, where, depth = stack.pop()            # depth: containers enclosing node

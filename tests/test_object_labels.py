@@ -287,8 +287,8 @@ def test_checker_ray_cast_catches_what_a_shared_rasteriser_would_hide(calib, tmp
     V, F = _asset(root, ev, "back")
     _readdress_asset(root, ev, "back", V * 1.15, F)
     W, H = calib[1]["calibration"]["image_size_px"]
-    monkeypatch.setattr(object_checks, "rasterise_object", lambda manifest, arrays, ob, V, F, margin_px=0.0:
-                        object_checks.object_masks(manifest["object_labels"], arrays, W, H, ob)[1])
+    monkeypatch.setattr(object_checks, "rasterise_object_box", lambda manifest, arrays, ob, V, F, margin_px=0.0,
+                        T_cw=None: object_checks.canvas_mask_box(arrays, W, H, ob))
     assert _fails(root) == {"objects:ray_cast"}
 
 
