@@ -428,3 +428,47 @@ def test_amodal_masks_rectified(exports, tmp_path):
         assert o["bbox_in_image"] == [xs.min(), ys.min(), xs.max() - xs.min() + 1, ys.max() - ys.min() + 1]
     assert got[1][0, 0] and got[0].sum() > 500     # alpha 1 keeps the source corner the second square covers
     assert "mask_index" not in objects.get(objs[2]["id"], {})
+
+
+def test_plate_amodal_masks_closed_form(exports, tmp_path):
+    """Object labels exported through the opencv lens (tests/test_lens_objects.py's plates; the big plate leaves the
+    image): rectified with --alpha 1, each amodal mask is the set of rectified pixels whose pinhole ray K'^-1 p meets
+    the plate (closed form), beyond the source image too (from the 3x canvas), except within the nearest-neighbour
+    band around the plate's edges; the rectified modal ids equal cv2.remap's; boxes and counts follow the masks."""
+    from scenes import lens_scenes
+
+    from .helpers import load_event
+    from .test_lenses import _event_lens
+
+    e = exports("lens_plates_opencv", lens_scenes.lens_plates, lens="opencv")
+    m, a = load_event(e.event)
+    lens = _event_lens(m)
+    side = _rectify(e.bundle, tmp_path / "r", "--alpha", "1", "--interpolation", "nearest")
+    K_rect, size = np.array(side["pinhole"]["camera_front"]["K"]), tuple(side["pinhole"]["camera_front"]["image_size_px"])
+    folder = tmp_path / "r" / "camera_front" / e.event.name
+    got = np.unpackbits(np.load(folder / "amodal_masks.npy"), axis=-1, count=size[0]).astype(bool)
+    objects = {o["id"]: o for o in json.loads((folder / "objects.json").read_text())["objects"]}
+    v, u = np.mgrid[0:size[1], 0:size[0]].astype(np.float64)
+    x, y = (u - K_rect[0, 2]) / K_rect[0, 0], (v - K_rect[1, 2]) / K_rect[1, 1]
+    band = 1.5 / lens.K[0, 0] * 1.6            # 0.71 source px of nearest neighbour, x <= 1.6 undistortion stretch
+    ids = _remap(a["instance_id"], _cv_maps(lens, K_rect, size))
+    rect_ids = _read(folder, "instance_id", m["modalities"]["instance_id"])
+    no_source = ~np.isfinite(_read(folder, "camera_z", m["modalities"]["camera_z"])) & (rect_ids == 0)
+    beyond = 0
+    for name, oid, (X0, X1, Y0, Y1), d, _ in e.truth.notes["plates"]:
+        o = objects[oid]
+        x0, x1, y0, y1 = X0 / d, X1 / d, Y0 / d, Y1 / d
+        expected = (x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)
+        near_edge = ((np.abs(x - x0) < band) | (np.abs(x - x1) < band)) & (y > y0 - band) & (y < y1 + band) | \
+                    ((np.abs(y - y0) < band) | (np.abs(y - y1) < band)) & (x > x0 - band) & (x < x1 + band)
+        mask = got[o["mask_index"]]
+        wrong = (mask != expected) & ~near_edge
+        assert not wrong.any(), (name, int(wrong.sum()))
+        beyond += int((mask & no_source).sum())
+        ys, xs = np.nonzero(mask)
+        assert o["px_count_in_image"] == int(mask.sum())
+        assert o["bbox_in_image"] == [xs.min(), ys.min(), xs.max() - xs.min() + 1, ys.max() - ys.min() + 1]
+        assert o["px_count_visib"] == int((ids == o["render_index"]).sum()) == int((rect_ids == o["render_index"]).sum())
+    assert beyond > 50, beyond          # amodal pixels with no source pixel: they came from the canvas
+    print(f"rectified plates: amodal masks = closed form outside a {band * K_rect[0, 0]:.2f} px edge band; {beyond} "
+          "amodal pixels beyond the source image")

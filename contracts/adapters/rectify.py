@@ -18,8 +18,9 @@ Per event (OUT_DIR/<sensor>/<index:06d>/, arrays (H', W') or (H', W', C)):
   source_row, source_col (int32 .npy): s; -1 where invalid. source_row carries the pixel's row time.
   objects.json: per object of the event's table seen in the rectified view: its modal mask is instance_id ==
       render_index (nearest neighbour), its box [x, y, w, h] (w = x_max - x_min + 1, px) and pixel count recomputed
-      from that mask; with object labels, amodal_masks.npy (O, H', ceil(W'/8) packbits) holds the in-image amodal
-      masks resampled the same way, and the amodal count and box come from them.
+      from that mask; with object labels, amodal_masks.npy (O, H', ceil(W'/8) packbits) holds the amodal masks
+      resampled the same way from the objects' 3x canvas masks (rectify_amodal), and the amodal count and box come
+      from them.
 Per flow (OUT_DIR/<sensor>/<i0:06d>-<i1:06d>/, on the rectified grid of the source (forward) or destination
 (backward) event): flow = d' - s', where s' = K' unproject(s) and d' = K' unproject(s + flow(s)) (both pixel
 positions rectified through contracts.lens); flow_<dir>_start (H', W', 2) = s' (the flow vector's start, at most
@@ -76,9 +77,9 @@ LOST = [
     "rgb: resampled (bilinear or nearest) on the distorted grid: the pixel filter and exposure are the source's",
     "flow: vectors of the nearest source pixel, their start rectified (flow_<dir>_start, not the pixel centre); "
     "destinations outside the rectified frame have dest_in_bounds 0",
-    "object labels: amodal masks only inside the source image (nearest neighbour; rectified pixels with no source "
-    "are 0, the 3x canvas is not resampled), object poses are not rewritten; boxes are recomputed from the "
-    "rectified masks",
+    "object labels: amodal masks resampled (nearest neighbour) from the 3x canvas, so beyond the source image too, "
+    "but not beyond the canvas or the lens's valid domain; object poses are not rewritten; boxes and counts are "
+    "recomputed from the rectified masks",
 ]
 
 
@@ -267,30 +268,34 @@ def _box(mask: np.ndarray) -> list[int] | None:
     return None if b is None else [b[0], b[1], b[2] - b[0] + 1, b[3] - b[1] + 1]
 
 
-def rectify_amodal(m: RectMap, masks: list[np.ndarray]) -> np.ndarray:
-    """Rectified in-image amodal masks (O, H', W') bool: the nearest source pixel's bit where the rectified pixel
-    has a source, else False (the canvas beyond the source image is not resampled)."""
-    if not masks:
-        return np.zeros((0,) + m.inside.shape, bool)
-    return np.stack([m.inside & mask[m.rows, m.cols] for mask in masks])
+def rectify_amodal(m: RectMap, canvases: list[np.ndarray]) -> np.ndarray:
+    """Rectified amodal masks (O, H', W') bool from the objects' 3x canvas masks ((3H, 3W) each, canvas pixel
+    (c, x) <-> source pixel (u, v) = (x - W, c - H)): the bit of the canvas pixel nearest to q, so rectified pixels
+    beyond the source image keep the amodal silhouette the canvas holds; False where q has no ray or lies beyond
+    the canvas."""
+    W, H = m.lens.width, m.lens.height
+    with np.errstate(invalid="ignore"):
+        on = (m.qu >= -W - 0.5) & (m.qu < 2 * W - 0.5) & (m.qv >= -H - 0.5) & (m.qv < 2 * H - 0.5)
+    rc, cc = nearest_pixel(m.qu + W, m.qv + H, 3 * W, 3 * H)
+    return np.stack([on & c[rc, cc] for c in canvases]) if canvases else np.zeros((0,) + m.inside.shape, bool)
 
 
 def object_boxes(instance_id: np.ndarray, objects: list[dict], amodal: dict | None = None) -> list[dict]:
     """Per object of the table seen in the rectified instance_id (or with a rectified amodal mask): modal pixel count
     and box [x, y, w, h] (px, w = x_max - x_min + 1) of its rectified modal mask (instance_id == render_index);
-    `amodal` {id: (mask_index, rectified in-image amodal mask)} adds the amodal count and box."""
+    `amodal` {render index: (mask_index, rectified amodal mask)} adds the amodal count and box."""
     out = []
     present = set(np.unique(instance_id).tolist()) - {0}
     amodal = amodal or {}
     for o in objects:
-        if o["render_index"] not in present and o["id"] not in amodal:
+        if o["render_index"] not in present and o["render_index"] not in amodal:
             continue
         mask = instance_id == o["render_index"]
         row = {"id": o["id"], "render_index": o["render_index"], "class_id": o.get("class_id"),
                "class_tag": o.get("class_tag"), "name": o.get("name"), "px_count_visib": int(mask.sum()),
                "bbox_visib": _box(mask)}
-        if o["id"] in amodal:
-            index, am = amodal[o["id"]]
+        if o["render_index"] in amodal:
+            index, am = amodal[o["render_index"]]
             row.update(mask_index=index, px_count_in_image=int(am.sum()), bbox_in_image=_box(am))
         out.append(row)
     return out
@@ -327,8 +332,8 @@ def rectify_flow(m: RectMap, arrays: dict, direction: str) -> dict:
 
 XY_CHANNELS = ["u", "v"]
 OBJECTS_BOX_TEXT = ("[x, y, w, h] px, w = x_max - x_min + 1: bbox_visib of the rectified modal mask instance_id == "
-                    "render_index; bbox_in_image of the rectified amodal mask (amodal_masks.npy row mask_index, "
-                    "np.packbits(axis=-1)), when the event has object labels; null when empty")
+                    "render_index; bbox_in_image and px_count_in_image of the rectified amodal mask (amodal_masks.npy "
+                    "row mask_index, np.packbits(axis=-1)), when the event has object labels; null when empty")
 PNG_ENCODINGS = {"depth.png": "BOP: uint16 = camera_z in mm / depth_scale_mm (per event), 0 = invalid",
                  "flow_<dir>.png": "KITTI 2015: uint16 R, G = flow * 64 + 2^15, B = 1 where the flow is defined "
                                    "(correspondence_defined; destinations outside the image included)"}
@@ -426,8 +431,8 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
             amodal = {}
             if e.object_labels and "amodal_masks" in e.names:
                 labels = [lb for lb in e.object_labels if lb.get("mask_index") is not None]
-                rect = rectify_amodal(cam["map"], [e.amodal_mask(lb) for lb in labels])
-                amodal = {lb["id"]: (k, rect[k]) for k, lb in enumerate(labels)}
+                rect = rectify_amodal(cam["map"], [e.canvas_mask(lb) for lb in labels])
+                amodal = {int(lb["instance_id"]): (k, rect[k]) for k, lb in enumerate(labels)}
                 buf = io.BytesIO()
                 np.save(buf, np.packbits(rect, axis=-1), allow_pickle=False)
                 write_file(folder / "amodal_masks.npy", buf.getvalue())
