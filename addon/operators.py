@@ -359,8 +359,11 @@ class ROWBEAM_OT_report(bpy.types.Operator):
             return {"CANCELLED"}
         items = [it for b in doc["bundles"] for it in b["items"]]
         failed = [it for it in items if it["qa_status"] == "fail"]
-        lines = [f"report: {doc['status'].upper()} — {len(items)} folder(s), {len(failed)} failed QA"]
+        held = [q for b in doc["bundles"] for q in b["quarantine"]]
+        lines = [f"report: {doc['status'].upper()} — {len(items)} folder(s), {len(failed)} failed QA, "
+                 f"{len(held)} quarantined"]
         lines += [f"  FAIL {it['folder']}: {c['check']}: {c['message']}" for it in failed for c in it["failed_checks"][:2]]
+        lines += [f"  QUARANTINED {q['folder']}: {q['reasons'][0]}" for q in held]
         state.check_status, state.check_lines = doc["status"], "\n".join(lines)
         state.report_html = str(target / "index.html")
         if self.open_browser:

@@ -67,7 +67,7 @@ res["export"] = list(bpy.ops.rowbeam.export())
 bpy.ops.rowbeam.check()
 state = bpy.context.window_manager.rowbeam_state
 res["check_status"], res["check_lines"], res["report_path"] = state.check_status, state.check_lines, state.report_path
-bpy.ops.rowbeam.report(open_browser=False)        # the visual QA report beside the bundle (no browser here)
+bpy.ops.rowbeam.report()        # the visual QA report beside the bundle, opened through $BROWSER (a recorder here)
 res["report_html"], res["report_status"] = state.report_html, state.check_status
 res["stored_rig"] = json.loads(scene["rowbeam_rig"])
 settings.split = "val"
@@ -91,6 +91,10 @@ class Layout:
     def operator_menu_enum(self, idname, prop, **kw):
         return self.operator(idname)
 
+    def label(self, text="", **kw):
+        labels.append(text)
+        return self
+
     def template_list(self, list_type, *a, **kw):
         if not hasattr(bpy.types, list_type):
             problems.append(f"UI list {list_type} does not exist")
@@ -99,7 +103,7 @@ class Layout:
         return lambda *a, **kw: self
 
 
-problems = []
+problems, labels = [], []
 context = type("Context", (), {"scene": scene, "window_manager": bpy.context.window_manager,
                                 "active_object": scene.objects["camera_front"]})()
 for name in [n for n in dir(bpy.types) if n.startswith("ROWBEAM_PT")]:
@@ -110,6 +114,9 @@ for name in [n for n in dir(bpy.types) if n.startswith("ROWBEAM_PT")]:
         panel.draw(stub, context)
 bpy.context.window_manager.rowbeam_state.running = True
 bpy.types.ROWBEAM_PT_export.draw(type("Stub", (), {"layout": Layout()})(), context)
+labels.clear()
+bpy.types.ROWBEAM_PT_check.draw(type("Stub", (), {"layout": Layout()})(), context)
+res["check_panel_labels"] = list(labels)
 res["panel_problems"] = problems
 res["panels"] = sorted(n for n in dir(bpy.types) if n.startswith("ROWBEAM_PT"))
 

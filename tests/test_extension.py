@@ -37,6 +37,10 @@ def session(extension_zip, tmp_path_factory):
             "spec_out": str(d / "specs" / "dataset.json")}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["BLENDER_USER_RESOURCES"] = str(d / "user")              # isolated extension repository
+    recorder = d / "browser.sh"                                    # the "browser": records the URLs it is given
+    recorder.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$1\" >> {d / 'opened.txt'}\n")
+    recorder.chmod(0o755)
+    env["BROWSER"] = str(recorder)
     r = run_python(REPO / "tests" / "extension_session.py", json.dumps(args), cwd=d, env=env, timeout=900)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")), None)
     assert line, r.stdout[-3000:] + r.stderr[-3000:]
@@ -104,6 +108,19 @@ def test_ui_export_checks_clean(session):
     assert Path(res["report_path"]).is_file()
     assert Path(res["report_html"]).is_file() and res["report_html"].endswith("out_ui_report/index.html")
     assert res["report_status"] == "pass"
+
+
+def test_check_panel_shows_the_report_summary_and_opens_the_report(session):
+    """The report operator opens index.html in the browser (Python's webbrowser through $BROWSER, a recorder here)
+    and the Check panel draws its summary and the report's path."""
+    res, _, d = session
+    assert (d / "opened.txt").read_text().splitlines() == [Path(res["report_html"]).as_uri()]
+    labels = res["check_panel_labels"]
+    assert labels[0].startswith("report: PASS — ") and labels[0].endswith(" failed QA, 0 quarantined")
+    n = int(labels[0].split("— ")[1].split(" folder")[0])
+    doc = json.loads((Path(res["report_html"]).parent / "report.json").read_text())
+    assert n == len(doc["bundles"][0]["items"]) >= 2
+    assert f"Visual report: {res['report_html']}" in labels
 
 
 def test_export_panel_writes_the_dataset_spec(session):

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,6 +138,46 @@ def test_overlay_images_are_the_bundle_arrays(report, dusk):
     assert np.array_equal(img[valid], colour.colourise(z, lo, hi)[valid])
     near, far = np.unravel_index(np.nanargmin(z), z.shape), np.unravel_index(np.nanargmax(z), z.shape)
     assert colour.luminance(img[far]) > colour.luminance(img[near]) + 100
+
+
+# every overlay of issue 14 (seed 000 §8.2) by page kind: the full-resolution images each page links to
+OVERLAYS = {
+    "camera_event": {"rgb", "camera_z", "camera_z_log", "range", "range_log", "normal_geometric", "normal_shading",
+                     "instance_id", "semantic_id", "timing_band", "objects", "lidar_lidar_top_10_residual",
+                     "lidar_lidar_top_10_skew"},
+    "flow": {"flow_forward", "wheel", "flags_forward", "warp_residual"},
+    "lidar_sweep": {"range_image", "top_down_0", "top_down_1"},
+    "radar_frame": {"range_azimuth", "range_doppler", "top_down", "camera_camera_front_30"},
+}
+
+
+def overlays_on(page: Path) -> set[str]:
+    """Names of the full-resolution images a report page links to (colour bars left out)."""
+    import re
+
+    names = {Path(m).name.removesuffix(".thumb") for m in re.findall(r'(?:href|src)="\.\./img/([^"]+)\.png"',
+                                                                      page.read_text())}
+    return {n for n in names if not n.endswith("_bar")}
+
+
+def check_every_overlay(report: Path) -> dict:
+    """{page: missing overlay names} over the report's pages of the kinds in OVERLAYS."""
+    doc = json.loads((report / "report.json").read_text())
+    missing = {}
+    for it in doc["bundles"][0]["items"]:
+        want = set(OVERLAYS.get(it["kind"], ()))
+        got = overlays_on(report / it["page"])
+        if not want <= got:
+            missing[it["page"]] = sorted(want - got)
+    return missing
+
+
+def test_every_overlay_of_the_issue_is_on_its_page(report):
+    assert check_every_overlay(report) == {}
+    kinds = {it["kind"] for it in json.loads((report / "report.json").read_text())["bundles"][0]["items"]}
+    assert set(OVERLAYS) <= kinds
+    page = (report / "pages/bundle_events_radar_front_000020.html").read_text()
+    assert "radial velocity [m/s] (blue = approaching, red = receding)" in page       # colour bar with units
 
 
 def _browser():
