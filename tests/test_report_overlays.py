@@ -215,11 +215,11 @@ def test_range_doppler_bins_range_and_velocity():
     assert leg["log"] and leg["lo"] == 1.0
 
 
-def test_radar_return_lands_at_its_closed_form_pixel_in_the_time_matched_row():
-    """Radar chirp 0 at row 13's time + 1 us: its return on the wall is drawn at the closed-form pixel (41, 13) in
-    the colour of -5 m/s; chirp 1, 20 ms later, pairs with no row: its return (pixel (10, 30)) is grey."""
-    lm, _, cm, ca = _synthetic_pair()
-    H, W = ca["camera_z"].shape
+def _radar_setup():
+    """The static camera of _synthetic_pair with its timing, and a 2-chirp radar frame: chirp 0 at row 13's time
+    + 1 us, chirp 1 20 ms later (no camera row within 1 ms)."""
+    _, _, cm, ca = _synthetic_pair()
+    H = ca["camera_z"].shape[0]
     timing = RollingShutterTiming(0, 12_000_000, 4_000_000, H, "top_to_bottom")
     cm = {**cm, "sensor": {"id": "cam", "type": "rolling_shutter_camera", "object": "cam_obj"}, "sample_id": "s.cam.0",
           "event": {"index": 0, **timing.to_manifest()}}
@@ -228,15 +228,28 @@ def test_radar_return_lands_at_its_closed_form_pixel_in_the_time_matched_row():
     radar_m = {"sensor": {"id": "radar", "type": "radar", "object": "radar_obj"}, "sample_id": "s.radar.0",
                "event": {"index": 0, "timing_model": "rowbeam.radar@1", "frame_start_ns": t13 + 1000 - period // 2,
                          "chirp_offset_ns": 0, "chirp_period_ns": period, "chirps": 2}}
-    K = np.array(cm["calibration"]["K"])
-    T_wc = ca["row_T_world_camera"][0]
+    return cm, ca, radar_m, t13, period
 
-    def wall(u, v):
-        x_c = np.array([(u - K[0, 2]) / K[0, 0] * 10.0, (v - K[1, 2]) / K[1, 1] * 10.0, 10.0])
-        return T_wc[:3, :3] @ x_c + T_wc[:3, 3]
-    dtype = [("t_ns", "<i8"), ("chirp", "<u4"), ("x_world", "<f8"), ("y_world", "<f8"), ("z_world", "<f8"),
-             ("radial_velocity", "<f8")]
-    pts = np.array([(t13 + 1000, 0, *wall(41, 13), -5.0), (t13 + 1000 + period, 1, *wall(10, 30), 5.0)], dtype=dtype)
+
+RADAR_POINT = [("t_ns", "<i8"), ("chirp", "<u4"), ("x_world", "<f8"), ("y_world", "<f8"), ("z_world", "<f8"),
+               ("radial_velocity", "<f8")]
+
+
+def _on_the_wall(cm, ca, x, y, z=10.0):
+    """World point at camera-frame (x z, y z, z) (x, y normalised coordinates) of the static camera."""
+    T_wc = ca["row_T_world_camera"][0]
+    return T_wc[:3, :3] @ np.array([x * z, y * z, z]) + T_wc[:3, 3]
+
+
+def test_radar_return_lands_at_its_closed_form_pixel_in_the_time_matched_row():
+    """Chirp 0's return on the wall is drawn at the closed-form pixel (41, 13) in the colour of -5 m/s; chirp 1
+    pairs with no row: its return (pixel (10, 30)) is grey."""
+    cm, ca, radar_m, t13, period = _radar_setup()
+    H, W = ca["camera_z"].shape
+    K = np.array(cm["calibration"]["K"])
+    wall = lambda u, v: _on_the_wall(cm, ca, (u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1])  # noqa: E731
+    pts = np.array([(t13 + 1000, 0, *wall(41, 13), -5.0), (t13 + 1000 + period, 1, *wall(10, 30), 5.0)],
+                   dtype=RADAR_POINT)
     base = np.zeros((H, W, 3), np.uint8)
     out = overlays.radar_in_camera(radar_m, pts, cm, ca, base, v_max=10.0)
     assert out["chirp_row"] == {0: 13} and out["matched"] == 1
@@ -245,9 +258,30 @@ def test_radar_return_lands_at_its_closed_form_pixel_in_the_time_matched_row():
     assert (out["image"][12:15, 40:43] == blue).all()                # a 3 x 3 square centred on (41, 13)
     assert (out["image"][30, 10] == 150).all()                         # the unpaired chirp's return: grey
     assert int((out["image"] != 0).any(-1).sum()) == 10                # nothing else drawn
-    red = overlays.radar_in_camera(radar_m, np.array([(t13 + 1000, 0, *wall(41, 13), 5.0)], dtype=dtype), cm, ca,
-                                   base, v_max=10.0)["image"][13, 41]
+    red = overlays.radar_in_camera(radar_m, np.array([(t13 + 1000, 0, *wall(41, 13), 5.0)], dtype=RADAR_POINT), cm,
+                                   ca, base, v_max=10.0)["image"][13, 41]
     assert red[0] > red[2] + 50                                        # receding: red
+
+
+def test_radar_return_is_projected_through_the_cameras_lens():
+    """Same frame, camera with OpenCV radial distortion k1 = -0.25: the return at normalised (x, y) lands at
+    u = f x (1 + k1 r^2) + c_x, v = f y (1 + k1 r^2) + c_y (Brown-Conrady, written out here), not at the pinhole
+    pixel f x + c_x (2.9 px away)."""
+    cm, ca, radar_m, t13, _ = _radar_setup()
+    H, W = ca["camera_z"].shape
+    K = np.array(cm["calibration"]["K"])
+    k1 = -0.25
+    cm = {**cm, "calibration": {"K": K.tolist(), "projection": "pinhole", "image_size_px": [W, H],
+                                "distortion": {"model": "opencv", "coefficients": [k1, 0.0, 0.0, 0.0]}}}
+    x, y = 0.55, -0.35
+    pts = np.array([(t13 + 1000, 0, *_on_the_wall(cm, ca, x, y), -5.0)], dtype=RADAR_POINT)
+    out = overlays.radar_in_camera(radar_m, pts, cm, ca, np.zeros((H, W, 3), np.uint8), v_max=10.0)
+    radial = 1 + k1 * (x * x + y * y)
+    expected = [K[0, 0] * x * radial + K[0, 2], K[1, 1] * y * radial + K[1, 2]]
+    assert np.allclose(out["uv"][0], expected, atol=1e-6)
+    assert abs(out["uv"][0][0] - (K[0, 0] * x + K[0, 2])) > 2.0      # the pinhole answer is far off
+    u, v = np.rint(expected).astype(int)
+    assert (out["image"][v, u] == colour.velocity_colour(np.array(-5.0), 10.0)).all()
 
 
 def test_point_speed_is_static_zero_tracked_rigid_motion_else_nan():
