@@ -414,7 +414,7 @@ def scale_child(kind: str, value: str, work: Path) -> dict:
     seconds = json.loads((event / "manifest.json").read_text())["run"]["seconds"]
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _own_peak_rss_mb(),
             "published": bool(summary["published"]), "seconds": seconds,
-            "objects": len([o for o in bpy.data.objects if o.type == "MESH"])}
+            "objects": _scene_object_count()}
 
 
 def _own_peak_rss_mb() -> float:
@@ -430,18 +430,40 @@ def _own_peak_rss_mb() -> float:
 
 
 def _add_objects(total: int) -> None:
-    """Linked copies of the running example's boxes (own ids, class 'building') on a grid behind the buildings
-    on both sides until the scene holds `total` mesh objects."""
+    """Grow the running example to `total` mesh objects: half of the missing ones as linked copies of its boxes
+    (own ids, class 'building') on a grid behind the buildings on both sides, the other half as instances of
+    10-box collections (one instancer empty per 10 instances, under the ground plane: in Cycles' BVH but never
+    seen, since collection instances are not in the object table)."""
     meshes = [o for o in bpy.data.objects if o.type == "MESH" and o.name.startswith("building_")]
     scene = bpy.context.scene
-    n = total - len([o for o in bpy.data.objects if o.type == "MESH"])
-    for i in range(max(n, 0)):
+    n = max(total - len([o for o in bpy.data.objects if o.type == "MESH"]), 0)
+    copies = n - n // 2
+    for i in range(copies):
         src = meshes[i % len(meshes)]
         o = bpy.data.objects.new(f"extra_{i:05d}", src.data)
         side = 1 if i % 2 else -1
         o.location = (-20 + (i // 2) % 60 * 5.0, side * (24 + (i // 120) * 10.0), src.location.z)
         scene.collection.objects.link(o)
         common.tag(o, 0x50000000 + i, "building")
+    instanced = n // 2
+    if instanced:
+        coll = bpy.data.collections.new("bench_instanced_boxes")
+        for j in range(min(10, instanced)):
+            o = bpy.data.objects.new(f"instanced_box_{j}", meshes[j % len(meshes)].data)
+            o.location = (j * 6.0, 0.0, 0.0)
+            coll.objects.link(o)
+        per = len(coll.objects)
+        for k in range((instanced + per - 1) // per):
+            inst = bpy.data.objects.new(f"instancer_{k:04d}", None)
+            inst.instance_type, inst.instance_collection = "COLLECTION", coll
+            inst.location = (-40 + (k % 20) * 60.0, -200 + (k // 20) * 40.0, -50.0)
+            scene.collection.objects.link(inst)
+
+
+def _scene_object_count() -> int:
+    """Mesh objects Cycles renders: scene objects plus collection instances (the evaluated depsgraph's)."""
+    depsgraph = bpy.context.evaluated_depsgraph_get()
+    return sum(1 for i in depsgraph.object_instances if i.object.type == "MESH")
 
 
 def scale_benchmark(work: Path, sizes, channels, object_counts, rgb_samples) -> dict:
@@ -544,6 +566,8 @@ def main() -> int:
     parser.add_argument("--lens-only", action="store_true", help="only the lens-model figure (Lz)")
     parser.add_argument("--radar-only", action="store_true", help="only the radar figure (R)")
     parser.add_argument("--report-only", action="store_true", help="only the visual QA report figure (Q)")
+    parser.add_argument("--only", default="", help=f"comma-separated sections to run (default all): "
+                        f"{','.join(SECTIONS)}")
     args = parser.parse_args()
     if args.report_only:
         work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
@@ -579,93 +603,147 @@ def main() -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return 0
+    only = _sections(args.only)
     work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
+    r = {}
     try:
-        cam = camera_benchmark(work, args.repeat, args.sample_rows)
-        lidar = lidar_benchmark(work, args.repeat, args.sample_firings)
-        flow = flow_benchmark(work, args.repeat)
-        radar = radar_benchmark(work, args.repeat)
-        objects = object_label_benchmark(work)
-        multi = multi_event_benchmark(work, args.events)
-        poses = pose_benchmark(work, args.repeat)
-        scale = None if args.no_scale else scale_benchmark(
-            work, [x for x in args.scale_sizes.split(",") if x], [int(x) for x in args.lidar_channels.split(",") if x],
-            [int(x) for x in args.object_counts.split(",") if x], [int(x) for x in args.rgb_samples.split(",") if x])
-        lens = lens_benchmark(work, args.repeat)
-        report = report_benchmark(work, args.repeat)
+        for name in SECTIONS:
+            if name not in only or (name in ("scale", "rgb") and args.no_scale):
+                continue
+            t0 = time.perf_counter()
+            r[name] = _run_section(name, work, args)
+            print(f"[bench] {name} done in {time.perf_counter() - t0:.0f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"\nrowbeam bench — running example, 1280x720, {len([o for o in bpy.data.objects if o.type == 'MESH'])} "
-          f"objects, CPU, median of {args.repeat}")
-    print(f"(a) global-shutter 1-spp label render         {cam['a_global_shutter_render_s']:8.3f} s")
-    print(f"(b) rowbeam rolling-shutter label export       {cam['b_rowbeam_label_export_s']:8.3f} s   (b)/(a) = "
-          f"{cam['b_over_a']:.2f}  [target <= 1.3]")
-    print(f"    breakdown of (b): {cam['b_breakdown_s']}")
-    print(f"(c) naive exact, one render per row            {cam['c_naive_event_extrapolated_s']:8.3f} s   "
-          f"({cam['c_naive_per_row_render_s'] * 1e3:.1f} ms/row x 720, from {cam['c_sample_rows']} rows; "
-          f"(c)/(b) = {cam['c_over_b']:.1f})")
-    print(f"(d) contracts check                            {cam['d_check_s']:8.3f} s   vs raw decode "
-          f"{cam['d_raw_decode_s']:.3f} s: {cam['d_over_decode']:.2f}x  [target <= 1.5]")
-    F, C = lidar["shape"]
-    print(f"LiDAR {C} x {F} sweep of the same scene:")
-    print(f"(L) rowbeam per-firing sweep                     {lidar['per_firing_s']:8.3f} s   (whole export with "
-          f"writing and QA: {lidar['export_s']:.3f} s; {lidar['breakdown']})")
-    print(f"(i) same engine, every beam at one time          {lidar['one_time_s']:8.3f} s   (L)/(i) = "
-          f"{lidar['over_one_time']:.2f}  [target <= 1.5]")
-    print(f"(ii) naive frame_set + scene.ray_cast per firing {lidar['naive_s']:8.3f} s   "
-          f"({lidar['naive_per_firing_ms']:.2f} ms/firing x {F}, from {lidar['sample_firings']} firings; "
-          f"(ii)/(L) = {lidar['naive_over_rowbeam']:.1f}  [target >= 50])")
-    print("Flow, 1280x720 pair (events 30 -> 31), both directions + scene flow, written and checked:")
-    print(f"(F) flow pair export                             {flow['flow_s']:8.3f} s   vs one event's label export "
-          f"{flow['label_s']:.3f} s: ratio {flow['ratio']:.2f}  [target <= 1.0]  ({flow['breakdown']}; "
-          f"fixed-point iterations {flow['forward']['iterations']}, max row residual "
-          f"{flow['forward']['max_row_residual']:.2g})")
-    _print_radar(radar)
-    _print_objects(objects, "1280x720")
-    _print_lens(lens, args.repeat)
-    _print_report(report)
-    print(f"peak RSS                                         {peak_mb:8.0f} MB")
-    _report_issue12(args, cam, lidar, flow, multi, poses, scale)
+    print(f"\nrowbeam bench — running example, 1280x720, CPU, median of {args.repeat}; sections: {', '.join(r)}")
+    cam, lidar, flow = r.get("camera"), r.get("lidar"), r.get("flow")
+    if cam:
+        print(f"(a) global-shutter 1-spp label render         {cam['a_global_shutter_render_s']:8.3f} s")
+        print(f"(b) rowbeam rolling-shutter label export       {cam['b_rowbeam_label_export_s']:8.3f} s   (b)/(a) = "
+              f"{cam['b_over_a']:.2f}  [target <= 1.3]")
+        print(f"    breakdown of (b): {cam['b_breakdown_s']}")
+        print(f"(c) naive exact, one render per row            {cam['c_naive_event_extrapolated_s']:8.3f} s   "
+              f"({cam['c_naive_per_row_render_s'] * 1e3:.1f} ms/row x 720, from {cam['c_sample_rows']} rows; "
+              f"(c)/(b) = {cam['c_over_b']:.1f})")
+        print(f"(d) contracts check                            {cam['d_check_s']:8.3f} s   vs raw decode "
+              f"{cam['d_raw_decode_s']:.3f} s: {cam['d_over_decode']:.2f}x  [target <= 1.5]")
+    if lidar:
+        F, C = lidar["shape"]
+        print(f"LiDAR {C} x {F} sweep of the same scene:")
+        print(f"(L) rowbeam per-firing sweep                     {lidar['per_firing_s']:8.3f} s   (whole export with "
+              f"writing and QA: {lidar['export_s']:.3f} s; {lidar['breakdown']})")
+        print(f"(i) same engine, every beam at one time          {lidar['one_time_s']:8.3f} s   (L)/(i) = "
+              f"{lidar['over_one_time']:.2f}  [target <= 1.5]")
+        print(f"(ii) naive frame_set + scene.ray_cast per firing {lidar['naive_s']:8.3f} s   "
+              f"({lidar['naive_per_firing_ms']:.2f} ms/firing x {F}, from {lidar['sample_firings']} firings; "
+              f"(ii)/(L) = {lidar['naive_over_rowbeam']:.1f}  [target >= 50])")
+        figure("(ii)/(L) naive per-firing ray_cast / rowbeam", lidar["naive_over_rowbeam"], "", ">= 50")
+    if flow:
+        print("Flow, 1280x720 pair (events 30 -> 31), both directions + scene flow, written and checked:")
+        print(f"(F) flow pair export                             {flow['flow_s']:8.3f} s   vs one event's label export "
+              f"{flow['label_s']:.3f} s: ratio {flow['ratio']:.2f}  [target <= 1.0]  ({flow['breakdown']}; "
+              f"fixed-point iterations {flow['forward']['iterations']}, max row residual "
+              f"{flow['forward']['max_row_residual']:.2g})")
+    if "radar" in r:
+        _print_radar(r["radar"])
+    if "objects" in r:
+        _print_objects(r["objects"], "1280x720")
+    if "lens" in r:
+        _print_lens(r["lens"], args.repeat)
+    if "report" in r:
+        _print_report(r["report"])
+    print(f"peak RSS of the bench process                    {peak_mb:8.0f} MB")
+    _report_issue12(args, cam, lidar, flow, r.get("multi"), r.get("poses"),
+                    {**r.get("scale", {}), **({"rgb": r["rgb"]} if "rgb" in r else {})})
     print_figures()
     return 0
 
 
+# `make bench ONLY=camera,scale` (bench.py --only ...) runs these sections alone, in this order.
+SECTIONS = ("camera", "lidar", "flow", "radar", "objects", "multi", "poses", "scale", "rgb", "lens", "report")
+
+
+def _sections(only: str) -> list:
+    names = [x.strip() for x in (only or "").split(",") if x.strip()] or list(SECTIONS)
+    unknown = sorted(set(names) - set(SECTIONS))
+    if unknown:
+        raise SystemExit(f"bench.py: error: unknown section(s) {unknown}; sections: {', '.join(SECTIONS)}")
+    return names
+
+
+def _run_section(name: str, work: Path, args):
+    ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
+    if name == "camera":
+        return camera_benchmark(work, args.repeat, args.sample_rows)
+    if name == "lidar":
+        return lidar_benchmark(work, args.repeat, args.sample_firings)
+    if name == "flow":
+        return flow_benchmark(work, args.repeat)
+    if name == "radar":
+        return radar_benchmark(work, args.repeat)
+    if name == "objects":
+        return object_label_benchmark(work)
+    if name == "multi":
+        return multi_event_benchmark(work, args.events)
+    if name == "poses":
+        return pose_benchmark(work, args.repeat)
+    if name == "scale":
+        return scale_benchmark(work, [x for x in args.scale_sizes.split(",") if x], ints(args.lidar_channels),
+                               ints(args.object_counts), [])
+    if name == "rgb":
+        return scale_benchmark(work, [], [], [], ints(args.rgb_samples))["rgb"]
+    if name == "lens":
+        return lens_benchmark(work, args.repeat)
+    return report_benchmark(work, args.repeat)
+
+
 def _report_issue12(args, cam, lidar, flow, multi, poses, scale) -> None:
-    """Issue 12's figures: details printed here, each figure recorded for the summary table."""
+    """Issue 12's figures (of the sections that ran): details printed here, each figure recorded for the summary
+    table."""
     import os
 
-    b = cam["b_breakdown_s"]
-    verify = b.get("verify", 0.0)
-    print(f"(b) without its verification {cam['b_rowbeam_label_export_s'] - verify:8.3f} s; verification (on, "
-          f"{verify:.3f} s) alone is {verify / cam['a_global_shutter_render_s']:.2f} x (a); CPU seconds (a) "
-          f"{cam['a_cpu_s']:.3f}, (b) {cam['b_cpu_s']:.3f}")
-    figure("(b)/(a) one 1280x720 event", cam["b_over_a"], "", "<= 1.3", f"CPU-time ratio {cam['b_over_a_cpu']:.2f}")
-    figure("(b - verify)/(a)", (cam["b_rowbeam_label_export_s"] - verify) / cam["a_global_shutter_render_s"])
-    figure("verify/(a)", verify / cam["a_global_shutter_render_s"])
-    wall, cpu = multi["wall_s"], multi["cpu_s"]
-    print(f"Multi-event run, {multi['events']} camera events (labels only), per event wall s: "
-          + " ".join(f"{x:.2f}" for x in wall))
-    if len(wall) > 1:
-        later = statistics.median(wall[1:])
-        figure(f"events 2..{len(wall)} median / (a)", later / cam["a_global_shutter_render_s"], "", "<= 1.0",
-               f"event 1 {wall[0] / cam['a_global_shutter_render_s']:.2f} x (a); CPU-time ratio "
-               f"{statistics.median(cpu[1:]) / cam['a_cpu_s']:.2f}")
-    figure("(L)/(i) LiDAR 64x2048", lidar["over_one_time"], "", "<= 1.5",
-           f"CPU-time ratio {lidar['over_one_time_cpu']:.2f}; breakdown {lidar['breakdown']}")
-    figure("(F) flow pair / label export", flow["ratio"], "", "<= 1.0")
-    figure("(d) check / raw decode", cam["d_over_decode"], "", "<= 1.5")
-    for label, r in poses.items():
+    if cam:
+        b = cam["b_breakdown_s"]
+        verify = b.get("verify", 0.0)
+        print(f"(b) without its verification {cam['b_rowbeam_label_export_s'] - verify:8.3f} s; verification (on, "
+              f"{verify:.3f} s) alone is {verify / cam['a_global_shutter_render_s']:.2f} x (a); CPU seconds (a) "
+              f"{cam['a_cpu_s']:.3f}, (b) {cam['b_cpu_s']:.3f}")
+        figure("(b)/(a) one 1280x720 event", cam["b_over_a"], "", "<= 1.3", f"CPU-time ratio {cam['b_over_a_cpu']:.2f}")
+        figure("(b - verify)/(a)", (cam["b_rowbeam_label_export_s"] - verify) / cam["a_global_shutter_render_s"])
+        figure("verify/(a)", verify / cam["a_global_shutter_render_s"])
+    if multi:
+        wall, cpu = multi["wall_s"], multi["cpu_s"]
+        print(f"Multi-event run, {multi['events']} camera events (labels only), per event wall s: "
+              + " ".join(f"{x:.2f}" for x in wall))
+        if len(wall) > 1 and cam:
+            later = statistics.median(wall[1:])
+            figure(f"events 2..{len(wall)} median / (a)", later / cam["a_global_shutter_render_s"], "", "<= 1.0",
+                   f"event 1 {wall[0] / cam['a_global_shutter_render_s']:.2f} x (a); CPU-time ratio "
+                   f"{statistics.median(cpu[1:]) / cam['a_cpu_s']:.2f}")
+        elif len(wall) > 1:
+            figure(f"events 2..{len(wall)} median wall", statistics.median(wall[1:]), "s", None,
+                   "run section camera too for the ratio to (a)")
+    if lidar:
+        figure("(L)/(i) LiDAR 64x2048", lidar["over_one_time"], "", "<= 1.5",
+               f"CPU-time ratio {lidar['over_one_time_cpu']:.2f}; breakdown {lidar['breakdown']}")
+    if flow:
+        figure("(F) flow pair / label export", flow["ratio"], "", "<= 1.0")
+    if cam:
+        figure("(d) check / raw decode", cam["d_over_decode"], "", "<= 1.5")
+    for label, r in (poses or {}).items():
         print(f"(P) {label}: {r['n']} poses direct {r['direct_s'] * 1e3:.1f} ms vs frame_set per time "
               f"{r['frame_set_s'] * 1e3:.1f} ms")
         figure(f"(P) {label} poses frame_set/direct", r["frame_set_s"] / r["direct_s"])
     if scale:
-        report_scale(scale)
-    print(f"Throughput, running example, events per core-hour (3600 / CPU seconds of one event incl. writing and "
-          f"the in-line check; {os.cpu_count()} cores here):")
-    rows = [("camera labels 1280x720", cam["b_cpu_s"])]
+        report_scale({k: scale.get(k, []) for k in ("camera", "rgb", "lidar", "objects")})
+    rows = [("camera labels 1280x720", cam["b_cpu_s"])] if cam else []
     rows += [(f"camera labels + rgb {n} spp", r["cpu_s"]) for n, r in (scale or {}).get("rgb", [])]
-    rows += [("LiDAR sweep 64x2048", lidar["export_cpu_s"]), ("flow pair 1280x720", flow["flow_cpu_s"])]
+    rows += [("LiDAR sweep 64x2048", lidar["export_cpu_s"])] if lidar else []
+    rows += [("flow pair 1280x720", flow["flow_cpu_s"])] if flow else []
+    if rows:
+        print(f"Throughput, running example, events per core-hour (3600 / CPU seconds of one event incl. writing and "
+              f"the in-line check; {os.cpu_count()} cores here):")
     for label, cpu_s in rows:
         print(f"    {label:<32} {3600 / cpu_s:8.0f} events/core-hour ({cpu_s:.2f} CPU s)")
         figure(f"throughput {label}", 3600 / cpu_s, "ev/c-h")

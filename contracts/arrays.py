@@ -43,11 +43,17 @@ def write_exr(path, array: np.ndarray, channels: list[str], dtype: str, attribut
     return {"pixel_type": EXR_PIXEL_TYPE[dtype], "compression": "ZIP", "line_order": "increasing_y (row 0 at top)"}
 
 
+def _owned(pixels: np.ndarray) -> np.ndarray:
+    """The binding's pixel array itself when numpy owns its memory (OpenEXR 3.5: no second copy of a large
+    image), else a copy that outlives the File."""
+    return pixels if pixels.flags.owndata else pixels.copy()
+
+
 def read_exr_channels(path) -> tuple[dict, dict]:
     """{channel name: 2-D array} and the header of a single-part EXR; RowbeamError if unreadable."""
     try:
         with OpenEXR.File(str(path), separate_channels=True) as f:
-            channels = {name: ch.pixels.copy() for name, ch in f.channels().items()}
+            channels = {name: _owned(ch.pixels) for name, ch in f.channels().items()}
             header = dict(f.header())
     except Exception as exc:  # OpenEXR raises RuntimeError for truncated or corrupt files
         raise RowbeamError(f"{path}: unreadable OpenEXR file ({exc}); truncated or corrupt") from None
@@ -58,7 +64,7 @@ def read_exr_parts(path) -> dict:
     """{channel name: 2-D array} over every part of a (multi-part) EXR, e.g. a Cycles render."""
     try:
         with OpenEXR.File(str(path), separate_channels=True) as f:
-            return {name: ch.pixels.copy() for part in f.parts for name, ch in part.channels.items()}
+            return {name: _owned(ch.pixels) for part in f.parts for name, ch in part.channels.items()}
     except Exception as exc:
         raise RowbeamError(f"{path}: unreadable OpenEXR file ({exc})") from None
 

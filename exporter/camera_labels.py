@@ -49,9 +49,47 @@ def resolve_hits(depth, index_pass, position, lut_size: int):
     return index, surface, surface & ((index <= 0) | (index >= lut_size))
 
 
+# Rows derived at once: the float64 temporaries (~200 B/px) stay within BAND_PIXELS pixels, whatever the image size.
+BAND_PIXELS = 1 << 18
+LABEL_DTYPES = {"camera_z": np.float32, "range": np.float32, "valid": np.uint8, "normal_geometric": np.float32,
+                "normal_shading": np.float32, "instance_id": np.uint32, "semantic_id": np.uint32}
+
+
 def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut: np.ndarray,
                   first_row: int = 0, rays: np.ndarray | None = None) -> tuple[dict, dict]:
-    """Label arrays for rows first_row.. of an image (passes may hold a band of rows).
+    """Label arrays for rows first_row.. of an image (passes may hold a band of rows), derived in bands of
+    about BAND_PIXELS pixels into the final float32/uint arrays (`derive_band` per band; the result does not
+    depend on the banding: every label is per pixel).
+
+    Returns (arrays, stats) as `derive_band`.
+    """
+    h, w = passes["depth"].shape
+    step = max(1, BAND_PIXELS // max(w, 1))
+    if h <= step:
+        return derive_band(passes, row_T_world_camera, K, lut, first_row, rays)
+    arrays = {k: np.empty((h, w, 3) if k.startswith("normal_") else (h, w), dtype=dt) for k, dt in LABEL_DTYPES.items()}
+    stats: dict = {}
+    for r0 in range(0, h, step):
+        r1 = min(h, r0 + step)
+        band = {k: v[r0:r1] for k, v in passes.items()}
+        out, st = derive_band(band, row_T_world_camera[r0:r1], K, lut, first_row + r0,
+                              None if rays is None else rays[r0:r1])
+        del band
+        for k, a in out.items():
+            arrays[k][r0:r1] = a
+        for k, v in st.items():
+            if k.startswith("max_"):
+                stats[k] = max(stats.get(k, 0.0), v)
+            elif isinstance(v, (int, float)):
+                stats[k] = stats.get(k, 0) + v
+            else:
+                stats[k] = v
+    return arrays, stats
+
+
+def derive_band(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut: np.ndarray,
+                first_row: int = 0, rays: np.ndarray | None = None) -> tuple[dict, dict]:
+    """Label arrays for rows first_row.. of an image (passes hold this band of rows; all at once).
 
     rays: None for the pinhole Blender camera; else the exact (h, w, 3) rays (x, y, 1) of the band's pixels
     through the lens (exporter.lens_camera.pixel_rays; NaN outside the valid domain): each hit is moved onto

@@ -207,10 +207,12 @@ def render_passes(scene, view_layer) -> dict:
 
 
 def _collect_passes(channels: dict, layer: str) -> dict:
+    """Passes from the render's channels; each channel is popped once stacked, so a large image holds its planes
+    and at most one stacked pass at a time (not every plane twice)."""
     def stack(pass_name, comps):
         names = [f"{layer}.{pass_name}.{c}" for c in comps]
         if all(n in channels for n in names):
-            return np.stack([channels[n] for n in names], axis=-1)
+            return np.stack([channels.pop(n) for n in names], axis=-1)
         return None
 
     out = {
