@@ -395,6 +395,8 @@ def scale_child(kind: str, value: str, work: Path) -> dict:
     samples]), lidar (value: channels, 2048 firings) or objects (value: mesh objects, 1280x720 camera event)."""
     import json
 
+    if kind == "baseline":
+        return _baseline_rss(work)
     width, height, rgb, sensors, lidar_fields = 1280, 720, 0, ["camera_front"], None
     if kind == "camera":
         size, _, spp = value.partition(":")
@@ -415,6 +417,29 @@ def scale_child(kind: str, value: str, work: Path) -> dict:
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _own_peak_rss_mb(),
             "published": bool(summary["published"]), "seconds": seconds,
             "objects": _scene_object_count()}
+
+
+def _baseline_rss(work: Path) -> dict:
+    """Peak RSS (MB) of this fresh process after importing bpy and the exporter, after a Cycles render of an empty
+    scene (64x36, 1 spp: Cycles' own baseline) and after building the running example: the part of every camera
+    event's peak that does not grow with pixels."""
+    from exporter.cycles_setup import common_settings, render_passes
+
+    out = {"import_mb": _own_peak_rss_mb()}
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    scene = bpy.context.scene
+    with ScenePatch() as p:
+        common_settings(p, scene)
+        cs.set_resolution(p, scene, 64, 36)
+        p.set(scene.cycles, "samples", 1)
+        cam = bpy.data.objects.new("cam", bpy.data.cameras.new("cam"))
+        scene.collection.objects.link(cam)
+        p.set(scene, "camera", cam)
+        render_passes(scene, bpy.context.view_layer)
+    out["empty_render_mb"] = _own_peak_rss_mb()
+    running_example.build(1280, 720)
+    out["running_example_mb"] = _own_peak_rss_mb()
+    return out
 
 
 def _own_peak_rss_mb() -> float:
@@ -483,13 +508,20 @@ def scale_benchmark(work: Path, sizes, channels, object_counts, rgb_samples) -> 
         shutil.rmtree(d, ignore_errors=True)
         return result
 
-    return {"camera": [(v, child("camera", v)) for v in sizes],
+    return {"baseline": [("baseline", child("baseline", "0"))] if sizes else [],
+            "camera": [(v, child("camera", v)) for v in sizes],
             "rgb": [(n, child("camera", f"1280x720:{n}")) for n in rgb_samples],
             "lidar": [(c, child("lidar", str(c))) for c in channels],
             "objects": [(n, child("objects", str(n))) for n in object_counts]}
 
 
 def report_scale(scale: dict) -> None:
+    for _, r in scale.get("baseline", []):
+        print(f"Baseline peak RSS (fresh process): bpy + rowbeam imported {r['import_mb']:.0f} MB; after an empty-scene "
+              f"Cycles render {r['empty_render_mb']:.0f} MB; after building the running example "
+              f"{r['running_example_mb']:.0f} MB")
+        figure("baseline RSS: bpy + empty Cycles render", r["empty_render_mb"], "MB")
+        figure("baseline RSS: + running example scene", r["running_example_mb"], "MB")
     cam = scale["camera"]
     if cam:
         print("Camera event (labels only, one event, fresh process) against image size:")
@@ -736,7 +768,7 @@ def _report_issue12(args, cam, lidar, flow, multi, poses, scale) -> None:
               f"{r['frame_set_s'] * 1e3:.1f} ms")
         figure(f"(P) {label} poses frame_set/direct", r["frame_set_s"] / r["direct_s"])
     if scale:
-        report_scale({k: scale.get(k, []) for k in ("camera", "rgb", "lidar", "objects")})
+        report_scale({k: scale.get(k, []) for k in ("baseline", "camera", "rgb", "lidar", "objects")})
     rows = [("camera labels 1280x720", cam["b_cpu_s"])] if cam else []
     rows += [(f"camera labels + rgb {n} spp", r["cpu_s"]) for n, r in (scale or {}).get("rgb", [])]
     rows += [("LiDAR sweep 64x2048", lidar["export_cpu_s"])] if lidar else []

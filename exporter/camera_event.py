@@ -13,7 +13,7 @@ from contracts.rig import CameraSensor
 from contracts.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
 
 from . import cycles_setup as cs
-from .camera_labels import derive_labels
+from .camera_labels import derive_labels, merge_stats
 from .cycles_timing import label_shutter, rgb_shutter
 from .lens_camera import LENS_CAMERA_METHOD, OSL_NEWTON_STEPS, pixel_rays, sensor_lens, use_lens_camera
 from .osl_camera import custom_camera_device
@@ -167,13 +167,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
         rcam = setup_label_render(p, ctx, sensor, W, H, lens)
         cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, moving + [rcam], static)
         _deform_motion_steps(p, scene, deform_steps)
-        passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
-        seconds["label_render"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        ctx.progress.stage("derive labels")
-        labels, stats = derive_labels(passes, row_poses, K, ctx.lut, rays=rays)
-        del passes                                     # peak memory: not held through verify and writing
-        seconds["derive"] = time.perf_counter() - t0
+        labels, stats = _render_and_derive(ctx, sensor, row_poses, K, rays, W, H, seconds, t0)
         t0 = time.perf_counter()
         ctx.progress.stage(f"verify ({sensor.verify_rows} exact rows)")
         verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H, rays)
@@ -218,6 +212,52 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
                                 "seed": seed, "seed_rule": RGB_SEED_RULE}
     return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=device,
                              object_labels=object_block, assets=assets, lens=lens)
+
+
+# Label renders above this many pixels run as horizontal bands (border renders, same shutter and settings; every
+# row keeps its own time), each derived and freed before the next: Cycles holds ~210 B/px while it renders.
+LABEL_BAND_PIXELS = 3_000_000
+
+
+def label_bands(W: int, H: int, band_pixels: int | None = None) -> list:
+    """[(first row, stop row)] of the label render: one band up to `band_pixels` pixels, else equal bands."""
+    n = max(1, -(-W * H // (band_pixels or LABEL_BAND_PIXELS)))
+    edges = [round(k * H / n) for k in range(n + 1)]
+    return [(a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+
+
+def _render_and_derive(ctx, sensor, row_poses, K, rays, W, H, seconds, t0):
+    """Label render (state already set) and derivation, in `label_bands`; returns derive_labels' (arrays, stats).
+    seconds gets label_render and derive (summed over bands)."""
+    scene = ctx.scene
+    bands = label_bands(W, H)
+    labels, stats = {}, {}
+    seconds["label_render"] = seconds["derive"] = 0.0
+    for first, stop in bands:
+        with ScenePatch() as q:
+            if len(bands) > 1:          # Cycles rows run top-first; bottom_to_top renders through a flipped camera
+                flipped = sensor.readout_direction != "top_to_bottom"
+                cs.set_row_band(q, scene, H - stop if flipped else first, H - first if flipped else stop, H)
+            passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
+        if passes["depth"].shape != (stop - first, W):
+            raise RuntimeError(f"label band rows {first}..{stop - 1} rendered {passes['depth'].shape}")
+        seconds["label_render"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ctx.progress.stage("derive labels")
+        band, band_stats = derive_labels(passes, row_poses[first:stop], K, ctx.lut, first_row=first,
+                                         rays=None if rays is None else rays[first:stop])
+        del passes                      # peak memory: not held through the next band, verify and writing
+        if len(bands) == 1:
+            labels, stats = band, band_stats
+        else:
+            for k, a in band.items():
+                labels.setdefault(k, np.empty((H,) + a.shape[1:], a.dtype))[first:stop] = a
+            merge_stats(stats, band_stats)
+        seconds["derive"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+    if len(bands) > 1:
+        stats["label_render_bands"] = len(bands)
+    return labels, stats
 
 
 def _deform_motion_steps(patch: ScenePatch, scene, deform_steps: list) -> None:

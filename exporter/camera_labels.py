@@ -77,14 +77,20 @@ def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, l
         del band
         for k, a in out.items():
             arrays[k][r0:r1] = a
-        for k, v in st.items():
-            if k.startswith("max_"):
-                stats[k] = max(stats.get(k, 0.0), v)
-            elif isinstance(v, (int, float)):
-                stats[k] = stats.get(k, 0) + v
-            else:
-                stats[k] = v
+        merge_stats(stats, st)
     return arrays, stats
+
+
+def merge_stats(stats: dict, band: dict) -> dict:
+    """Fold one band's derive stats into `stats` (max_* by maximum, counts summed, text kept); returns stats."""
+    for k, v in band.items():
+        if k.startswith("max_"):
+            stats[k] = max(stats.get(k, 0.0), v)
+        elif isinstance(v, (int, float)):
+            stats[k] = stats.get(k, 0) + v
+        else:
+            stats[k] = v
+    return stats
 
 
 def derive_band(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut: np.ndarray,

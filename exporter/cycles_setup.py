@@ -170,14 +170,20 @@ def set_row_border(patch: ScenePatch, scene, row: int, height: int) -> None:
     so exact edges like 219/720 can land one row off; edges half a row inside are exact for
     every row (measured for all 720 rows of a 720-row image).
     """
+    set_row_band(patch, scene, row, row + 1, height)
+
+
+def set_row_band(patch: ScenePatch, scene, first: int, stop: int, height: int) -> None:
+    """Render only image rows first..stop-1 (0 = top) of a `height`-row image, full width (edges half a row
+    inside the band, as `set_row_border`)."""
     r = scene.render
-    bottom = height - 1 - row                   # Blender counts pixel rows from the bottom
+    bottom = height - stop                      # Blender counts pixel rows from the bottom
     patch.set(r, "use_border", True)
     patch.set(r, "use_crop_to_border", True)
     patch.set(r, "border_min_x", 0.0)
     patch.set(r, "border_max_x", 1.0)
     patch.set(r, "border_min_y", (bottom + 0.5) / height)
-    patch.set(r, "border_max_y", min(1.0, (bottom + 1.5) / height))
+    patch.set(r, "border_max_y", min(1.0, (height - first + 0.5) / height))
 
 
 def render_passes(scene, view_layer) -> dict:

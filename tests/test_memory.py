@@ -93,3 +93,29 @@ def test_exr_read_without_second_copy(tmp_path):
         px = f.channels()["L.X"].pixels
     del f
     assert np.array_equal(px, a)
+
+
+@pytest.mark.parametrize("direction", ["top_to_bottom", "bottom_to_top"])
+def test_label_render_in_bands_equals_one_render(tmp_path, monkeypatch, direction):
+    """A plane approaching at 40 m/s rendered as 3 horizontal bands (border renders): every row's camera_z is the
+    closed form z0 + v*t_row (each band keeps its rows' times), ids and validity equal the one-render export's and
+    the exact-row verification passes."""
+    from exporter import camera_event
+    from scenes import calibration
+
+    from .conftest import build_and_export
+    from .helpers import load_event
+    from .test_calibration_exports import Z_TOL, _truth_z
+
+    one = build_and_export(tmp_path, "one", calibration.moving_plane, scale=8, direction=direction)
+    W, H = one.truth.size
+    assert camera_event.label_bands(W, H, W * H // 3 + 1) == [(0, H // 3), (H // 3, 2 * H // 3), (2 * H // 3, H)]
+    monkeypatch.setattr(camera_event, "LABEL_BAND_PIXELS", W * H // 3 + 1)
+    banded = build_and_export(tmp_path, "banded", calibration.moving_plane, scale=8, direction=direction)
+    (m1, a1), (m3, a3) = load_event(one.event), load_event(banded.event)
+    assert banded.summary["published"] and m3["method"]["derivation"]["label_render_bands"] == 3
+    assert np.abs(a3["camera_z"] - _truth_z(banded.truth, a3["row_time_ns"])).max() < Z_TOL
+    for k in ("instance_id", "valid", "semantic_id"):
+        assert np.array_equal(a3[k], a1[k]), k
+    assert np.abs(a3["range"] - a1["range"]).max() < Z_TOL
+    assert m3["method"]["verification"]["worst_range_error_m"] < Z_TOL
