@@ -688,6 +688,8 @@ def main() -> int:
     print(f"peak RSS of the bench process                    {peak_mb:8.0f} MB")
     _report_issue12(args, cam, lidar, flow, r.get("multi"), r.get("poses"),
                     {**r.get("scale", {}), **({"rgb": r["rgb"]} if "rgb" in r else {})})
+    print("(GPU) GPU/CPU time ratios and label agreement: `make bench-gpu` (bench/bench_gpu.py; needs a CUDA/OptiX "
+          "GPU, exits 2 without one)")
     print_figures()
     return 0
 
