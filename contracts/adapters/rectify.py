@@ -23,10 +23,11 @@ Per event (OUT_DIR/<sensor>/<index:06d>/, arrays (H', W') or (H', W', C)):
       from them.
 Per flow (OUT_DIR/<sensor>/<i0:06d>-<i1:06d>/, on the rectified grid of the source (forward) or destination
 (backward) event): flow = d' - s', where s' = K' unproject(s) and d' = K' unproject(s + flow(s)) (both pixel
-positions rectified through contracts.lens); flow_<dir>_start (H', W', 2) = s' (the flow vector's start, at most
-nearest_neighbour_px source pixels from p'); the four flags of s carried, dest_in_bounds re-judged in the rectified
-image (dest_visible requires it); scene flow of s unchanged. Formats: EXR with the bundle payload's channels and
-dtype (--format exr, default) or .npy; --png adds 16-bit PNGs in the BOP depth and KITTI flow encodings.
+positions rectified through contracts.lens); flow_<dir>_start (H', W', 2) = s' (the flow vector's start: the
+rectified position of s, which lies within nearest_neighbour_px source pixels of q); the four flags of s carried,
+dest_in_bounds re-judged in the rectified image (dest_visible requires it); scene flow of s unchanged.
+Formats: EXR with the bundle payload's channels and dtype (--format exr, default) or .npy; --png adds 16-bit PNGs
+in the BOP depth and KITTI flow encodings.
 """
 from __future__ import annotations
 
@@ -419,7 +420,7 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
                                                 "alpha": alpha, "lens": lens, "key": _lens_key(cal),
                                                 "map": RectMap(lens, K_out, size_out),
                                                 "source_K": cal["K"],
-                                                "rule": ALPHA_RULE[lens.model] if alpha is not None else
+                                                "rule": ALPHA_RULE.get(lens.model, ALPHA_RULE["opencv"]) if alpha is not None else
                                                 ("given --K" if fx_fy_cx_cy is not None else "the event's K")})
             if cam["key"] != _lens_key(cal) or cam["K"] != K_out.tolist() or cam["image_size_px"] != list(size_out):
                 raise RowbeamError(f"{e.path}: calibration differs from the sensor's first event; rectify one event "
