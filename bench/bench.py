@@ -536,7 +536,11 @@ def report_scale(scale: dict) -> None:
         if len(cam) > 1:
             figure("camera time ~ pixels^k (CPU s)", fit_exponent(px, [r["cpu_s"] for _, r in cam]), "", "<= 1.0",
                    f"wall exponent {fit_exponent(px, [r['wall_s'] for _, r in cam]):.2f}")
-            figure("camera peak RSS ~ pixels^k", fit_exponent(px, [r["peak_rss_mb"] for _, r in cam]))
+            base = [r["empty_render_mb"] for _, r in scale.get("baseline", [])]
+            above = [r["peak_rss_mb"] - base[0] for _, r in cam] if base else []
+            figure("camera peak RSS ~ pixels^k", fit_exponent(px, [r["peak_rss_mb"] for _, r in cam]), "", None,
+                   f"above the empty-render baseline: exponent {fit_exponent(px, above):.2f}, "
+                   f"{statistics.median(np.array(above) * 1e6 / px):.0f} B/pixel" if base and min(above) > 0 else "")
     if scale["lidar"]:
         print("LiDAR sweep (2048 firings, fresh process) against channels:")
         for c, r in scale["lidar"]:
