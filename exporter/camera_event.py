@@ -24,8 +24,9 @@ from .verify import ROW_SELECTION, compare_row, motion_rows
 
 LABEL_METHOD = ("cycles_rolling_shutter_labels: one Cycles render with motion blur and a TOP rolling shutter "
                 "(rolling_shutter_duration=0, half-row correction applied) so every row is traced at its reference "
-                "time; 1 sample, Gaussian filter 0.01 px; camera_z, range and normals derived from the Position, "
-                "Normal and true-normal AOV passes with the exact per-row camera pose")
+                "time; 1 sample, Gaussian filter 0.01 px, no bounces, lights and world off (data passes only); "
+                "camera_z, range and normals derived from the Position, Normal and true-normal AOV passes with the "
+                "exact per-row camera pose")
 ROW_POSE_METHOD = "every row's exact reference time; Blender camera matrix_world, scale removed; "
 
 
@@ -267,9 +268,11 @@ def _deform_motion_steps(patch: ScenePatch, scene, deform_steps: list) -> None:
 
 
 def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int, height: int, lens=None):
-    """Label-render state (exact data passes, true-normal AOV, render indices); returns the render camera."""
+    """Label-render state (exact data passes only: no lighting or bounces, true-normal AOV, render indices);
+    returns the render camera."""
     ctx.base_settings(patch, width, height)
     cs.label_settings(patch, ctx.scene, ctx.view_layer)
+    cs.data_pass_settings(patch, ctx.scene, ctx.view_layer)
     cs.add_true_normal_aov(patch, ctx.render_objects())
     cs.set_render_indices(patch, ctx.scene, ctx.table)
     return render_camera(patch, ctx.scene, ctx.scene.objects[sensor.object], sensor, lens)

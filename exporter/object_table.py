@@ -74,25 +74,43 @@ def _mesh_signature(obj, depsgraph) -> tuple:
 def moving_objects(scene, objects) -> set[str]:
     """Names of objects that move or deform: matrix_world differs between any two frames of the
     scene's range (every frame and half frame), a modifier deforms them, or the evaluated mesh of an
-    object with modifiers or animated shape keys changes (e.g. a Build or geometry-nodes modifier)."""
+    object with modifiers or animated shape keys changes (e.g. a Build or geometry-nodes modifier).
+
+    matrix_world of plain objects (`pose_eval.plain_reason`) is evaluated directly at every sample time,
+    bit-identical to frame_set (none at all for `certainly_static` ones); frame_set runs only for the rest
+    and for mesh signatures."""
     import bpy
 
-    frame, sub = scene.frame_current, scene.frame_subframe
-    first = {o.name: [list(r) for r in o.matrix_world] for o in objects}
+    from . import pose_eval, scene_clock
+
     moving = {o.name for o in objects if o.is_deform_modified(scene, "RENDER")}
+    direct = not scene_clock.FORCE_FRAME_SET and scene.render.frame_map_old == scene.render.frame_map_new
+    plain = [o for o in objects if direct and o.name not in moving and pose_eval.plain_reason([o]) is None]
+    plain_names = {o.name for o in plain}
+    sampled = [o for o in objects if o.name not in moving and o.name not in plain_names]
     meshed = [o for o in objects if o.name not in moving and o.modifiers]
+    samples = [(f, half) for f in range(scene.frame_start, scene.frame_end + 1) for half in (0.0, 0.5)]
+    animated = [o for o in plain if not pose_eval.certainly_static(o)]
+    if animated:
+        frames = [scene.frame_current] + [f for f, _ in samples]
+        subframes = [scene.frame_subframe] + [h for _, h in samples]
+        mats = pose_eval.world_matrices_direct(animated, frames, subframes)
+        moving |= {o.name for o, m in zip(animated, mats, strict=True) if not (m[1:] == m[0]).all()}
+    if not sampled and not meshed:
+        return moving
+    frame, sub = scene.frame_current, scene.frame_subframe
+    first = {o.name: [list(r) for r in o.matrix_world] for o in sampled}
     first_mesh = {}
-    for f in range(scene.frame_start, scene.frame_end + 1):
-        for half in (0.0, 0.5):
-            scene.frame_set(f, subframe=half)
-            moving |= {o.name for o in objects if o.name not in moving and
-                       [list(r) for r in o.matrix_world] != first[o.name]}
-            if any(o.name not in moving for o in meshed):
-                depsgraph = bpy.context.evaluated_depsgraph_get()
-                for o in meshed:
-                    if o.name not in moving and first_mesh.setdefault(o.name, _mesh_signature(o, depsgraph)) \
-                            != _mesh_signature(o, depsgraph):
-                        moving.add(o.name)
+    for f, half in samples:
+        scene.frame_set(f, subframe=half)
+        moving |= {o.name for o in sampled if o.name not in moving and
+                   [list(r) for r in o.matrix_world] != first[o.name]}
+        if any(o.name not in moving for o in meshed):
+            depsgraph = bpy.context.evaluated_depsgraph_get()
+            for o in meshed:
+                if o.name not in moving and first_mesh.setdefault(o.name, _mesh_signature(o, depsgraph)) \
+                        != _mesh_signature(o, depsgraph):
+                    moving.add(o.name)
     scene.frame_set(frame, subframe=sub)
     return moving
 
