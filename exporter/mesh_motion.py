@@ -9,6 +9,8 @@ settings (show_render, render subdivision levels) so the mesh is the one Cycles 
 """
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import numpy as np
 
 from .material_points import DeformingMesh
@@ -128,7 +130,7 @@ def choose_deform_steps(scene, clock, objects, shutter, min_steps: int, row_time
     """Per object (deforming, visible to the render): the motion_steps chosen and the measured worst
     interpolation error (m, px) at those steps (see STEPS_METHOD). row_times_ns (H,) and row_poses (H, 4, 4)
     (T_world_camera, OpenCV) give the camera for the pixel error; K (3, 3)."""
-    import bpy
+    from .isolated_eval import mesh_evaluator, world_vertices
 
     if not objects or not shutter.uses_motion_blur:
         return []
@@ -139,9 +141,8 @@ def choose_deform_steps(scene, clock, objects, shutter, min_steps: int, row_time
         for t in times:
             if t in cache:
                 continue
-            set_time(scene, clock, t)
-            depsgraph = bpy.context.evaluated_depsgraph_get()
-            cache[t] = [_evaluated_mesh(o, depsgraph)[0] for o in objects]
+            depsgraph = depsgraph_at(t)
+            cache[t] = [world_vertices(o, depsgraph) for o in objects]
 
     def pixels(points, t):
         T = row_poses[int(np.abs(row_t - float(t)).argmin())]
@@ -150,8 +151,10 @@ def choose_deform_steps(scene, clock, objects, shutter, min_steps: int, row_time
         return np.stack([K[0, 0] * X[:, 0] / z + K[0, 2], K[1, 1] * X[:, 1] / z + K[1, 2]], -1)
 
     out = [None] * len(objects)
-    with ScenePatch() as patch:
-        _render_modifiers(patch, objects)
+    first = motion_sample_times(shutter, min_steps + 1)
+    with ExitStack() as stack:
+        _render_modifiers(stack.enter_context(ScenePatch()), objects)
+        depsgraph_at, how = stack.enter_context(mesh_evaluator(scene, clock, objects, (first[0], first[-1])))
         for steps in range(min_steps, MAX_MOTION_STEPS + 1):
             fine = motion_sample_times(shutter, steps + 1)
             sample(fine)
@@ -171,7 +174,7 @@ def choose_deform_steps(scene, clock, objects, shutter, min_steps: int, row_time
                     err_px = max(err_px, float(np.nanmax(d, initial=0.0)) if np.isfinite(d).any() else 0.0)
                 out[j] = {"name": obj.name, "motion_steps": steps, "motion_samples": 2 ** steps + 1,
                           "max_error_m": err_m, "max_error_px": err_px,
-                          "within_tolerance": err_m <= tol_m and err_px <= tol_px}
+                          "within_tolerance": err_m <= tol_m and err_px <= tol_px, "mesh_evaluation": how}
             if all(o["within_tolerance"] or o.get("reason") for o in out):
                 break
     return out

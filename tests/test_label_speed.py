@@ -106,3 +106,53 @@ def test_moving_object_detection_direct_equals_frame_set():
     assert direct == swept
     assert {"child_of_shuttle", "blip", "follower", "cyclist", "pedestrian"} <= direct
     assert "keyed_still" not in direct and "delivery_van" not in direct
+
+
+def _vertices_over(scene, clock, objects, times, guard=()):
+    from exporter.isolated_eval import world_vertices, mesh_evaluator
+
+    with mesh_evaluator(scene, clock, objects, guard) as (depsgraph_at, how):
+        return [[world_vertices(o, depsgraph_at(t)) for o in objects] for t in times], how
+
+
+def test_isolated_mesh_evaluation_equals_the_whole_scene():
+    """The walker (armature child, keyed parent motion, sine F-curve modifiers on the bones) evaluated in the
+    scratch scene equals frame_set on the whole scene bit for bit at 40 subframe times; a driver reading the
+    scene's own frame (which the scratch scene does not advance) is caught by the guard and falls back."""
+    from fractions import Fraction
+
+    from exporter.isolated_eval import METHOD_ISOLATED, METHOD_SCENE, world_vertices
+    from exporter.scene_clock import scene_clock, set_time
+
+    running_example.build(64, 36, frames=10)
+    scene = bpy.context.scene
+    clock = scene_clock(scene)
+    walker = bpy.data.objects["pedestrian"]
+    times = [Fraction(33_333_333 * 4, 1) + Fraction(10**7, 39) * k for k in range(40)]
+    isolated, how = _vertices_over(scene, clock, [walker], times, guard=(times[0], times[-1]))
+    assert how == METHOD_ISOLATED
+    whole = []
+    for t in times:
+        set_time(scene, clock, t)
+        whole.append(world_vertices(walker, bpy.context.evaluated_depsgraph_get()))
+    assert all(np.array_equal(a[0], b) for a, b in zip(isolated, whole, strict=True))
+    assert np.abs(whole[-1] - whole[0]).max() > 0.01                      # it really deforms and moves
+    assert "rowbeam_isolated_eval" not in bpy.data.scenes
+
+    # a shape key driven by the scene's frame_current (an ID property the scratch scene never changes)
+    walker.shape_key_add(name="Basis")
+    key = walker.shape_key_add(name="grow")
+    for v in key.data:
+        v.co.z += 0.5
+    fc = key.driver_add("value")
+    var = fc.driver.variables.new()
+    var.targets[0].id_type, var.targets[0].id = "SCENE", scene
+    var.targets[0].data_path = "frame_current"
+    fc.driver.expression = f"{var.name} / 10"
+    scene.frame_set(1)
+    _, how = _vertices_over(scene, clock, [walker], times[:2], guard=(times[0], times[-1]))
+    assert how.startswith(METHOD_SCENE) and "guard" in how
+    geo = walker.modifiers.new("nodes", "NODES")
+    _, how = _vertices_over(scene, clock, [walker], times[:2], guard=(times[0],))
+    assert how == METHOD_SCENE + " (pedestrian: modifier NODES)"
+    walker.modifiers.remove(geo)
