@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 
 from contracts.arrays import decode_payload  # noqa: E402
 from contracts.check import check_bundle  # noqa: E402
-from exporter import cycles_setup as cs  # noqa: E402
+from exporter import camera_event, cycles_setup as cs  # noqa: E402
 from contracts.camera_model import intrinsics_from_blender  # noqa: E402
 from exporter.camera_event import camera_params, exact_row_labels, setup_label_render  # noqa: E402
 from exporter.run import ExportRequest, plan_export, run_export  # noqa: E402
@@ -304,6 +304,7 @@ def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
         return seconds, cpu, out
 
     a_times, b_times, a_cpu, b_cpu, bundles = [], [], [], [], []
+    full = {"a_cpu": [], "b_cpu": []}        # label renders with the scene's lights and bounces (camera_event.FULL_SHADING)
     for i in range(repeat):
         a, ac = global_shutter_render()
         b, bc, out = rowbeam_export(i)
@@ -312,6 +313,12 @@ def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
         b_times.append(b)
         b_cpu.append(bc)
         bundles.append(out)
+        camera_event.FULL_SHADING = True
+        try:
+            full["a_cpu"].append(global_shutter_render()[1])
+            full["b_cpu"].append(rowbeam_export(f"full_{i}")[1])
+        finally:
+            camera_event.FULL_SHADING = False
 
     # (c) naive exact: one border render per row at its exact time, extrapolated from sample rows
     p = plan(work / "unused")
@@ -342,6 +349,7 @@ def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
             "a_cpu_s": statistics.median(a_cpu), "b_cpu_s": statistics.median(b_cpu),
             "b_over_a_cpu": statistics.median(b_cpu) / statistics.median(a_cpu),
             "b_breakdown_s": manifest["run"]["seconds"],
+            "a_full_shading_cpu_s": statistics.median(full["a_cpu"]), "b_full_shading_cpu_s": statistics.median(full["b_cpu"]),
             "c_naive_per_row_render_s": per_row, "c_naive_event_extrapolated_s": per_row * 720,
             "c_over_b": per_row * 720 / b, "c_sample_rows": len(rows),
             "d_check_s": dc, "d_raw_decode_s": dd, "d_over_decode": dc / dd}
@@ -359,7 +367,11 @@ def multi_event_benchmark(work: Path, events: int) -> dict:
     run_export(p, progress=lambda *_: marks.append((time.perf_counter(), time.process_time())))
     wall = [b[0] - a[0] for a, b in zip(marks, marks[1:], strict=False)]
     cpu = [b[1] - a[1] for a, b in zip(marks, marks[1:], strict=False)]
-    return {"events": events, "wall_s": wall, "cpu_s": cpu}
+    stages = [__import__("json").loads(m.read_text())["run"]["seconds"]
+              for m in sorted((work / "multi" / "events").glob("*/*/manifest.json"))]
+    later = stages[1:] or stages
+    mean = {k: statistics.fmean(st.get(k, 0.0) for st in later) for k in sorted({k for st in later for k in st})}
+    return {"events": events, "wall_s": wall, "cpu_s": cpu, "stages_2_n_mean_s": mean}
 
 
 def pose_benchmark(work: Path, repeat: int) -> dict:
@@ -746,14 +758,20 @@ def _report_issue12(args, cam, lidar, flow, multi, poses, scale) -> None:
         verify = b.get("verify", 0.0)
         print(f"(b) without its verification {cam['b_rowbeam_label_export_s'] - verify:8.3f} s; verification (on, "
               f"{verify:.3f} s) alone is {verify / cam['a_global_shutter_render_s']:.2f} x (a); CPU seconds (a) "
-              f"{cam['a_cpu_s']:.3f}, (b) {cam['b_cpu_s']:.3f}")
+              f"{cam['a_cpu_s']:.3f}, (b) {cam['b_cpu_s']:.3f}; load {os.getloadavg()[0]:.1f}")
         figure("(b)/(a) one 1280x720 event", cam["b_over_a"], "", "<= 1.3", f"CPU-time ratio {cam['b_over_a_cpu']:.2f}")
         figure("(b - verify)/(a)", (cam["b_rowbeam_label_export_s"] - verify) / cam["a_global_shutter_render_s"])
         figure("verify/(a)", verify / cam["a_global_shutter_render_s"])
+        figure("(a) CPU s", cam["a_cpu_s"], "s", None,
+               f"with the scene's lights and bounces {cam['a_full_shading_cpu_s']:.2f} s")
+        figure("(b) CPU s", cam["b_cpu_s"], "s", None,
+               f"with the scene's lights and bounces {cam['b_full_shading_cpu_s']:.2f} s")
     if multi:
         wall, cpu = multi["wall_s"], multi["cpu_s"]
         print(f"Multi-event run, {multi['events']} camera events (labels only), per event wall s: "
-              + " ".join(f"{x:.2f}" for x in wall))
+              + " ".join(f"{x:.2f}" for x in wall) + "; CPU s: " + " ".join(f"{x:.2f}" for x in cpu))
+        print("    mean stage seconds (wall) of events 2..N: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in multi["stages_2_n_mean_s"].items()))
         if len(wall) > 1 and cam:
             later = statistics.median(wall[1:])
             figure(f"events 2..{len(wall)} median / (a)", later / cam["a_global_shutter_render_s"], "", "<= 1.0",

@@ -27,6 +27,7 @@ LABEL_METHOD = ("cycles_rolling_shutter_labels: one Cycles render with motion bl
                 "time; 1 sample, Gaussian filter 0.01 px, no bounces, lights and world off (data passes only); "
                 "camera_z, range and normals derived from the Position, Normal and true-normal AOV passes with the "
                 "exact per-row camera pose")
+FULL_SHADING = False    # the bench sets it to measure label renders with the scene's lights and bounces side by side
 ROW_POSE_METHOD = "every row's exact reference time; Blender camera matrix_world, scale removed; "
 
 
@@ -272,7 +273,8 @@ def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int,
     returns the render camera."""
     ctx.base_settings(patch, width, height)
     cs.label_settings(patch, ctx.scene, ctx.view_layer)
-    cs.data_pass_settings(patch, ctx.scene, ctx.view_layer)
+    if not FULL_SHADING:
+        cs.data_pass_settings(patch, ctx.scene, ctx.view_layer)
     cs.add_true_normal_aov(patch, ctx.render_objects())
     cs.set_render_indices(patch, ctx.scene, ctx.table)
     return render_camera(patch, ctx.scene, ctx.scene.objects[sensor.object], sensor, lens)
