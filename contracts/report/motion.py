@@ -55,12 +55,19 @@ def point_speeds(objects: list[dict], tracks: dict, instance_id, points_world, t
 
 def camera_speeds(event, arrays: dict, rays, valid) -> np.ndarray:
     """(M,) m/s speed of the M valid pixels (row-major order of `valid`): hit point = row pose (row_T_world_camera,
-    OpenCV camera frame) applied to rays (H, W, 3) = (x, y, 1) times camera_z; at the event's reference time."""
-    v, _ = np.nonzero(valid)
-    X = np.asarray(rays, dtype=np.float64)[valid] * arrays["camera_z"][valid].astype(np.float64)[:, None]
-    T = arrays["row_T_world_camera"][v]
-    P = np.einsum("nij,nj->ni", T[:, :3, :3], X) + T[:, :3, 3]
-    return point_speeds(event.objects, tracks_of(event), arrays["instance_id"][valid], P, event.reference_time_ns)
+    OpenCV camera frame) applied to rays (H, W, 3) = (x, y, 1) times camera_z, computed on moving objects' pixels
+    only; at the event's reference time."""
+    ids = arrays["instance_id"][valid]
+    moving = [int(o["render_index"]) for o in event.objects if o.get("motion") != "static"]
+    need = np.isin(ids, moving)
+    P = np.zeros((ids.size, 3))
+    if need.any():
+        v, u = np.nonzero(valid)
+        v, u = v[need], u[need]
+        X = np.asarray(rays, dtype=np.float64)[v, u] * arrays["camera_z"][v, u].astype(np.float64)[:, None]
+        T = arrays["row_T_world_camera"][v]
+        P[need] = np.einsum("nij,nj->ni", T[:, :3, :3], X) + T[:, :3, 3]
+    return point_speeds(event.objects, tracks_of(event), ids, P, event.reference_time_ns)
 
 
 def beam_speeds(event, points) -> np.ndarray:
