@@ -49,7 +49,7 @@ test-matrix:
 	PY311="$(PY311)" PY313="$(PY)" tools/test_matrix.sh $(MATRIX)
 
 bench: $(STAMP)
-	$(BIN)/python bench/bench.py $(if $(ONLY),--only $(ONLY))
+	$(BIN)/python bench/bench.py $(if $(ONLY),--only $(ONLY)) $(BENCH_ARGS)
 
 # The bench's labels on a CUDA/OptiX GPU vs the CPU (ids bitwise, floats within declared tolerances, GPU/CPU
 # time ratios); exits 2 with one line when no GPU is found (never falls back to the CPU)

@@ -651,6 +651,9 @@ def main() -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return 0
+    import json
+    import os
+
     only = _sections(args.only)
     work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
     r = {}
@@ -660,7 +663,9 @@ def main() -> int:
                 continue
             t0 = time.perf_counter()
             r[name] = _run_section(name, work, args)
-            print(f"[bench] {name} done in {time.perf_counter() - t0:.0f} s", flush=True)
+            # the raw figures of each section as soon as it is done (kept if a long run is cut short)
+            print(f"[bench] {name} done in {time.perf_counter() - t0:.0f} s (load {os.getloadavg()[0]:.1f}): "
+                  f"{json.dumps(r[name], default=str)}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -711,7 +716,7 @@ def main() -> int:
 
 
 # `make bench ONLY=camera,scale` (bench.py --only ...) runs these sections alone, in this order.
-SECTIONS = ("camera", "lidar", "flow", "radar", "objects", "multi", "poses", "scale", "rgb", "lens", "report")
+SECTIONS = ("camera", "multi", "scale", "rgb", "lidar", "flow", "poses", "radar", "objects", "lens", "report")
 
 
 def _sections(only: str) -> list:
