@@ -23,7 +23,8 @@ from contracts.timing import RollingShutterTiming
 
 from .flow_math import EventGeometry, geometric_flow
 from .material_points import MissingMeshRows
-from .mesh_motion import MESH_PATH_METHOD, evaluate_meshes, mesh_from_samples, same_topology, uses_mesh_path
+from .mesh_motion import (CONSTANT_MESH_METHOD, MESH_PATH_METHOD, constant_meshes, evaluate_meshes, mesh_from_samples,
+                          same_topology, uses_mesh_path)
 from .scene_clock import objects_world_matrices, pose_method, set_time
 
 NEEDED = ("camera_z", "instance_id", "row_T_world_camera")
@@ -108,6 +109,9 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
     scene = ctx.scene
     moving = [e.obj_name for e in ctx.table if e.motion == "moving"]
     deforming = [n for n in moving if uses_mesh_path(scene, scene.objects[n])]
+    probe = [t[v] for t in row_times for v in sorted({0, len(t) // 2, len(t) - 1})]   # first, middle, last rows
+    constant = constant_meshes(scene, ctx.clock, [scene.objects[n] for n in deforming], probe)
+    deforming = [n for n in deforming if n not in constant]
     rigid = [n for n in moving if n not in deforming]
     slot, dslot, undefined, reasons = _object_luts(ctx, rigid, deforming, timings[0].reference_time_ns(),
                                                    timings[1].reference_time_ns())
@@ -175,6 +179,7 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
                         + pose_method(ctx.scene, [ctx.scene.objects[n] for n in rigid])
                         + ("; deforming objects' evaluated meshes by scene.frame_set with subframe" if deforming else ""),
         "deforming_objects": MESH_PATH_METHOD,
+        "constant_mesh_objects": {"method": CONSTANT_MESH_METHOD, "objects": constant},
         "deforming_mesh_rows": {name: {"source": len(samples[(0, j)]), "destination": len(samples[(1, j)]),
                                        "rows": [timings[0].rows, timings[1].rows]} for j, name in enumerate(deforming)},
         "flow_solves": solves,

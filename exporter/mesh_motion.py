@@ -44,8 +44,9 @@ def _render_modifiers(patch: ScenePatch, objects) -> None:
                     patch.set(mod, view, getattr(mod, render))
 
 
-def _evaluated_mesh(obj, depsgraph) -> tuple[np.ndarray, np.ndarray]:
-    """(world vertices (V, 3) float64, loop triangles (T, 3) int64) of the evaluated object."""
+def _evaluated_mesh(obj, depsgraph, world: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices (V, 3) float64, world metres (or object space, float32 values, with world=False), loop triangles
+    (T, 3) int64) of the evaluated object."""
     ev = obj.evaluated_get(depsgraph)
     mesh = ev.to_mesh()
     try:
@@ -58,7 +59,7 @@ def _evaluated_mesh(obj, depsgraph) -> tuple[np.ndarray, np.ndarray]:
     finally:
         ev.to_mesh_clear()
     local = co.reshape(-1, 3).astype(np.float64)
-    return local @ M[:3, :3].T + M[:3, 3], tris.reshape(-1, 3).astype(np.int64)
+    return (local @ M[:3, :3].T + M[:3, 3] if world else local), tris.reshape(-1, 3).astype(np.int64)
 
 
 def evaluate_meshes(scene, clock, wanted) -> dict:
@@ -98,6 +99,40 @@ def mesh_from_samples(samples: dict, rows: int, times_ns) -> DeformingMesh | str
     vertices[order] = np.stack([samples[r][0] for r in order])
     sampled[order] = True
     return DeformingMesh(vertices, f0, sampled)
+
+
+CONSTANT_MESH_METHOD = ("a moving object with modifiers but no deform modifier and no animated shape keys moves "
+                        "rigidly (material points fixed in its matrix_world frame) when its evaluated mesh (render "
+                        "settings) is identical in object space -- every vertex position bit for bit and the loop "
+                        "triangles -- at the first, middle and last row time of both events; otherwise it takes the "
+                        "mesh path")
+
+
+def constant_meshes(scene, clock, objects, times_ns) -> dict:
+    """{name: text} of the objects (moving, on the mesh path: `uses_mesh_path`) that may move rigidly instead: no
+    deform modifier (is_deform_modified) and no animated shape keys, and an evaluated mesh identical in object space
+    (vertices bit for bit, triangles) at every time of times_ns (CONSTANT_MESH_METHOD)."""
+    import bpy
+
+    def shape_keys_animated(obj):
+        keys = getattr(getattr(obj, "data", None), "shape_keys", None)
+        return bool(keys and keys.animation_data)
+
+    candidates = [o for o in objects if not o.is_deform_modified(scene, "RENDER") and not shape_keys_animated(o)]
+    first, same = {}, {o.name: bool(times_ns) for o in candidates}
+    with ScenePatch() as patch:
+        _render_modifiers(patch, candidates)
+        for t in times_ns if candidates else ():
+            set_time(scene, clock, t)
+            depsgraph = bpy.context.evaluated_depsgraph_get()
+            for obj in (o for o in candidates if same[o.name]):
+                v, f = _evaluated_mesh(obj, depsgraph, world=False)
+                v0, f0 = first.setdefault(obj.name, (v, f))
+                same[obj.name] = v.shape == v0.shape and f.shape == f0.shape and (
+                    v.tobytes() == v0.tobytes() and np.array_equal(f, f0))
+    return {o.name: (f"modifiers {', '.join(m.type for m in o.modifiers)}: evaluated mesh identical in object space "
+                     f"at {len(times_ns)} times ({len(first[o.name][0])} vertices, {len(first[o.name][1])} triangles)")
+            for o in candidates if same[o.name]}
 
 
 def same_topology(a: DeformingMesh, b: DeformingMesh) -> str | None:

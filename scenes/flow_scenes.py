@@ -51,12 +51,16 @@ def passing_van(scale: int = 1):
     return None, _global_shutter_rig(cam.name)
 
 
-def rotating_plate(scale: int = 4, rate_rad_s: float = 3.0):
+def rotating_plate(scale: int = 4, rate_rad_s: float = 3.0, simple_subdivision: bool = False):
     """A plate facing the camera at z = 8, spinning at `rate_rad_s` about its normal through camera
-    (0.5, 0.2, 8); rolling-shutter camera. Returns (plate centre in camera, rate)."""
+    (0.5, 0.2, 8); rolling-shutter camera. Returns (plate centre in camera, rate). simple_subdivision: the plate
+    carries a Subdivision Surface modifier (SIMPLE, 2 levels: same flat square, 16 quads), which does not deform."""
     _, cam, T, K, size = calibration._base(scale)
     plate = common.add_quad("plate", 3.0, 3.0, calibration._plane_facing(T, (0.5, 0.2, 8.0), (0, 0, -1.0)))
     common.tag(plate, 0x8101, "target")
+    if simple_subdivision:
+        mod = plate.modifiers.new("subdivide", "SUBSURF")
+        mod.subdivision_type, mod.levels, mod.render_levels = "SIMPLE", 2, 2
     plate.rotation_mode = "QUATERNION"
     q0 = plate.rotation_quaternion.copy()
     axis = T[:3, :3] @ np.array([0, 0, 1.0])
