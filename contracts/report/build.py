@@ -597,7 +597,8 @@ def _write_index(staging: Path, doc: dict) -> None:
             worst = "<br>".join(f"{html.esc(k)} = {v:.3g}" for k, v in sorted(it["worst"].items())[:6])
             rows.append([f"<a href=\"{html.esc(it['page'])}\">{html.esc(it['folder'])}</a>", html.esc(it["kind"]),
                          html.status(it["qa_status"]), fails or "–", worst or "–"])
-        parts.append(html.table(["folder", "kind", "QA", "failed checks (first 5)", "worst values"], rows))
+        parts.append("<h3>Published folders (failures first)</h3>"
+                     + html.table(["folder", "kind", "QA", "failed checks (first 5)", "worst values"], rows))
     parts.append("<h2>Residual distributions</h2>" + html.table(
         ["residual", "unit", "samples", "p50", "p90", "p99", "max"],
         [[html.esc(n), html.esc(r["unit"]), r["count"], *(html.fmt(r["quantiles"][k]) for k in ("p50", "p90", "p99", "max"))]
