@@ -61,11 +61,22 @@ def read_payload(folder, entry: dict, root=None, verify: bool = True) -> np.ndar
 class _Document:
     """A folder holding manifest.json and payloads: lazy manifest, cached arrays."""
 
-    def __init__(self, path, root=None, manifest: dict | None = None):
+    def __init__(self, path, root=None, manifest: dict | None = None, preloaded: dict | None = None):
         self.path = Path(path)
         self.root = Path(root) if root is not None else self.path
         self._manifest = manifest
         self._arrays: dict[tuple[str, bool], np.ndarray] = {}
+        self._preloaded = preloaded       # {resolved folder: {name: array}} already read with sha256 verified
+
+    def _adopt(self, name: str) -> bool:
+        """Take `name` from the preloaded arrays (shared with the Bundle, e.g. the checker's), as sha256 verified."""
+        if not self._preloaded:
+            return False
+        arrays = self._preloaded.get(self.path.resolve())
+        if arrays is None or name not in arrays:
+            return False
+        self._arrays[(name, True)] = arrays[name]
+        return True
 
     @property
     def manifest(self) -> dict:
@@ -91,7 +102,7 @@ class _Document:
     def array(self, name: str, verify: bool = True) -> np.ndarray:
         """The decoded array of modality `name` (declared dtype and shape; sha256 checked when `verify`)."""
         key = (name, verify)
-        if key not in self._arrays and (name, True) in self._arrays:
+        if key not in self._arrays and ((name, True) in self._arrays or self._adopt(name)):
             return self._arrays[(name, True)]
         if key not in self._arrays:
             self._arrays[key] = read_payload(self.path, self.entry(name), self.root, verify)
@@ -180,7 +191,7 @@ class Flow(_Document):
             raise RowbeamError(f"{role} event {ep['manifest']} does not exist")
         if verify and sha256_file(path) != ep["manifest_sha256"]:
             raise RowbeamError(f"{role} event {ep['manifest']} changed since the flow was made (sha256)")
-        event = Event(path.parent, self.root)
+        event = Event(path.parent, self.root, preloaded=self._preloaded)
         if event.manifest.get("sample_id") != ep["sample_id"]:
             raise RowbeamError(f"{role} event {ep['manifest']} is not sample {ep['sample_id']}")
         return event
@@ -201,6 +212,7 @@ class Bundle:
     def __init__(self, path):
         self.path = Path(path)
         self._info = None
+        self.preloaded: dict = {}     # {resolved folder: {name: array}} verified elsewhere (check_bundle(keep_arrays=))
 
     @classmethod
     def open(cls, path) -> Bundle:
@@ -231,13 +243,13 @@ class Bundle:
                 raise RowbeamError(f"{self.path}: no events of sensor {s!r} (has {', '.join(self.sensors()) or 'none'})")
             for p in sorted(folder.iterdir()):
                 if p.is_dir() and _EVENT_FOLDER.match(p.name) and (p / MANIFEST).exists():
-                    yield Event(p, self.path)
+                    yield Event(p, self.path, preloaded=self.preloaded)
 
     def event(self, sensor: str, index: int) -> Event:
         p = self.path / "events" / sensor / f"{int(index):06d}"
         if not (p / MANIFEST).exists():
             raise RowbeamError(f"{self.path}: no published event {sensor}/{int(index):06d}")
-        return Event(p, self.path)
+        return Event(p, self.path, preloaded=self.preloaded)
 
     def flows(self, sensor: str | None = None) -> Iterator[Flow]:
         """Published flow folders, sorted by sensor id then endpoints."""
@@ -249,7 +261,7 @@ class Bundle:
                 continue
             for p in sorted((root / s).iterdir()):
                 if p.is_dir() and _FLOW_FOLDER.match(p.name) and (p / MANIFEST).exists():
-                    yield Flow(p, self.path)
+                    yield Flow(p, self.path, preloaded=self.preloaded)
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r})"

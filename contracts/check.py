@@ -60,6 +60,7 @@ class EventReport:
         self.sample_id = None
         self.manifest = None          # set once the manifest is schema-valid
         self.decoded = set()          # modalities whose payload passed integrity checks
+        self.arrays = None            # their decoded arrays, when the run keeps them (check_bundle keep_arrays)
         self.results = []
 
     def add(self, name: str, ok: bool, message: str, severity: str | None = None, **values):
@@ -153,9 +154,11 @@ def quarantined(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in q.glob("*/*/*") if p.is_dir()) if q.is_dir() else []
 
 
-def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = None) -> EventReport:
+def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = None,
+               kept: dict | None = None) -> EventReport:
     """Check one event or flow manifest. Payload uris resolve inside `base_root`; a flow's endpoint
-    events inside `bundle_root` (default: base_root)."""
+    events inside `bundle_root` (default: base_root). kept: {resolved folder: arrays} of the folders checked
+    before in this run; given, this folder's verified arrays are added (and a flow's endpoints taken from it)."""
     report = EventReport(manifest_path)
     try:
         manifest = load_json(manifest_path, "manifest")
@@ -176,7 +179,7 @@ def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = 
     kind = "flow" if schema == "rowbeam/flow@1" else manifest["sensor"]["type"]
     arrays = _check_payloads(manifest, manifest_path.parent, base_root, kind, report)
     if kind == "flow":
-        endpoints = _load_endpoints(manifest, bundle_root or base_root, report)
+        endpoints = _load_endpoints(manifest, bundle_root or base_root, report, kept)
         if endpoints:
             check_flow(manifest, arrays, *endpoints, report.add)
     else:
@@ -184,11 +187,14 @@ def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = 
         if "object_labels" in manifest:
             check_object_labels(manifest, arrays, report.add, bundle_root or base_root)
     report.manifest, report.decoded = manifest, set(arrays)
+    if kept is not None:
+        report.arrays = kept[manifest_path.parent.resolve()] = arrays
     return report
 
 
-def _load_endpoints(manifest: dict, root: Path, report: EventReport):
-    """Decoded ENDPOINT_NEEDS of the flow's source and destination events, hashes verified."""
+def _load_endpoints(manifest: dict, root: Path, report: EventReport, kept: dict | None = None):
+    """Decoded ENDPOINT_NEEDS of the flow's source and destination events, hashes verified (payloads already
+    verified in this run are taken from `kept`)."""
     loaded = []
     for role in ("source", "destination"):
         ep = manifest["endpoints"][role]
@@ -202,7 +208,11 @@ def _load_endpoints(manifest: dict, root: Path, report: EventReport):
             if event.get("sample_id") != ep["sample_id"] or event["sensor"]["id"] != manifest["sensor"]["id"]:
                 raise RowbeamError(f"{role} event {ep['manifest']} is not sample {ep['sample_id']} of this sensor")
             arrays = {}
+            done = (kept or {}).get(path.parent.resolve(), {})
             for name in ENDPOINT_NEEDS:
+                if name in done and done[name] is not None:
+                    arrays[name] = done[name]
+                    continue
                 try:
                     arrays[name] = read_payload(path.parent, event["modalities"][name], root)
                 except RowbeamError as exc:
@@ -249,9 +259,12 @@ def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventRe
     return arrays
 
 
-def check_bundle(path) -> dict:
+def check_bundle(path, keep_arrays: dict | None = None) -> dict:
     """Check every event and flow under `path` and the bundle as a whole; return the QA report
-    (rowbeam/qa_report@1). Raises UnusableInput (exit 2) when `path` cannot be read as a bundle."""
+    (rowbeam/qa_report@1). Raises UnusableInput (exit 2) when `path` cannot be read as a bundle.
+    keep_arrays: a dict that receives {resolved folder: {name: array}} of every payload that passed its integrity
+    checks (decoded once: the later checks and a caller such as the report reuse them; memory = the decoded
+    bundle). Without it, arrays are dropped after each folder and read again where a later check needs them."""
     t0 = time.perf_counter()
     path = Path(path)
     root, single = _locate(path)
@@ -267,7 +280,7 @@ def check_bundle(path) -> dict:
         if not manifests and not problems:
             raise UnusableInput(f"{path}: bundle holds no events (events/<sensor>/<index>/{MANIFEST})")
     context = _bundle_context(root, bundle) if _exists(root / BUNDLE) else None
-    events = [check_path(m, root) for m in manifests]
+    events = [check_path(m, root, kept=keep_arrays) for m in manifests]
     for e in events:
         _check_folder_contents(e)
         if context is not None:
@@ -457,6 +470,8 @@ def _time_span(manifest) -> tuple[int, int]:
 def _load(report: EventReport, names) -> dict | None:
     if not set(names) <= report.decoded:
         return None
+    if report.arrays is not None:
+        return {n: report.arrays[n] for n in names}
     entries = report.manifest["modalities"]
     return {n: read_payload(report.path.parent, entries[n], verify=False) for n in names}
 

@@ -169,8 +169,10 @@ def _build(bundles, source, staging, progress) -> dict:
         key = _key(b) if len(bundles) > 1 else "bundle"
         progress.start_job(f"report {b.name}")
         progress.stage("checking", unit="")
-        qa = check_bundle(b)
-        bundle_docs.append(_report_bundle(b, key, qa, w, res, stats, progress))
+        kept = {}                      # the checker's decoded, verified arrays: every payload is decoded once
+        qa = check_bundle(b, keep_arrays=kept)
+        bundle_docs.append(_report_bundle(b, key, qa, w, res, stats, progress, kept))
+        kept.clear()
     doc = {"schema": SCHEMA, "source": str(source), "generated_ns": time.time_ns(),
            "status": "fail" if any(d["qa_status"] == "fail" for d in bundle_docs) else "pass",
            "bundles": bundle_docs, "residuals": res.summary(), "statistics": stats.summary(bundle_docs)}
@@ -181,8 +183,9 @@ def _qa_by_folder(qa: dict) -> dict:
     return {str(Path(e["manifest"]).parent): e for e in qa["events"]}
 
 
-def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, stats, progress) -> dict:
+def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, stats, progress, kept=None) -> dict:
     bundle = Bundle.open(root)
+    bundle.preloaded.update(kept or {})
     by_folder = _qa_by_folder(qa)
     events = list(bundle.events())
     flows = list(bundle.flows())

@@ -36,14 +36,17 @@ def point_speeds(objects: list[dict], tracks: dict, instance_id, points_world, t
     objects 0, moving objects from their track at t_ns, anything else NaN (background, untracked)."""
     ids = np.asarray(instance_id).astype(np.int64).ravel()
     P = np.asarray(points_world, dtype=np.float64).reshape(-1, 3)
-    out = np.full(ids.shape, np.nan)
+    top = max([int(ids.max(initial=0))] + [int(o["render_index"]) for o in objects]) + 1
+    lut = np.full(top, np.nan)                           # static objects: 0 by render index, in one lookup
+    lut[[int(o["render_index"]) for o in objects if o.get("motion") == "static"]] = 0.0
+    out = lut[np.clip(ids, 0, top - 1)] if ids.size else np.full(ids.shape, np.nan)
+    out[(ids < 0) | (ids >= top)] = np.nan
+    present = np.zeros(top, dtype=bool)
+    present[ids[(ids >= 0) & (ids < top)]] = True
     for o in objects:
+        if o.get("motion") == "static" or not present[int(o["render_index"])]:
+            continue
         sel = ids == int(o["render_index"])
-        if not sel.any():
-            continue
-        if o.get("motion") == "static":
-            out[sel] = 0.0
-            continue
         track = tracks.get(o.get("name"))
         if track is None or not track.covers([t_ns]).all():
             continue
