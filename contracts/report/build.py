@@ -303,10 +303,18 @@ def _radius(K, W, H) -> np.ndarray:
     return np.hypot(u - K[0, 2], v - K[1, 2]) / (0.5 * np.hypot(W, H))
 
 
-def _scalar_block(w, rel, name, values, valid, unit, caption):
+def _scalar_block(w, rel, name, values, valid, unit, caption, images=None):
+    """Linear and log figures of a scalar image; the log image goes into `images[name]` when given. The 1..99 %
+    range is computed once when every valid value is positive (the log range is then the same percentiles)."""
     out = []
+    v = np.asarray(values)
+    lo = hi = None
+    if valid.any() and bool((v[valid] > 0).all()):
+        lo, hi = colour.robust_range(np.where(valid, v.astype(np.float64), np.nan))
     for log in (False, True):
-        img, leg = overlays.scalar(values, valid, log=log)
+        img, leg = overlays.scalar(values, valid, log=log, lo=lo, hi=hi)
+        if log and images is not None:
+            images[name] = img
         fig = w.image(f"{rel}/{name}{'_log' if log else ''}", img)
         bar = w.image(f"{rel}/{name}{'_log' if log else ''}_bar", colour.colour_bar())
         out.append(html.figure(fig, f"{caption}{' (log)' if log else ''}", html.colour_bar(bar, leg, unit)))
@@ -328,7 +336,8 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
                                  f"rgb (scene linear × {gain:.3g} → sRGB, clipped)"))
     else:
         parts.append("<p>no rgb exported (rgb_samples 0)</p>")
-    parts.append(_scalar_block(w, rel, "camera_z", a["camera_z"], valid, "camera_z [m]", "camera_z"))
+    logs = {}
+    parts.append(_scalar_block(w, rel, "camera_z", a["camera_z"], valid, "camera_z [m]", "camera_z", logs))
     parts.append(_scalar_block(w, rel, "range", a["range"], valid, "range [m]", "range"))
     for n in ("normal_geometric", "normal_shading"):
         if n in a:
@@ -352,7 +361,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
         f"row time vs row (row v of this image = image row v; {ev_t['readout_direction']}): dark = row reference "
         f"time, light = exposure window of {ev_t['exposure_ns'] / 1e6:g} ms; x from {leg['t0_ns']} ns (left) to "
         f"{leg['t1_ns']} ns (right), readout {ev_t['readout_ns'] / 1e6:g} ms"))
-    base = overlays.backdrop(a)
+    base = overlays.backdrop(a) if "rgb" in a else overlays.greyscale(logs["camera_z"])   # = backdrop(a), reused
     if ev.object_labels:
         img, rows = overlays.object_overlay(ev, a, base)
         parts.append("<h2>Objects</h2>" + html.figure(w.image(f"{rel}/objects", img),
