@@ -300,3 +300,58 @@ def test_point_speed_is_static_zero_tracked_rigid_motion_else_nan():
     assert s[0] == 0.0
     assert s[1] == pytest.approx(np.sqrt(10.0))          # v + w x r = (3, 0, 0) + (0, 0, 1) x (1, 0, 0) = (3, 1, 0)
     assert np.isnan(s[2]) and np.isnan(s[3])             # moving without a track; background
+
+
+def test_top_down_puts_forward_up_and_left_left():
+    """x forward = up, y left = left: half width 10 m on 41 px (0.5 m/px, centre 20), (x, y) = (10, 5) m lands at
+    pixel (u, v) = (10, 0) and (-4, -2) m at (24, 28); the sensor is a black 5 x 5 square at the centre."""
+    cols = colour.velocity_colour(np.array([-5.0, 5.0]), 10.0)
+    (img,), extent = overlays.top_down([np.array([[10.0, 5.0], [-4.0, -2.0]])], [cols], size=41, extent_m=10.0)
+    assert extent == 10.0
+    assert (img[0, 10] == cols[0]).all() and (img[28, 24] == cols[1]).all()
+    assert (img[18:23, 18:23] == 0).all()
+    drawn = (img != 255).any(-1)
+    assert drawn.sum() == 2 + 25
+
+
+def test_lidar_range_image_orders_channels_by_elevation_highest_on_top():
+    F, elev = 24, [-10.0, 5.0, 0.0]
+    rng = np.stack([np.full(F, 30.0), np.full(F, 5.0), np.full(F, 12.0)], -1)      # (F, C): channel c's range
+    valid = np.ones((F, 3), np.uint8)
+    valid[3, 2] = 0
+    img, leg = overlays.lidar_range_image({"range": rng, "valid": valid}, elev)
+    rep = round(F / (4 * 3))                                                      # rows per channel: 2
+    assert img.shape == (3 * rep, F, 3)
+    expect = colour.colourise(np.array([5.0, 12.0, 30.0]), leg["lo"], leg["hi"], log=True)
+    for block, c in enumerate(expect):                                            # 5 deg, 0 deg, -10 deg
+        rows = img[block * rep:(block + 1) * rep]
+        ok = np.ones(F, bool)
+        if block == 1:
+            ok[3] = False
+            assert (rows[:, 3] == colour.NO_DATA).all()                           # channel 2, firing 3: no return
+        assert (rows[:, ok] == c).all()
+
+
+def test_flag_levels_follow_the_nesting():
+    names = ("source_valid", "correspondence_defined", "dest_in_bounds", "dest_visible")
+    # pixel k (a column of 5) has the first k flags set
+    a = {f"flow_forward_{n}": np.array([[1 if k > i else 0] for k in range(5)], np.uint8) for i, n in enumerate(names)}
+    lv = overlays.flag_levels(a)
+    assert lv[:, 0].tolist() == [0, 1, 2, 3, 4]
+    img = overlays.flag_image(lv)
+    assert [tuple(img[k, 0]) for k in range(5)] == [c for _, c in overlays.FLAG_LEVELS]
+
+
+def test_object_axes_are_drawn_from_the_projected_origin_along_the_rotated_axes():
+    """An object 10 m ahead, turned 90 deg about the camera's z: its x axis (1 m) points down the image (camera +y)
+    and its y axis to the left (camera -x); f = 50 px: 5 px segments from the principal point (29.5, 19.5)."""
+    K = np.array([[50.0, 0, 29.5], [0, 50.0, 19.5], [0, 0, 1]])
+    T = np.eye(4)
+    T[:3, :3] = [[0, -1, 0], [1, 0, 0], [0, 0, 1]]
+    T[:3, 3] = [0, 0, 10.0]
+    img = np.zeros((40, 60, 3), np.uint8)
+    overlays.draw_axes(img, K, T, 1.0)
+    red = np.argwhere((img == overlays.AXIS_COLOURS["x"]).all(-1))
+    green = np.argwhere((img == overlays.AXIS_COLOURS["y"]).all(-1))
+    assert set(red[:, 1]) <= {29, 30} and red[:, 0].max() == 24         # down to v = 19.5 + 5
+    assert set(green[:, 0]) <= {19, 20} and green[:, 1].min() == 24     # left to u = 29.5 - 5
