@@ -182,8 +182,10 @@ def _check_normals(xn, yn, factor, valid, arrays, add):
         if name not in arrays:
             continue
         n = arrays[name]
-        length_err = np.abs(np.sqrt(np.einsum("hwc,hwc->hw", n, n)) - 1.0)
-        worst = float(np.max(length_err, where=hit & np.isfinite(length_err), initial=0.0))
+        sq = np.einsum("hwc,hwc->hw", n, n)         # |n|^2; sqrt is monotone: the worst | |n| - 1 | is at its extremes
+        use = hit & np.isfinite(sq)
+        lo, hi = np.min(sq, where=use, initial=np.inf), np.max(sq, where=use, initial=-np.inf)
+        worst = float(max(np.sqrt(hi) - 1.0, 1.0 - np.sqrt(lo), 0.0)) if use.any() else 0.0
         add(f"{name}_unit", worst <= tol.NORMAL_UNIT_TOL,
             f"{name} deviates from unit length by {worst:.3g}" if worst > tol.NORMAL_UNIT_TOL
             else f"{name} is unit length", worst_length_error=worst)

@@ -298,10 +298,14 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
         return
     W, H = manifest["calibration"]["image_size_px"]
     T_cw = np.linalg.inv(arrays["canvas_row_T_world_camera"]) if lens is None else None   # once per event
+    assets = {}
     for o in objs:
         name = f"object {o['instance_id']}"
         try:
-            V, F = load_asset(root, o["asset"])
+            key = (o["asset"].get("uri"), o["asset"].get("sha256"))
+            if key not in assets:            # instances share meshes: each asset read and hashed once per event
+                assets[key] = load_asset(root, o["asset"])
+            V, F = assets[key]
         except (RowbeamError, OSError) as exc:
             problems.append(f"{name}: {exc}")
             continue

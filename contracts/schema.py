@@ -242,12 +242,12 @@ def compile_check(schema, strict_int: bool = False):
             else:
                 tests.append(lambda x, f=f: type(x) is not list or all(map(f, x)))
         elif key == "required":
-            tests.append(lambda x, r=tuple(value): type(x) is not dict or all(k in x for k in r))
+            tests.append(lambda x, r=frozenset(value): type(x) is not dict or r.issubset(x))
         elif key == "properties":
             props = {k: compile_check(v, strict_int) for k, v in value.items()}
             if any(f is None for f in props.values()):
                 return None
-            tests.append(lambda x, p=props: type(x) is not dict or all(f(x[k]) for k, f in p.items() if k in x))
+            tests.append(_properties(tuple(props.items())))
         elif key == "additionalProperties":
             if value is not False:
                 return None
@@ -263,6 +263,21 @@ def compile_check(schema, strict_int: bool = False):
                 tests.append(lambda x, fs=fs: any(f(x) for f in fs))
         else:
             return None
+    return _all_of(tuple(tests))
+
+
+def _properties(items: tuple):
+    def check(x):
+        if type(x) is not dict:
+            return True
+        for k, f in items:
+            if k in x and not f(x[k]):
+                return False
+        return True
+    return check
+
+
+def _all_of(tests: tuple):
     if not tests:
         return lambda x: True
     if len(tests) == 1:
@@ -270,7 +285,13 @@ def compile_check(schema, strict_int: bool = False):
     if len(tests) == 2:
         t0, t1 = tests
         return lambda x: t0(x) and t1(x)
-    return lambda x: all(t(x) for t in tests)
+
+    def check(x):
+        for t in tests:
+            if not t(x):
+                return False
+        return True
+    return check
 
 
 def _touches(schema, name: str) -> bool:
