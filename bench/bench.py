@@ -277,6 +277,50 @@ def lens_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH)) -> dict:
             for name, t in times.items()}
 
 
+def lens_object_label_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH)) -> dict:
+    """(Lo) object labels of the running example's camera event at 1280x720 through each lens model (per-pixel lens
+    rasterisation) vs the pinhole camera (rasterised / Cycles canvas renders), interleaved, median of `repeat`."""
+    import json
+
+    blend = work / "dusk_objects.blend"
+    if not blend.exists():
+        running_example.build(1280, 720)
+        common.save(blend, running_example.rig(lidar=False, rgb_samples=0, object_labels=True))
+    doc = json.loads(blend.with_suffix(".rig.json").read_text())
+    rigs = {"pinhole": blend.with_suffix(".rig.json")}
+    for model in models:
+        d = json.loads(json.dumps(doc))
+        d["sensors"] = [dict(s, lens=LENS_BENCH[model]) for s in d["sensors"] if s["id"] == "camera_front"]
+        rigs[model] = work / f"rig_objects_{model}.json"
+        rigs[model].write_text(json.dumps(d))
+    obj_s = {k: [] for k in rigs}
+    results = {}
+    for i in range(repeat):
+        for name, r in rigs.items():
+            p = plan_export(ExportRequest(out=work / f"lens_objects_{name}_{i}", blend=blend, rig=r,
+                                          sensors=["camera_front"], first_event=EVENT, count=1, device="cpu"))
+            summary = run_export(p)
+            event = Path((summary["published"] or summary["quarantined"])[0])
+            m = json.loads((event / "manifest.json").read_text())
+            sec = m["run"]["seconds"]
+            obj_s[name].append(sec["object_labels"])
+            results[name] = {"passed": bool(summary["published"]), "listed": len(m["object_labels"]["objects"]),
+                             "skipped": len(m["object_labels"]["skipped"]),
+                             "rasterise_s": sec.get("object_label_rasterise", 0.0),
+                             "renders_s": sec.get("object_label_renders", 0.0), "total_s": sec.get("total", 0.0)}
+    base = statistics.median(obj_s["pinhole"])
+    return {name: {**results[name], "object_s": statistics.median(t), "ratio": statistics.median(t) / base}
+            for name, t in obj_s.items()}
+
+
+def _print_lens_objects(rows: dict, repeat: int) -> None:
+    print(f"Object labels through a lens, camera event {EVENT} of the running example, 1280x720, median of {repeat}:")
+    for name, r in rows.items():
+        print(f"(Lo) {name:15s} object labels {r['object_s']:8.3f} s (rasterise {r['rasterise_s']:.3f} s, canvas "
+              f"renders {r['renders_s']:.3f} s; {r['listed']} listed, {r['skipped']} skipped)  ratio vs pinhole "
+              f"{r['ratio']:.2f}  {'passed' if r['passed'] else 'QUARANTINED'}")
+
+
 def _print_lens(rows: dict, repeat: int) -> None:
     print(f"Lens models, camera event {EVENT} of the running example, 1280x720, whole label export (render, derive, "
           f"verify, write, check), median of {repeat}:")
@@ -676,6 +720,7 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
         try:
             _print_lens(lens_benchmark(work, args.repeat), args.repeat)
+            _print_lens_objects(lens_object_label_benchmark(work, args.repeat), args.repeat)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return 0
@@ -746,6 +791,8 @@ def main() -> int:
         _print_objects(r["objects"], "1280x720")
     if "lens" in r:
         _print_lens(r["lens"], args.repeat)
+    if "lens_objects" in r:
+        _print_lens_objects(r["lens_objects"], args.repeat)
     if "report" in r:
         _print_checker(r["report"])
     print(f"peak RSS of the bench process                    {peak_mb:8.0f} MB")
@@ -758,7 +805,8 @@ def main() -> int:
 
 
 # `make bench ONLY=camera,scale` (bench.py --only ...) runs these sections alone, in this order.
-SECTIONS = ("camera", "multi", "scale", "rgb", "lidar", "flow", "poses", "radar", "objects", "lens", "report")
+SECTIONS = ("camera", "multi", "scale", "rgb", "lidar", "flow", "poses", "radar", "objects", "lens", "lens_objects",
+            "report")
 
 
 def _sections(only: str) -> list:
@@ -792,6 +840,8 @@ def _run_section(name: str, work: Path, args):
         return scale_benchmark(work, [], [], [], ints(args.rgb_samples))["rgb"]
     if name == "lens":
         return lens_benchmark(work, args.repeat)
+    if name == "lens_objects":
+        return lens_object_label_benchmark(work, args.repeat)
     return checker_benchmark(work, args.repeat)       # (d) and (Q) side by side, with and without object labels
 
 

@@ -33,10 +33,10 @@ def _clip_plane(tris, valid, sign: float, c: float):
     q = np.take_along_axis(tris, order[..., None], axis=-2)                 # rolled vertices p0 p1 p2
     e = np.take_along_axis(d, order, axis=-1)
     p0, p1, p2 = q[..., 0, :], q[..., 1, :], q[..., 2, :]
-    with np.errstate(divide="ignore", invalid="ignore"):                    # used only where signs differ
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):     # used only where signs differ
         t01 = np.nan_to_num(e[..., 0] / (e[..., 0] - e[..., 1]))[..., None]
         t02 = np.nan_to_num(e[..., 0] / (e[..., 0] - e[..., 2]))[..., None]
-    i01, i02 = p0 + t01 * (p1 - p0), p0 + t02 * (p2 - p0)
+        i01, i02 = p0 + t01 * (p1 - p0), p0 + t02 * (p2 - p0)
     one, two = (n_in == 1)[..., None, None], (n_in == 2)[..., None, None]
     first = np.where(one, np.stack([p0, i01, i02], -2), np.where(two, np.stack([p1, p2, i02], -2), tris))
     second = np.where(two, np.stack([p1, i02, i01], -2), tris)
@@ -190,23 +190,32 @@ def domain_radius(lens) -> float:
     return np.inf
 
 
+def _side_samples(a: float, b: float) -> np.ndarray:
+    """Samples of [a, b] (normalized coordinate along a side) uniform in the coordinate and uniform in its angle
+    atan: a side reaching far off axis (a box crossing the near plane spans ~1e6) still gets dense samples where
+    it passes near the optical axis, where its image lies on the canvas."""
+    t = np.linspace(0.0, 1.0, BOUNDARY_SAMPLES)
+    phi = np.tan(np.arctan(a) + np.linspace(0.0, 1.0, 4 * BOUNDARY_SAMPLES) * (np.arctan(b) - np.arctan(a)))
+    return np.concatenate([a + t * (b - a), np.clip(phi, a, b)])
+
+
 def lens_canvas_box(lens, corners, T_co, W: int, H: int, near: float):
     """Canvas box [x0, x1) x [y0, y1) (canvas px, origin at image (-W, -H)) holding every canvas pixel whose ray can
     meet a mesh inside the box `corners` (8, 3, object frame) at any of the row poses T_co (R, 4, 4); None if none.
 
     The clipped box's points give a rectangle in normalized coordinates (union over rows); the pixels whose rays
     lie in it are the lens's image of (rectangle ∩ valid-domain disc), bounded by the image of that region's
-    boundary: BOUNDARY_SAMPLES points per rectangle side and on the domain circle, projected through the lens,
-    padded by LENS_BOX_PAD_PX."""
+    boundary: points on each rectangle side (uniform in the coordinate and in its angle, _side_samples) and on the
+    domain circle, projected through the lens, padded by LENS_BOX_PAD_PX."""
     X, ok = clipped_box_points(np.asarray(corners, np.float64), np.asarray(T_co, np.float64), near)
     if not ok.any():
         return None
     z = X[..., 2][ok]
     xn, yn = X[..., 0][ok] / z, X[..., 1][ok] / z
     x0, x1, y0, y1 = xn.min(), xn.max(), yn.min(), yn.max()
-    t = np.linspace(0.0, 1.0, BOUNDARY_SAMPLES)
-    bx = np.concatenate([x0 + t * (x1 - x0), x0 + t * (x1 - x0), np.full_like(t, x0), np.full_like(t, x1)])
-    by = np.concatenate([np.full_like(t, y0), np.full_like(t, y1), y0 + t * (y1 - y0), y0 + t * (y1 - y0)])
+    sx, sy = _side_samples(x0, x1), _side_samples(y0, y1)
+    bx = np.concatenate([sx, sx, np.full_like(sy, x0), np.full_like(sy, x1)])
+    by = np.concatenate([np.full_like(sx, y0), np.full_like(sx, y1), sy, sy])
     rmax = domain_radius(lens)
     if np.isfinite(rmax):
         keep = bx * bx + by * by <= rmax * rmax

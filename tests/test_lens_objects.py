@@ -276,3 +276,68 @@ def test_object_adapters_with_a_lens(exports, tmp_path):
     m, _ = load_event(e.event)
     visib = {str(o["id"]): o["px_count_visib"] for o in m["object_labels"]["objects"]}
     assert {a["rowbeam_id"]: a["area"] for a in doc["annotations"]} == visib
+
+
+@pytest.mark.parametrize("lens_name", ["opencv_fisheye"])
+def test_running_example_through_a_lens_exports_object_labels(tmp_path, lens_name):
+    """The running example's camera (event 30, 160x90) with each scene lens (`rowbeam scenes running_example --lens
+    MODEL`: D from SCENE_LENSES, K from the Blender camera) exports object labels through the lens: rigid objects
+    rasterised, the walking pedestrian (armature-deformed) listed in `skipped` with the reason; `rowbeam check`
+    passes (lens re-rasterisation and lens ray cast included)."""
+    from contracts.check import check_bundle
+    from scenes import lens_scenes, running_example
+
+    from .conftest import build_and_export
+    from .helpers import load_event
+
+    def builder():
+        running_example.build(160, 90)
+        rig = running_example.rig(lidar=False, rgb_samples=0, verify_rows=2, object_labels=True,
+                                  lens=lens_scenes.SCENE_LENSES[lens_name])
+        return None, rig
+
+    e = build_and_export(tmp_path, f"dusk_{lens_name}", builder, events={"camera_front": (30, 1)})
+    assert e.summary["published"] and not e.summary["quarantined"], e.summary
+    m, _ = load_event(e.event)
+    block = m["object_labels"]
+    assert block["method"]["renders"] == 0 and block["method"]["objects_rasterised"] >= len(block["objects"]) >= 3
+    assert any("deforming: through a lens" in s["reason"] for s in block["skipped"]), block["skipped"]
+    report = check_bundle(e.bundle)
+    assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+    checks = {c["check"]: c for ev in report["events"] for c in ev["checks"]}
+    print(f"{lens_name}: {len(block['objects'])} objects rasterised through the lens, "
+          f"{len(block['skipped'])} skipped; {checks['objects:rasterisation']['message']}")
+
+
+def test_checker_catches_a_mask_pixel_beyond_the_fisheye_domain(exports, tmp_path):
+    """Planted fault: one canvas pixel beyond the fisheye's valid domain (no ray: not part of the canvas) set in the
+    plate's amodal canvas mask, counts and box updated to match: the lens re-rasterisation fails it."""
+    from contracts.lens import unproject
+    from contracts.object_checks import unpack
+
+    from .helpers import assert_fails, load_event
+    from .test_checker_faults import _copy, _edit_manifest, _replace
+
+    e = _plates(exports, "opencv_fisheye")
+    root, ev = _copy(e, tmp_path)
+    m, a = load_event(ev)
+    lens = _event_lens(m)
+    o = next(o for o in m["object_labels"]["objects"] if o["name"] == "plate")
+    i = o["canvas_mask_index"]
+    canvas = unpack(a["amodal_masks_canvas"][i], 3 * W)
+    c, x = H + 90, W + 340                       # image pixel (340, 90): right of the domain's edge (~327 px)
+    assert not unproject(lens, float(x - W), float(c - H))[1] and not canvas[c, x]
+    canvas[c, x] = True
+    packed = a["amodal_masks_canvas"].copy()
+    packed[i] = np.packbits(canvas, axis=-1)
+    _replace(ev, "amodal_masks_canvas", packed)
+    from contracts.object_checks import tight_box
+
+    def edit(mm):
+        p = next(p for p in mm["object_labels"]["objects"] if p["name"] == "plate")
+        p["px_count_all"] += 1
+        p["visib_fract"] = p["px_count_visib"] / p["px_count_all"]
+        p["truncation_fraction"] = 1 - p["px_count_in_image"] / p["px_count_all"]
+        p["bbox_amodal_unclipped"] = tight_box(canvas, -W, -H)
+    _edit_manifest(ev, edit)
+    assert_fails(root, "objects:rasterisation", "farther than 0.02 px from an edge")
