@@ -10,7 +10,7 @@ from .errors import RowbeamError
 from .files import resolve_inside, sha256_file
 from .frames import invert_rigid, is_rigid
 from .lens import lens_from_calibration
-from .rasterize import canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows_box, read_ply
+from .rasterize import CanvasRays, canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows_box, read_ply
 from .ray_cast import robust_hits
 
 EDGE_MARGIN_PX = 0.02      # a mask pixel may differ from the rasterisation only within this of an edge
@@ -166,12 +166,13 @@ def canvas_mask_box(arrays: dict, W: int, H: int, o: dict):
     return e[0] + dr, e[2] + dc, unpack(packed[e[0]:e[1]], width)[:, e[2]:e[3]]
 
 
-def rasterise_object_lens(manifest, arrays, o, V, F, lens, exported=None, margin_px: float = 0.0) -> np.ndarray:
+def rasterise_object_lens(manifest, arrays, o, V, F, lens, exported=None, margin_px: float = 0.0,
+                          rays: CanvasRays | None = None) -> np.ndarray:
     """Canvas mask (3H, 3W) of the asset (V, F) through `lens` at the exported per-row poses. margin_px != 0: the
     pixel is also tested at the 4 probe points margin_px away along u and v (each unprojected through the lens):
     covered at any of the 5 (> 0, outer band) or at all of them (< 0, inner band). Pixels are tested in the
     canvas box lens_canvas_box of the asset's axis-aligned box, grown to hold the `exported` mask's pixels;
-    outside it the mask is empty."""
+    outside it the mask is empty. rays: the event's CanvasRays (pixel centres), shared by its objects."""
     W, H = manifest["calibration"]["image_size_px"]
     T_co = _row_T_co(manifest, arrays, o)
     near, far = _clip(manifest)
@@ -189,7 +190,9 @@ def rasterise_object_lens(manifest, arrays, o, V, F, lens, exported=None, margin
     T_rows = T_co[0] if np.allclose(T_co, T_co[0], atol=0, rtol=0) else T_co[y0:y1]
     e = abs(margin_px)
     probes = [(0.0, 0.0)] + ([(e, 0.0), (-e, 0.0), (0.0, e), (0.0, -e)] if e else [])
-    masks = [rasterize_rays(V, F, canvas_rays(lens, x0 - W, x1 - W, y0 - H, y1 - H, du, dv), T_rows, near, far)
+    rays = rays or CanvasRays(lens, W, H)
+    masks = [rasterize_rays(V, F, rays.get(x0, x1, y0, y1) if (du, dv) == (0.0, 0.0)
+                            else canvas_rays(lens, x0 - W, x1 - W, y0 - H, y1 - H, du, dv), T_rows, near, far)
              for du, dv in probes]
     out[y0:y1, x0:x1] = np.logical_or.reduce(masks) if margin_px > 0 else np.logical_and.reduce(masks)
     return out
@@ -299,6 +302,7 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
     W, H = manifest["calibration"]["image_size_px"]
     T_cw = np.linalg.inv(arrays["canvas_row_T_world_camera"]) if lens is None else None   # once per event
     assets = {}
+    canvas_rays_ = CanvasRays(lens, W, H) if lens is not None else None      # lens rays shared by the objects
     for o in objs:
         name = f"object {o['instance_id']}"
         try:
@@ -321,7 +325,7 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
             if lens is not None:          # through a lens: whole-canvas masks (probe bands EDGE_MARGIN_PX away)
                 exported = _paste(mbox, (0, 3 * H, 0, 3 * W))
                 band = lambda e, o=o, V=V, F=F, x=exported: (0, 0, rasterise_object_lens(  # noqa: E731
-                    manifest, arrays, o, V, F, lens, x, e))
+                    manifest, arrays, o, V, F, lens, x, e, canvas_rays_))
             else:
                 band = lambda e, o=o, V=V, F=F: rasterise_object_box(manifest, arrays, o, V, F, e, T_cw=T_cw)  # noqa: E731
             nominal = band(0.0)

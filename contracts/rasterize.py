@@ -251,6 +251,38 @@ def canvas_rays(lens, u0: int, u1: int, v0: int, v1: int, du: float = 0.0, dv: f
     return rays[..., :2]
 
 
+class CanvasRays:
+    """Canvas rays of one lens and image size, unprojected lazily in TILE x TILE pixel tiles and kept: objects of an
+    event (and events of one camera) share them. `get(x0, x1, y0, y1)` (canvas px, origin at image (-W, -H))
+    returns canvas_rays of that box, (y1 - y0, x1 - x0, 2), NaN where a pixel has no ray."""
+
+    TILE = 64
+
+    def __init__(self, lens, W: int, H: int):
+        self.lens, self.W, self.H = lens, W, H
+        self.tiles: dict = {}
+
+    def get(self, x0: int, x1: int, y0: int, y1: int) -> np.ndarray:
+        T = self.TILE
+        keys = [(ty, tx) for ty in range(y0 // T, (y1 - 1) // T + 1) for tx in range(x0 // T, (x1 - 1) // T + 1)]
+        missing = [k for k in keys if k not in self.tiles]
+        if missing:                                     # one vectorised unprojection for all missing tiles
+            from .lens import unproject
+            vv, uu = np.mgrid[0:T, 0:T].astype(np.float64)
+            ty, tx = np.array(missing).T
+            u = uu[None] + (tx * T - self.W)[:, None, None]
+            v = vv[None] + (ty * T - self.H)[:, None, None]
+            rays = unproject(self.lens, u, v)[0][..., :2]
+            for k, r in zip(missing, rays, strict=True):
+                self.tiles[k] = r
+        out = np.empty((y1 - y0, x1 - x0, 2))
+        for ty, tx in keys:
+            a, b = max(ty * T, y0), min((ty + 1) * T, y1)
+            c, d = max(tx * T, x0), min((tx + 1) * T, x1)
+            out[a - y0:b - y0, c - x0:d - x0] = self.tiles[ty, tx][a - ty * T:b - ty * T, c - tx * T:d - tx * T]
+        return out
+
+
 def rasterize_rays(vertices, triangles, rays, T_camera_object, near: float | None = None,
                    far: float = np.inf) -> np.ndarray:
     """Coverage of pixels given by their normalized rays by a mesh: bool (R, C).

@@ -27,7 +27,7 @@ from contracts.errors import RowbeamError
 from contracts.files import atomic_write_bytes, sha256_file
 from contracts.frames import invert_rigid, rigid_part, world_from_opencv_camera
 from contracts.object_checks import DEFINITION, tight_box
-from contracts.rasterize import (canvas_rays, clipped_box_points, lens_canvas_box, ply_bytes, rasterize_rays,
+from contracts.rasterize import (CanvasRays, clipped_box_points, lens_canvas_box, ply_bytes, rasterize_rays,
                                  rasterize_rows)
 
 from . import cycles_setup as cs
@@ -281,6 +281,18 @@ def _set_canvas_border(patch, scene, box, Wc, Hc, flipped: bool):
     patch.set(r, "border_max_y", min(1.0, (Hc - y0 + 0.5) / Hc))
 
 
+_RAYS: dict = {}
+
+
+def canvas_ray_cache(lens, W: int, H: int) -> CanvasRays:
+    """The CanvasRays of this lens and image size, kept for the next event of the same camera (one at a time)."""
+    key = (lens.model, lens.K.tobytes(), tuple(lens.D), lens.max_radius, lens.max_theta_rad, W, H)
+    if key not in _RAYS:
+        _RAYS.clear()
+        _RAYS[key] = CanvasRays(lens, W, H)
+    return _RAYS[key]
+
+
 def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, instance_id, camera_z, lens=None):
     """Object labels of one camera event (lens: the contracts.lens.Lens it renders through, else None).
 
@@ -381,6 +393,7 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     t_raster = time.perf_counter()
     if lens is not None:
         T_cw_rows = np.linalg.inv(cam_rows)
+        rays_cache = canvas_ray_cache(lens, W, H)
         for k in keys:
             ent = entries[k]
             if not ent["checkable"] or k in hidden_notes:
@@ -396,7 +409,7 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
             if box is None:
                 continue
             x0, x1, y0, y1 = box
-            rays = canvas_rays(lens, x0 - W, x1 - W, y0 - H, y1 - H)
+            rays = rays_cache.get(x0, x1, y0, y1)
             T_rows = T_co[y0:y1] if T_co.ndim == 3 else T_co
             boxes[k] = box
             rasterised[k] = (box, rasterize_rays(ent["V"], ent["F"], rays, T_rows, near=clip_near, far=clip_far))

@@ -240,14 +240,17 @@ def test_pinhole_rasterisation_through_a_lens_is_caught(exports, tmp_path, monke
 
     from .conftest import build_and_export
 
-    def pinhole_rays(lens, u0, u1, v0, v1, du=0.0, dv=0.0):
-        v, u = np.mgrid[v0:v1, u0:u1].astype(np.float64)
-        return np.stack([(u - lens.K[0, 2]) / lens.K[0, 0], (v - lens.K[1, 2]) / lens.K[1, 1]], -1)
+    class PinholeRays(rasterize.CanvasRays):
+        def get(self, x0, x1, y0, y1):
+            v, u = np.mgrid[y0 - self.H:y1 - self.H, x0 - self.W:x1 - self.W].astype(np.float64)
+            K = self.lens.K
+            return np.stack([(u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1]], -1)
 
-    monkeypatch.setattr(object_labels, "canvas_rays", pinhole_rays)
+    monkeypatch.setattr(object_labels, "CanvasRays", PinholeRays)
+    object_labels._RAYS.clear()
     e = build_and_export(tmp_path, "fault", lens_scenes.lens_plates, lens="opencv")
     monkeypatch.undo()
-    assert rasterize.canvas_rays is not pinhole_rays
+    object_labels._RAYS.clear()
     # the exporter's own checks quarantine the event; the checker, run on that folder, names both failures
     assert not e.summary["published"] and len(e.summary["quarantined"]) == 1
     report = json.loads((Path(e.summary["quarantined"][0]) / "qa_report.json").read_text())
