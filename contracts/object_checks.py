@@ -235,26 +235,37 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
     visible = {int(i): order[a:a + c] for i, a, c in zip(ids, start, n, strict=True)}
     for o in objs:
         name = f"object {o['instance_id']}"
-        img = unpack(arrays["amodal_masks"][o["mask_index"]], W) if o["mask_index"] is not None \
-            else np.zeros((H, W), dtype=bool)
+        # the image mask in the window of its set pixels (packed_extent): sums, boxes and lookups cost its size
+        packed = arrays["amodal_masks"][o["mask_index"]] if o["mask_index"] is not None else None
+        ext = packed_extent(packed, W) if packed is not None else None
+        r0, r1, c0, c1 = ext or (0, 0, 0, 0)
+        img = unpack(packed[r0:r1], W)[:, c0:c1] if ext else np.zeros((0, 0), dtype=bool)
         canvas = unpack(arrays["amodal_masks_canvas"][o["canvas_mask_index"]], 3 * W) \
             if o.get("canvas_mask_index") is not None else None      # None: the silhouette is inside the image
         pix = visible.get(o["instance_id"], np.zeros(0, dtype=np.int64))
-        modal = np.zeros((H, W), dtype=bool)
-        modal.ravel()[pix] = True
-        outside = int((~img.ravel()[pix]).sum())
+        rows, cols = pix // W, pix % W
+        inside = (rows >= r0) & (rows < r1) & (cols >= c0) & (cols < c1)
+        covered = np.zeros(pix.size, dtype=bool)
+        covered[inside] = img[rows[inside] - r0, cols[inside] - c0]
+        outside = int(np.count_nonzero(~covered))
         if outside:
             problems["subset"].append(f"{name}: {outside} modal pixel(s) outside the amodal mask")
-        if canvas is not None and not np.array_equal(canvas[H:2 * H, W:2 * W], img):
-            problems["subset"].append(f"{name}: canvas mask differs from the image mask inside the image")
-        n_img = int(img.sum())
-        counts = {"px_count_all": int(canvas.sum()) if canvas is not None else n_img, "px_count_in_image": n_img,
-                  "px_count_visib": int(pix.size)}
+        if canvas is not None:
+            full = np.zeros((H, W), dtype=bool)
+            full[r0:r1, c0:c1] = img
+            if not np.array_equal(canvas[H:2 * H, W:2 * W], full):
+                problems["subset"].append(f"{name}: canvas mask differs from the image mask inside the image")
+        n_img = int(np.count_nonzero(img))
+        counts = {"px_count_all": int(np.count_nonzero(canvas)) if canvas is not None else n_img,
+                  "px_count_in_image": n_img, "px_count_visib": int(pix.size)}
         for key, value in counts.items():
             if o[key] != value:
                 problems["counts"].append(f"{name}: {key} {o[key]} != mask sum {value}")
-        boxes = {"bbox_modal": tight_box(modal), "bbox_amodal_clipped": tight_box(img),
-                 "bbox_amodal_unclipped": tight_box(canvas, -W, -H) if canvas is not None else tight_box(img)}
+        modal_box = [int(cols.min()), int(rows.min()), int(cols.max() - cols.min() + 1),
+                     int(rows.max() - rows.min() + 1)] if pix.size else None
+        img_box = tight_box(img, c0, r0)
+        boxes = {"bbox_modal": modal_box, "bbox_amodal_clipped": img_box,
+                 "bbox_amodal_unclipped": tight_box(canvas, -W, -H) if canvas is not None else img_box}
         for key, value in boxes.items():
             if o[key] != value:
                 problems["boxes"].append(f"{name}: {key} {o[key]} is not the tight box {value}")

@@ -207,6 +207,35 @@ def test_checker_catches_mask_bit_flip(calib, tmp_path):
     assert {"objects:counts", "objects:boxes", "objects:rasterisation"} <= _fails(root)
 
 
+def test_checker_catches_modal_pixel_outside_amodal_mask(calib, tmp_path):
+    """One visible pixel of 'back' cleared from its amodal mask: the subset rule (modal within amodal) fails."""
+    root, ev = _copy(calib[0], tmp_path)
+    o = _obj(json.loads((ev / "manifest.json").read_text()), "back")
+    ids = load_event(ev)[1]["instance_id"]
+    r, c = np.argwhere(ids == o["instance_id"])[0]
+    p = ev / "amodal_masks.npy"
+    arr = np.load(p)
+    arr[o["mask_index"], r, c >> 3] &= ~np.uint8(0x80 >> (c & 7))
+    np.save(p, arr)
+    rehash(ev, "amodal_masks")
+    assert {"objects:subset", "objects:counts"} <= _fails(root)
+
+
+def test_checker_catches_canvas_mask_differing_inside_the_image(calib, tmp_path):
+    """A bit of 'truncated''s canvas mask flipped inside the image region: canvas and image masks disagree."""
+    root, ev = _copy(calib[0], tmp_path)
+    m, _ = load_event(ev)
+    o = _obj(m, "truncated")
+    W, H = m["calibration"]["image_size_px"]
+    p = ev / "amodal_masks_canvas.npy"
+    arr = np.load(p)
+    r, c = H + H // 2, W + W // 2
+    arr[o["canvas_mask_index"], r, c >> 3] ^= np.uint8(0x80 >> (c & 7))
+    np.save(p, arr)
+    rehash(ev, "amodal_masks_canvas")
+    assert "objects:subset" in _fails(root)
+
+
 def test_checker_catches_count_off_by_one(calib, tmp_path):
     root, ev = _copy(calib[0], tmp_path)
     _edit(ev, lambda m: _obj(m, "truncated").update(px_count_all=401))
