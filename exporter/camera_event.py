@@ -130,7 +130,8 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
 
     t0 = time.perf_counter()
     ctx.progress.stage("row poses", H, "rows")
-    row_poses = camera_poses(scene, clock, cam, [timing.row_time_exact(v) for v in range(H)])
+    row_times = [timing.row_time_exact(v) for v in range(H)]        # exact (Fraction) ns, computed once
+    row_poses = camera_poses(scene, clock, cam, row_times)
     ref_pose = camera_poses(scene, clock, cam, [timing.reference_time_ns()])[0]
     seconds["row_poses"] = time.perf_counter() - t0
 
@@ -141,7 +142,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
     t0 = time.perf_counter()
     deform_steps = choose_deform_steps(
         scene, clock, [o for o, e in zip(objects, ctx.table, strict=False) if e.motion == "moving" and uses_mesh_path(scene, o)],
-        shutter, sensor.motion_steps, [timing.row_time_exact(v) for v in range(H)], row_poses, K,
+        shutter, sensor.motion_steps, row_times, row_poses, K,
         qa_profile.DEFORM_MAX_ERROR_M, qa_profile.DEFORM_MAX_ERROR_PX)
     if deform_steps:
         seconds["deform_steps"] = time.perf_counter() - t0
