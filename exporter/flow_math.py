@@ -153,7 +153,9 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     sfc = np.full((H * W, 3), np.nan, np.float32)
     d = Pd - P
     sf[idx[defined]] = d[defined]
-    sfc[idx[defined]] = _to_camera(src.row_T_world_camera, rows[defined], d[defined])
+    d_grid = np.zeros((H * W, 3))
+    d_grid[idx[defined]] = d[defined]
+    sfc[idx[defined]] = _to_camera(src.row_T_world_camera, d_grid.reshape(H, W, 3)).reshape(-1, 3)[idx[defined]]
 
     def plane(mask_pixels):
         out = np.zeros(H * W, np.uint8)
@@ -168,12 +170,11 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
                       plane(defined), sf.reshape(H, W, 3), sfc.reshape(H, W, 3), stats)
 
 
-def _to_camera(row_T_world_camera, rows, vectors) -> np.ndarray:
-    """(N, 3) world vectors rotated into the camera frame of their rows: R(row)^T v, R from (H, 4, 4) poses; summed
-    in order, then + 0.0 (the bits of numpy's einsum)."""
-    R = row_T_world_camera[:, :3, :3]
-    c = [[np.ascontiguousarray(R[:, j, i]).take(rows) for j in range(3)] for i in range(3)]
-    return np.stack([((c[i][0] * vectors[:, 0] + c[i][1] * vectors[:, 1]) + c[i][2] * vectors[:, 2]) + 0.0
+def _to_camera(row_T_world_camera, grid) -> np.ndarray:
+    """(H, W, 3) world vectors of each image row rotated into that row's camera frame: R(h)^T v, R from (H, 4, 4)
+    poses; elementwise, summed in order, then + 0.0 (the bits of numpy's einsum over the transposed rotation)."""
+    R = row_T_world_camera[:, None, :3, :3]                           # (H, 1, 3, 3)
+    return np.stack([((R[..., 0, i] * grid[..., 0] + R[..., 1, i] * grid[..., 1]) + R[..., 2, i] * grid[..., 2]) + 0.0
                      for i in range(3)], axis=-1)
 
 
