@@ -94,6 +94,7 @@ def one_time_sweep(ctx, sensor, timing):
     with ScenePatch() as p:
         ctx.base_settings(p, layout.width, layout.rows)
         cs.label_settings(p, scene, ctx.view_layer)
+        cs.data_pass_settings(p, scene, ctx.view_layer)          # as the sweep (lidar_event.render_beam_layout)
         cs.add_true_normal_aov(p, ctx.render_objects())
         cs.set_render_indices(p, scene, ctx.table)
         make_lidar_camera(p, scene, mount, lidar_shader_source(sensor, layout))

@@ -123,6 +123,7 @@ def render_beam_layout(ctx, sensor, timing, layout, shader) -> tuple[dict, str]:
         device = custom_camera_device(p, scene, device)
         ctx.base_settings(p, layout.width, renders[0].rows)
         cs.label_settings(p, scene, ctx.view_layer)
+        cs.data_pass_settings(p, scene, ctx.view_layer)         # no shading work: the beam passes are bit-identical
         objects = ctx.render_objects()
         cs.add_true_normal_aov(p, objects)
         cs.set_render_indices(p, scene, ctx.table)
