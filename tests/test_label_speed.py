@@ -156,3 +156,30 @@ def test_isolated_mesh_evaluation_equals_the_whole_scene():
     _, how = _vertices_over(scene, clock, [walker], times[:2], guard=(times[0],))
     assert how == METHOD_SCENE + " (pedestrian: modifier NODES)"
     walker.modifiers.remove(geo)
+
+
+def test_lidar_beam_passes_bit_identical_without_shading(tmp_path, monkeypatch):
+    """The LiDAR beam render (OSL beam camera, per-firing times) gives the same beam passes with the data-pass-only
+    settings as with a sun and the scene's bounces, on the moving-wall calibration scene plus a box."""
+    from exporter import lidar_event
+    from exporter.lidar_layout import sweep_layout
+    from exporter.lidar_osl import lidar_shader_source
+    from exporter.run import ExportRequest, plan_export
+    from scenes import lidar_calibration
+
+    _, rig = lidar_calibration.moving_wall(steps=64)
+    common.add_box("room_box", (2, 2, 2), (-6, 3, 1))
+    bpy.data.objects.new("sun", bpy.data.lights.new("sun", "SUN"))
+    bpy.context.scene.collection.objects.link(bpy.data.objects["sun"])
+    blend = common.save(tmp_path / "wall.blend", rig)
+    plan = plan_export(ExportRequest(out=tmp_path / "o", blend=blend, rig=blend.with_suffix(".rig.json"), count=1,
+                                     device="cpu"))
+    ctx, sensor = plan.context, plan.jobs[0].sensor
+    timing = sensor.timing(0)
+    layout = sweep_layout(sensor.azimuth_steps, timing.firing_period_ns, sensor.time_offsets_ns)
+    fast, _ = lidar_event.render_beam_layout(ctx, sensor, timing, layout, lidar_shader_source)
+    monkeypatch.setattr(cs, "data_pass_settings", lambda *a: None)
+    full, _ = lidar_event.render_beam_layout(ctx, sensor, timing, layout, lidar_shader_source)
+    assert set(fast) == set(full) and (np.rint(full["index"]) > 0).sum() > 100
+    for name in full:
+        assert np.array_equal(full[name], fast[name], equal_nan=True), name
