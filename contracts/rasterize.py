@@ -257,6 +257,7 @@ class CanvasRays:
     returns canvas_rays of that box, (y1 - y0, x1 - x0, 2), NaN where a pixel has no ray."""
 
     TILE = 64
+    MAX_BYTES = 256 * 2**20     # tiles kept at most (float64 x, y: 64 KiB a tile); beyond, tiles not asked are dropped
 
     def __init__(self, lens, W: int, H: int):
         self.lens, self.W, self.H = lens, W, H
@@ -266,6 +267,9 @@ class CanvasRays:
         T = self.TILE
         keys = [(ty, tx) for ty in range(y0 // T, (y1 - 1) // T + 1) for tx in range(x0 // T, (x1 - 1) // T + 1)]
         missing = [k for k in keys if k not in self.tiles]
+        if (len(self.tiles) + len(missing)) * T * T * 16 > self.MAX_BYTES:
+            wanted = set(keys)
+            self.tiles = {k: v for k, v in self.tiles.items() if k in wanted}
         if missing:                                     # one vectorised unprojection for all missing tiles
             from .lens import unproject
             vv, uu = np.mgrid[0:T, 0:T].astype(np.float64)
