@@ -13,6 +13,7 @@ from ..camera_model import pixel_grid, project
 from ..cross_modal import lidar_camera_pairs, row_of_projection
 from ..lens import lens_from_calibration, project_uv
 from ..lens import project as lens_project
+from ..object_checks import packed_extent, unpack
 from ..pixel_sampling import bilinear_corners
 from . import colour
 
@@ -129,12 +130,25 @@ def object_overlay(event, arrays: dict, base: np.ndarray) -> tuple[np.ndarray, l
     lens = manifest_lens(m["calibration"])
     img = base.copy()
     rows = []
-    for o in event.object_labels:
-        modal = event.modal_mask(o, verify=False)
-        amodal = event.amodal_mask(o, verify=False)
-        if amodal is not None:
-            img[colour.contour(amodal)] = AMODAL_COLOUR
-        img[colour.contour(modal)] = MODAL_COLOUR
+    W = int(m["calibration"]["image_size_px"][0])
+    inst = np.asarray(arrays["instance_id"])
+    flat = inst.ravel()                       # visible pixels of every instance id, grouped once
+    order = np.argsort(flat, kind="stable")
+    ids, start, count = np.unique(flat[order], return_index=True, return_counts=True)
+    visible = {int(i): order[a:a + c] for i, a, c in zip(ids, start, count, strict=True)}
+    for o in event.object_labels:             # each mask and contour in the window of its pixels (a window holding
+        if o.get("mask_index") is not None:   # a mask's tight box gives the same contour as the whole image)
+            packed = arrays["amodal_masks"][o["mask_index"]]
+            e = packed_extent(packed, W)
+            if e is not None:
+                r0, r1, c0, c1 = e
+                img[r0:r1, c0:c1][colour.contour(unpack(packed[r0:r1], W)[:, c0:c1])] = AMODAL_COLOUR
+        pix = visible.get(int(o["instance_id"]))
+        if pix is not None and pix.size:
+            r, c = pix // W, pix % W
+            r0, r1, c0, c1 = int(r.min()), int(r.max()) + 1, int(c.min()), int(c.max()) + 1
+            modal = inst[r0:r1, c0:c1] == np.uint32(o["instance_id"])
+            img[r0:r1, c0:c1][colour.contour(modal)] = MODAL_COLOUR
         for key, col in (("bbox_amodal_clipped", AMODAL_COLOUR), ("bbox_modal", MODAL_COLOUR)):
             if o.get(key):
                 colour.draw_box(img, o[key], col)
