@@ -113,7 +113,7 @@ def rasterise_object_box(manifest, arrays, o, V, F, margin_px: float = 0.0, T_cw
     T_co = np.einsum("rij,rjk->rik", T_cw, object_row_poses(manifest, arrays, o))
     rows = np.arange(-H, 2 * H)
     near, far = _clip(manifest)
-    if np.allclose(T_co, T_co[0], atol=0, rtol=0):
+    if (T_co == T_co[0]).all():                 # = allclose(atol=0, rtol=0), without its temporaries
         T_co = T_co[0]
     return rasterize_rows_box(V, F, K, T_co, rows, 3 * W, -W, margin_px, near=near, far=far)
 
