@@ -310,7 +310,7 @@ def _scalar_block(w, rel, name, values, valid, unit, caption, images=None):
     v = np.asarray(values)
     lo = hi = None
     if valid.any() and bool((v[valid] > 0).all()):
-        lo, hi = colour.robust_range(np.where(valid, v.astype(np.float64), np.nan))
+        lo, hi = colour.robust_range(v[valid])
     for log in (False, True):
         img, leg = overlays.scalar(values, valid, log=log, lo=lo, hi=hi)
         if log and images is not None:
@@ -389,7 +389,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     keys = {"distance": z[valid], "radius": radius[valid], "klass": klass[valid],
             "speed": motion.camera_speeds(ev, a, d, valid)}
     factor = np.linalg.norm(d, axis=-1)             # range / camera_z on each pixel-centre ray
-    res.add("camera.z_range_m", "m", np.abs(a["range"][valid] - (z * factor)[valid]),
+    res.add("camera.z_range_m", "m", np.abs(a["range"][valid] - z[valid] * factor[valid]),
             "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys)
     d = d / factor[..., None]
     for n in ("normal_geometric", "normal_shading"):
@@ -397,7 +397,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
             res.add(f"camera.{n}_unit", "1", np.abs(np.linalg.norm(a[n][valid].astype(np.float64), axis=-1) - 1),
                     f"| |{n}| - 1 | per valid pixel", **keys)
     if "normal_geometric" in a:
-        res.add("camera.geometric_facing", "1", np.maximum(0.0, (a["normal_geometric"].astype(np.float64) * d).sum(-1))[valid],
+        res.add("camera.geometric_facing", "1", np.maximum(0.0, (a["normal_geometric"][valid].astype(np.float64) * d[valid]).sum(-1)),
                 "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys)
     stats.camera_valid += [int(valid.sum()), valid.size]
     stats.depth.append(z[valid])

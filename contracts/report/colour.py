@@ -43,19 +43,23 @@ def normalise(values, lo: float, hi: float, log: bool = False) -> np.ndarray:
 def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.ndarray:
     """Scalar image (H, W) -> (H, W, 3) uint8 with the colour map over [lo, hi] (the 256-entry table of lut(),
     index rint(255 t), t = normalise(values)); NaN, values <= 0 with log, or ~mask -> NO_DATA."""
-    v = np.asarray(values, dtype=np.float64)
+    t = np.array(values, dtype=np.float64)         # one float64 working copy, updated in place
     with np.errstate(divide="ignore", invalid="ignore"):
         if log:
             lo, hi = np.log10(max(lo, 1e-12)), np.log10(max(hi, lo * (1 + 1e-9), 1e-12))
-            v = np.log10(v)                         # <= 0 -> -inf or NaN: not finite, no data
+            np.log10(t, out=t)                      # <= 0 -> -inf or NaN: not finite, no data
         scale = 255.0 / (hi - lo) if hi > lo else 0.0
-        t = (v - lo) * scale
+        t -= lo
+        t *= scale
     ok = np.isfinite(t)
     if mask is not None:
         ok &= np.asarray(mask, dtype=bool)
-    idx = np.rint(np.clip(np.where(ok, t, 0.0), 0.0, 255.0)).astype(np.uint8)
-    out = _LUT[idx]
-    out[~ok] = NO_DATA
+    bad = ~ok
+    t[bad] = 0.0
+    np.clip(t, 0.0, 255.0, out=t)
+    np.rint(t, out=t)
+    out = np.take(_LUT, t.astype(np.uint8), axis=0)   # table lookup: one (3,) row per pixel
+    out[bad] = NO_DATA
     return out
 
 
@@ -192,10 +196,16 @@ def hsv_to_rgb(h, s, v) -> np.ndarray:
 
 def normal_colour(normals) -> np.ndarray:
     """(H, W, 3) unit vectors (camera frame) -> uint8 RGB = (n + 1) / 2 (x red, y green, z blue); NaN -> NO_DATA."""
-    n = np.asarray(normals, dtype=np.float32)
-    ok = np.isfinite(n).all(-1)
-    out = (np.clip(np.where(ok[..., None], n, 0.0), -1.0, 1.0) * 127.5 + 128.0).astype(np.uint8)  # rint((n+1)/2 * 255)
-    out[~ok] = NO_DATA
+    n = np.array(normals, dtype=np.float32)          # float32 working copy, updated in place
+    fin = np.isfinite(n)
+    ok = fin[..., 0] & fin[..., 1] & fin[..., 2]
+    bad = ~ok
+    n[bad] = 0.0
+    np.clip(n, -1.0, 1.0, out=n)
+    n *= np.float32(127.5)
+    n += np.float32(128.0)
+    out = n.astype(np.uint8)                          # rint((n+1)/2 * 255)
+    out[bad] = NO_DATA
     return out
 
 

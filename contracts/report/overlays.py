@@ -32,12 +32,12 @@ FLAG_LEVELS = (("no source surface", (0, 0, 0)), ("source_valid only", (90, 90, 
 
 def scalar(values, valid=None, log: bool = False, lo=None, hi=None) -> tuple[np.ndarray, dict]:
     """Colourised scalar image and its legend {lo, hi, log}: range = robust 1..99 % of the valid values."""
-    v = np.asarray(values, dtype=np.float64)
-    if valid is not None:
-        v = np.where(np.asarray(valid, dtype=bool), v, np.nan)
-    rlo, rhi = colour.robust_range(v, log)
-    lo, hi = (rlo if lo is None else lo), (rhi if hi is None else hi)
-    return colour.colourise(v, lo, hi, log), {"lo": lo, "hi": hi, "log": log}
+    v = np.asarray(values)
+    mask = None if valid is None else np.asarray(valid, dtype=bool)
+    if lo is None or hi is None:                    # the percentiles only when the caller did not give them
+        rlo, rhi = colour.robust_range(v if mask is None else v[mask], log)
+        lo, hi = (rlo if lo is None else lo), (rhi if hi is None else hi)
+    return colour.colourise(v, lo, hi, log, mask), {"lo": lo, "hi": hi, "log": log}
 
 
 def greyscale(image_u8: np.ndarray, dim: float = 0.6) -> np.ndarray:
@@ -66,7 +66,7 @@ def id_image(instance_id, objects: list[dict]) -> np.ndarray:
 def semantic_image(semantic_id) -> np.ndarray:
     """semantic_id -> one colour per class (background 0 black, void 0xFFFFFFFF white)."""
     s = np.asarray(semantic_id).astype(np.int64)
-    out = CLASS_PALETTE[(s - 1) % len(CLASS_PALETTE)]
+    out = np.take(CLASS_PALETTE, (s - 1) % len(CLASS_PALETTE), axis=0)
     out[s == 0] = 0
     out[s == 0xFFFFFFFF] = 255
     return out

@@ -51,7 +51,7 @@ def thumbnail(image: np.ndarray, max_side: int = 320) -> np.ndarray:
     if f == 1:
         return image
     h, w = H // f, W // f
-    acc = np.zeros((h, w, *image.shape[2:]), dtype=np.uint32)
+    acc = np.zeros((h, w, *image.shape[2:]), dtype=np.uint16 if f * f * 255 <= 0xFFFF else np.uint32)
     for i in range(f):                              # f*f strided views: much faster than a 5-D reshape mean
         for j in range(f):
             acc += image[i:h * f:f, j:w * f:f]
