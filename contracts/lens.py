@@ -33,6 +33,8 @@ COEFFICIENT_NAMES = {"pinhole": (), "opencv": ("k1", "k2", "p1", "p2", "k3", "k4
 ALLOWED_COUNTS = {"pinhole": (0,), "opencv": (4, 5, 8), "opencv_fisheye": (4,)}
 MAX_ITERATIONS = 60
 CONVERGED = 1e-15             # normalized-coordinate residual at which Newton stops
+STALLED = 1e-13               # below it, a pixel whose residual stops decreasing stops (float64 rounding floor)
+NEWTON_CHUNK = 1 << 14        # pixels iterated together (cache-sized)
 MAX_UNPROJECT_RESIDUAL_PX = 1e-9   # a pixel whose inverse misses by more is invalid
 RADIUS_SEARCH_MAX = 1e3       # opencv: undistorted radius searched for the first turning point (89.94 deg)
 FISHEYE_MAX_THETA = math.pi / 2
@@ -232,16 +234,14 @@ def _radial_guess(D, xd, yd, r_max):
 
 
 def _newton_opencv(D, xd, yd, x, y):
-    """Newton's method on the Brown-Conrady map from (x, y); the radial factor and its derivative are computed
-    once per step for both the residual and the Jacobian; converged pixels leave the iteration."""
+    """Newton's method on the Brown-Conrady map from (x, y), in cache-sized chunks of NEWTON_CHUNK pixels; the radial
+    factor and its derivative are computed once per step for both the residual and the Jacobian. A pixel stops once
+    its normalized residual |e_x| + |e_y| <= CONVERGED, or once it is below STALLED and no longer decreases (the
+    float64 rounding floor), or is not finite (fails the residual test later)."""
     k1, k2, p1, p2, k3, k4, k5, k6 = _opencv_coeffs(D)
     rational = (k4, k5, k6) != (0.0, 0.0, 0.0)
-    shape = np.shape(xd)
-    xd, yd = np.asarray(xd, np.float64).ravel(), np.asarray(yd, np.float64).ravel()
-    x, y = np.array(x, np.float64).ravel(), np.array(y, np.float64).ravel()
-    active = np.arange(x.size)
-    for _ in range(MAX_ITERATIONS):
-        xa, ya = x[active], y[active]
+
+    def residual(xa, ya, xda, yda):
         s = xa * xa + ya * ya
         R = 1.0 + s * (k1 + s * (k2 + s * k3))
         dR = k1 + s * (2.0 * k2 + 3.0 * s * k3)
@@ -250,34 +250,83 @@ def _newton_opencv(D, xd, yd, x, y):
             dR = (dR * den - R * (k4 + s * (2.0 * k5 + 3.0 * s * k6))) / (den * den)
             R = R / den
         xy = xa * ya
-        ex = xa * R + 2.0 * p1 * xy + p2 * (s + 2.0 * xa * xa) - xd[active]
-        ey = ya * R + p1 * (s + 2.0 * ya * ya) + 2.0 * p2 * xy - yd[active]
-        keep = ~(np.abs(ex) + np.abs(ey) <= CONVERGED)        # NaN stays (and fails the residual test later)
-        if not keep.any():
-            break
-        if not keep.all():
-            active, xa, ya, ex, ey, R, dR, xy = (a[keep] for a in (active, xa, ya, ex, ey, R, dR, xy))
+        ex = xa * R + 2.0 * p1 * xy + p2 * (s + 2.0 * xa * xa) - xda
+        ey = ya * R + p1 * (s + 2.0 * ya * ya) + 2.0 * p2 * xy - yda
+        return ex, ey, R, dR, xy
+
+    def step(xa, ya, ex, ey, R, dR, xy):
         a = R + 2.0 * xa * xa * dR + 2.0 * p1 * ya + 6.0 * p2 * xa
         b = 2.0 * xy * dR + 2.0 * p1 * xa + 2.0 * p2 * ya
         d = R + 2.0 * ya * ya * dR + 6.0 * p1 * ya + 2.0 * p2 * xa
         det = a * d - b * b
-        x[active] = xa - (d * ex - b * ey) / det
-        y[active] = ya - (a * ey - b * ex) / det
+        return xa - (d * ex - b * ey) / det, ya - (a * ey - b * ex) / det
+
+    return _newton_chunked(residual, step, xd, yd, x, y)
+
+
+def _newton_chunked(residual, step, xd, yd, x, y):
+    """Run a 2D Newton iteration (residual(x, y, xd, yd) -> (e_x, e_y, *aux); step(x, y, e_x, e_y, *aux) -> next
+    (x, y)) over arrays of any shape, chunk by chunk; converged, stalled or non-finite pixels leave the iteration."""
+    shape = np.shape(xd)
+    xd, yd = np.asarray(xd, np.float64).ravel(), np.asarray(yd, np.float64).ravel()
+    x, y = np.array(x, np.float64).ravel(), np.array(y, np.float64).ravel()
+    for c0 in range(0, x.size, NEWTON_CHUNK):
+        c1 = min(c0 + NEWTON_CHUNK, x.size)
+        xa, ya, xda, yda = x[c0:c1], y[c0:c1], xd[c0:c1], yd[c0:c1]      # views: in-place updates land in x, y
+        idx = None                                                      # chunk positions of xa (None: all)
+        prev = None
+        frozen = None
+        for _ in range(MAX_ITERATIONS):
+            ex, ey, *aux = residual(xa, ya, xda, yda)
+            e = np.abs(ex) + np.abs(ey)
+            stop = ~(e > CONVERGED)                                     # NaN stops too
+            if prev is not None:
+                stop |= (e >= prev) & (e <= STALLED)
+            if frozen is not None:
+                stop |= frozen
+            n = int(np.count_nonzero(stop))
+            if n == stop.size:
+                break
+            if n * 8 > stop.size:                                       # compact: iterate the rest only
+                if idx is not None:
+                    x[c0:c1][idx], y[c0:c1][idx] = xa, ya
+                keep = ~stop
+                idx = np.flatnonzero(keep) if idx is None else idx[keep]
+                xa, ya, xda, yda, ex, ey, e = (a[keep] for a in (xa, ya, xda, yda, ex, ey, e))
+                aux = [a[keep] for a in aux]
+                frozen = None
+            else:
+                frozen = stop if n else None
+            nx, ny = step(xa, ya, ex, ey, *aux)
+            if frozen is None:
+                xa[...], ya[...] = nx, ny
+            else:
+                np.copyto(xa, nx, where=~frozen)
+                np.copyto(ya, ny, where=~frozen)
+            prev = e
+        if idx is not None:
+            x[c0:c1][idx], y[c0:c1][idx] = xa, ya
     return x.reshape(shape), y.reshape(shape)
 
 
 def _invert_fisheye(lens: Lens, xd, yd):
-    """theta from theta_d = |(x_d, y_d)| by Newton (bounded to [0, max_theta]); ray = tan(theta) (x_d, y_d)/theta_d."""
+    """theta from theta_d = |(x_d, y_d)| by Newton (bounded to [0, max_theta]; a pixel stops as in _newton_chunked);
+    ray = tan(theta) (x_d, y_d)/theta_d."""
     D = lens.D
     td = np.hypot(xd, yd)
     ok = td <= lens.max_distorted_radius
     target = np.minimum(td, lens.max_distorted_radius)
-    theta = np.minimum(target, lens.max_theta_rad)
-    for _ in range(MAX_ITERATIONS):
-        e = fisheye_theta_d(D, theta) - target
-        if not np.any(np.abs(e) > CONVERGED):
-            break
-        theta = np.clip(theta - e / _fisheye_dtheta_d(D, theta), 0.0, lens.max_theta_rad)
+    theta0 = np.minimum(target, lens.max_theta_rad)
+    top = lens.max_theta_rad
+
+    def residual(t, zero, tgt, _):
+        return fisheye_theta_d(D, t) - tgt, zero
+
+    def step(t, zero, e, _):
+        return np.clip(t - e / _fisheye_dtheta_d(D, t), 0.0, top), zero
+
+    zeros = np.zeros(np.shape(target))
+    theta, _ = _newton_chunked(residual, step, target, zeros, theta0, zeros)
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = np.where(td > 0, np.tan(theta) / np.where(td > 0, td, 1.0), 1.0)
     ok &= theta < FISHEYE_MAX_THETA

@@ -77,6 +77,31 @@ def test_projection_matches_opencv(name):
     assert np.abs(uv[ok] - _cv_project(name, Q[ok])).max() <= TOL_PX
 
 
+def test_unprojection_stops_at_the_rounding_floor(monkeypatch):
+    """Far out on the 3x object-label canvas of a 1280x720 lens (f 800 px), ~0.5 % of pixels never reach
+    CONVERGED (float64 rounding floor): they stop once their residual stops decreasing. So 8 Newton steps give the
+    same rays, bit for bit, as 60 (the old loop oscillated there for all 60), and the rays still equal OpenCV's
+    (1e-6 px) and reproject onto the pixel (<= 1e-9 px)."""
+    import contracts.lens as lens_module
+    k = np.array([[800.0, 0.0, 640.0], [0.0, 800.0, 360.0], [0.0, 0.0, 1.0]])
+    d = (-0.28, 0.07, 1e-3, -5e-4, 0.0)
+    lens = make_lens(LensSpec("opencv", d), k, 1280, 720, where="canvas")
+    v, u = np.mgrid[-720:1440:7, -1280:2560:7].astype(np.float64)
+    rays, ok, residual = unproject(lens, u, v)
+    monkeypatch.setattr(lens_module, "MAX_ITERATIONS", 8)
+    capped, ok8, _ = unproject(lens, u, v)
+    assert ok.all() and ok8.all() and np.array_equal(rays, capped)
+    assert residual.max() <= 1e-9
+    pts = np.stack([u.ravel(), v.ravel()], -1)[:, None, :]
+    crit = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 300, 1e-15)
+    ref = cv2.undistortPointsIter(pts, k, np.array(d), None, None, crit).reshape(-1, 2)
+    back, _ = cv2.projectPoints(np.c_[ref, np.ones(len(ref))], np.zeros(3), np.zeros(3), k, np.array(d))
+    cmp = np.hypot(*(back.reshape(-1, 2) - pts[:, 0]).T) <= 1e-9     # OpenCV's fixed point diverges far out
+    assert cmp.mean() > 0.3
+    err_px = (np.abs(ref[cmp] - rays.reshape(-1, 3)[cmp, :2]) * 800.0).max()
+    assert err_px <= TOL_PX, err_px
+
+
 @pytest.mark.parametrize("name", LENSES)
 def test_unprojection_matches_opencv(name):
     """Our inverse equals OpenCV's undistortPoints (in pixels of f_x) and reprojects onto the pixel (declared residual)."""
