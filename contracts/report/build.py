@@ -297,9 +297,16 @@ def _class_names(manifest: dict) -> dict:
     return names
 
 
-def _radius(K, W, H) -> np.ndarray:
-    """(H, W) distance of each pixel centre from the principal point, as a fraction of the image half diagonal."""
-    u, v = pixel_grid(W, H)
+def _norm3(x) -> np.ndarray:
+    """|x| over the last axis of (..., 3) (= np.linalg.norm(x, axis=-1), the same sums, without its temporaries)."""
+    return np.sqrt(x[..., 0] * x[..., 0] + x[..., 1] * x[..., 1] + x[..., 2] * x[..., 2])
+
+
+def _radius(K, W, H, u=None, v=None) -> np.ndarray:
+    """(H, W) distance of each pixel centre from the principal point, as a fraction of the image half diagonal
+    (u, v: the pixel_grid when the caller has it)."""
+    if u is None:
+        u, v = pixel_grid(W, H)
     return np.hypot(u - K[0, 2], v - K[1, 2]) / (0.5 * np.hypot(W, H))
 
 
@@ -361,7 +368,9 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
         f"row time vs row (row v of this image = image row v; {ev_t['readout_direction']}): dark = row reference "
         f"time, light = exposure window of {ev_t['exposure_ns'] / 1e6:g} ms; x from {leg['t0_ns']} ns (left) to "
         f"{leg['t1_ns']} ns (right), readout {ev_t['readout_ns'] / 1e6:g} ms"))
-    base = overlays.backdrop(a) if "rgb" in a else overlays.greyscale(logs["camera_z"])   # = backdrop(a), reused
+    base = None                                     # the grey backdrop, only for overlays drawn on it
+    if ev.object_labels or lidars:
+        base = overlays.backdrop(a) if "rgb" in a else overlays.greyscale(logs["camera_z"])   # = backdrop(a)
     if ev.object_labels:
         img, rows = overlays.object_overlay(ev, a, base)
         parts.append("<h2>Objects</h2>" + html.figure(w.image(f"{rel}/objects", img),
@@ -380,7 +389,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
         stats.objects[(o.get("class_tag"), str(o["id"]))] = o.get("motion")
     # residuals of the camera contracts, per valid pixel
     u, v = pixel_grid(W, H)
-    radius = _radius(K, W, H)
+    radius = _radius(K, W, H, u, v)
     klass = a["semantic_id"]                        # sliced by class id; res.class_names names them
     res.class_names.update(names)
     z = a["camera_z"].astype(np.float64)
@@ -388,13 +397,13 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     d = ray_directions(K, u, v) if lens is None else unproject(lens, u, v)[0]
     keys = {"distance": z[valid], "radius": radius[valid], "klass": klass[valid],
             "speed": motion.camera_speeds(ev, a, d, valid)}
-    factor = np.linalg.norm(d, axis=-1)             # range / camera_z on each pixel-centre ray
+    factor = _norm3(d)             # range / camera_z on each pixel-centre ray
     res.add("camera.z_range_m", "m", np.abs(a["range"][valid] - z[valid] * factor[valid]),
             "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys)
     d = d / factor[..., None]
     for n in ("normal_geometric", "normal_shading"):
         if n in a:
-            res.add(f"camera.{n}_unit", "1", np.abs(np.linalg.norm(a[n][valid].astype(np.float64), axis=-1) - 1),
+            res.add(f"camera.{n}_unit", "1", np.abs(_norm3(a[n][valid].astype(np.float64)) - 1),
                     f"| |{n}| - 1 | per valid pixel", **keys)
     if "normal_geometric" in a:
         res.add("camera.geometric_facing", "1", np.maximum(0.0, (a["normal_geometric"][valid].astype(np.float64) * d[valid]).sum(-1)),
