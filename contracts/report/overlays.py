@@ -60,16 +60,17 @@ def id_image(instance_id, objects: list[dict]) -> np.ndarray:
     for o in objects:
         if 0 <= int(o["render_index"]) < len(table):
             table[int(o["render_index"])] = int(o["id"]) & 0xFFFFFFFFFFFFFFFF
-    return colour.id_colours(table)[ids.astype(np.int64)]        # colour each render index once, then look up
+    return np.take(colour.id_colours(table), ids, axis=0)     # colour each render index once, then look up
 
 
 def semantic_image(semantic_id) -> np.ndarray:
     """semantic_id -> one colour per class (background 0 black, void 0xFFFFFFFF white)."""
-    s = np.asarray(semantic_id).astype(np.int64)
-    out = np.take(CLASS_PALETTE, (s - 1) % len(CLASS_PALETTE), axis=0)
-    out[s == 0] = 0
-    out[s == 0xFFFFFFFF] = 255
-    return out
+    s = np.asarray(semantic_id)
+    present = np.unique(s)                          # colour each class once, then look every pixel up
+    table = CLASS_PALETTE[(present.astype(np.int64) - 1) % len(CLASS_PALETTE)]
+    table[present == 0] = 0
+    table[present == 0xFFFFFFFF] = 255
+    return np.take(table, np.searchsorted(present, s), axis=0)
 
 
 def semantic_colour(class_id: int) -> tuple[int, int, int]:
