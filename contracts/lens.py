@@ -191,7 +191,23 @@ def unproject(lens: Lens, u, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x, y are undistorted normalized coordinates: the ray through the pixel is (x, y, 1) in the
     camera frame, so range = camera_z * |ray|. Inversion by Newton's method in float64;
     residual_px = |project(ray) - (u, v)| in pixels (achieved, per pixel). Invalid where the pixel
-    is outside the valid domain or the inverse misses by more than MAX_UNPROJECT_RESIDUAL_PX."""
+    is outside the valid domain or the inverse misses by more than MAX_UNPROJECT_RESIDUAL_PX. Computed in chunks of
+    NEWTON_CHUNK pixels (guess, Newton and residual of a chunk stay in cache)."""
+    u, v = np.broadcast_arrays(np.asarray(u, np.float64), np.asarray(v, np.float64))
+    shape = u.shape
+    u, v = u.ravel(), v.ravel()
+    if u.size <= NEWTON_CHUNK:
+        rays, ok, res = _unproject_flat(lens, u, v)
+    else:
+        rays, ok, res = np.empty((u.size, 3)), np.empty(u.size, bool), np.empty(u.size)
+        for c0 in range(0, u.size, NEWTON_CHUNK):
+            c = slice(c0, c0 + NEWTON_CHUNK)
+            rays[c], ok[c], res[c] = _unproject_flat(lens, u[c], v[c])
+    return rays.reshape(shape + (3,)), ok.reshape(shape), res.reshape(shape)
+
+
+def _unproject_flat(lens: Lens, u, v):
+    """unproject of 1D float64 arrays u, v (one chunk)."""
     xd, yd = distorted_normalized(lens, u, v)
     xd, yd = np.broadcast_arrays(xd, yd)
     if lens.model == "pinhole":
