@@ -43,8 +43,9 @@ class Residuals:
         keys = {"distance": distance, "radius": radius, "speed": speed, "class": klass}
         keys = {k: np.asarray(a).ravel() for k, a in keys.items() if a is not None}
         ok = np.isfinite(v)
-        v = v[ok]
-        keys = {k: a[ok] for k, a in keys.items()}
+        if not ok.all():                            # (the usual all-finite case copies nothing)
+            v = v[ok]
+            keys = {k: a[ok] for k, a in keys.items()}
         total = v.size
         if v.size > MAX_SAMPLES_PER_EVENT:          # a regular subset (every step-th sample): fast, reproducible
             step = -(-v.size // MAX_SAMPLES_PER_EVENT)
