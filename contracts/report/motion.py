@@ -65,8 +65,9 @@ def camera_speeds(event, arrays: dict, rays, valid) -> np.ndarray:
     need = np.isin(ids, moving)
     P = np.zeros((ids.size, 3))
     if need.any():
-        v, u = np.nonzero(valid)
-        v, u = v[need], u[need]
+        need_px = np.zeros(np.shape(valid), dtype=bool)
+        need_px[valid] = need                       # the moving pixels in image space: few, found in one scan
+        v, u = np.nonzero(need_px)
         X = np.asarray(rays, dtype=np.float64)[v, u] * arrays["camera_z"][v, u].astype(np.float64)[:, None]
         T = arrays["row_T_world_camera"][v]
         P[need] = np.einsum("nij,nj->ni", T[:, :3, :3], X) + T[:, :3, 3]
