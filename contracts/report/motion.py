@@ -39,10 +39,12 @@ def point_speeds(objects: list[dict], tracks: dict, instance_id, points_world, t
     top = max([int(ids.max(initial=0))] + [int(o["render_index"]) for o in objects]) + 1
     lut = np.full(top, np.nan)                           # static objects: 0 by render index, in one lookup
     lut[[int(o["render_index"]) for o in objects if o.get("motion") == "static"]] = 0.0
-    out = lut[np.clip(ids, 0, top - 1)] if ids.size else np.full(ids.shape, np.nan)
-    out[(ids < 0) | (ids >= top)] = np.nan
-    present = np.zeros(top, dtype=bool)
-    present[ids[(ids >= 0) & (ids < top)]] = True
+    out = np.take(lut, np.clip(ids, 0, top - 1)) if ids.size else np.full(ids.shape, np.nan)
+    inside = ids
+    if ids.size and int(ids.min()) < 0:             # (ids >= top cannot happen: top > ids.max())
+        out[ids < 0] = np.nan
+        inside = ids[ids >= 0]
+    present = np.bincount(inside, minlength=top) > 0
     for o in objects:
         if o.get("motion") == "static" or not present[int(o["render_index"])]:
             continue
