@@ -251,13 +251,7 @@ def lens_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH)) -> dict:
     import json
 
     blend, rig = running_example_files(work)
-    doc = json.loads(rig.read_text())
-    rigs = {"pinhole": rig}
-    for model in models:
-        d = json.loads(json.dumps(doc))
-        d["sensors"] = [dict(s, lens=LENS_BENCH[model]) for s in d["sensors"] if s["id"] == "camera_front"]
-        rigs[model] = work / f"rig_{model}.json"
-        rigs[model].write_text(json.dumps(d))
+    rigs = lens_rigs(rig, work, "rig", models)
     times = {k: [] for k in rigs}
     results = {}
     for i in range(repeat):
@@ -278,6 +272,20 @@ def lens_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH)) -> dict:
             for name, t in times.items()}
 
 
+def lens_rigs(rig: Path, work: Path, prefix: str, models) -> dict:
+    """{"pinhole": rig, model: work/<prefix>_<model>.json}: the rig's camera_front alone, given each bench lens."""
+    import json
+
+    doc = json.loads(rig.read_text())
+    rigs = {"pinhole": rig}
+    for model in models:
+        d = json.loads(json.dumps(doc))
+        d["sensors"] = [dict(s, lens=LENS_BENCH[model]) for s in d["sensors"] if s["id"] == "camera_front"]
+        rigs[model] = work / f"{prefix}_{model}.json"
+        rigs[model].write_text(json.dumps(d))
+    return rigs
+
+
 def lens_object_label_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH)) -> dict:
     """(Lo) object labels of the running example's camera event at 1280x720 through each lens model (per-pixel lens
     rasterisation) vs the pinhole camera (rasterised / Cycles canvas renders), interleaved, median of `repeat`."""
@@ -287,13 +295,7 @@ def lens_object_label_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH
     if not blend.exists():
         running_example.build(1280, 720)
         common.save(blend, running_example.rig(lidar=False, rgb_samples=0, object_labels=True))
-    doc = json.loads(blend.with_suffix(".rig.json").read_text())
-    rigs = {"pinhole": blend.with_suffix(".rig.json")}
-    for model in models:
-        d = json.loads(json.dumps(doc))
-        d["sensors"] = [dict(s, lens=LENS_BENCH[model]) for s in d["sensors"] if s["id"] == "camera_front"]
-        rigs[model] = work / f"rig_objects_{model}.json"
-        rigs[model].write_text(json.dumps(d))
+    rigs = lens_rigs(blend.with_suffix(".rig.json"), work, "rig_objects", models)
     obj_s = {k: [] for k in rigs}
     results = {}
     for i in range(repeat):

@@ -112,7 +112,7 @@ def test_label_render_in_bands_equals_one_render(tmp_path, monkeypatch, directio
     assert camera_event.label_bands(W, H, W * H // 3 + 1) == [(0, H // 3), (H // 3, 2 * H // 3), (2 * H // 3, H)]
     monkeypatch.setattr(camera_event, "LABEL_BAND_PIXELS", W * H // 3 + 1)
     banded = build_and_export(tmp_path, "banded", calibration.moving_plane, scale=8, direction=direction)
-    (m1, a1), (m3, a3) = load_event(one.event), load_event(banded.event)
+    (_, a1), (m3, a3) = load_event(one.event), load_event(banded.event)
     assert banded.summary["published"] and m3["method"]["derivation"]["label_render_bands"] == 3
     assert np.abs(a3["camera_z"] - _truth_z(banded.truth, a3["row_time_ns"])).max() < Z_TOL
     for k in ("instance_id", "valid", "semantic_id"):

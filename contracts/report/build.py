@@ -406,7 +406,8 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
             res.add(f"camera.{n}_unit", "1", np.abs(_norm3(a[n][valid].astype(np.float64)) - 1),
                     f"| |{n}| - 1 | per valid pixel", **keys)
     if "normal_geometric" in a:
-        res.add("camera.geometric_facing", "1", np.maximum(0.0, (a["normal_geometric"][valid].astype(np.float64) * d[valid]).sum(-1)),
+        facing = (a["normal_geometric"][valid].astype(np.float64) * d[valid]).sum(-1)
+        res.add("camera.geometric_facing", "1", np.maximum(0.0, facing),
                 "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys)
     stats.camera_valid += [int(valid.sum()), valid.size]
     stats.depth.append(z[valid])
