@@ -13,6 +13,7 @@ beam's exact time.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,16 +76,17 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> BeamEventOutput:
 
     renders = layout.renders()
     t0 = time.perf_counter()
-    beams, device = render_beam_layout(ctx, sensor, timing, layout, lidar_shader_source)
-    seconds["render"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    labels, stats = labels_from_beams(beams, beam_poses, directions, (sensor.min_range_m, sensor.max_range_m), ctx.lut)
-    beam_times = timing.beam_times_ns()
-    points, compensated = point_tables(labels, beam_times, invert_rigid(ref_pose))
-    seconds["derive"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    verification = _verify(ctx, sensor, timing, labels, poses, directions, offsets, group_of_channel)
-    seconds["verify"] = time.perf_counter() - t0
+    with beam_renders(ctx, sensor, timing, layout, lidar_shader_source) as (beams, device):
+        seconds["render"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        labels, stats = labels_from_beams(beams, beam_poses, directions, (sensor.min_range_m, sensor.max_range_m),
+                                          ctx.lut)
+        beam_times = timing.beam_times_ns()
+        points, compensated = point_tables(labels, beam_times, invert_rigid(ref_pose))
+        seconds["derive"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        verification = _verify(ctx, sensor, timing, labels, poses, directions, offsets, group_of_channel)
+        seconds["verify"] = time.perf_counter() - t0
 
     arrays = {k: v for k, v in labels.items() if not k.startswith("_")}
     arrays.update(time_offset_ns=(beam_times - timing.sweep_start_ns).astype(np.uint32),
@@ -116,6 +118,17 @@ def render_beam_layout(ctx, sensor, timing, layout, shader) -> tuple[dict, str]:
     """Render every beam of `layout` through the OSL beam camera `shader(sensor, layout, render)` on the mount
     `sensor.object`, each image row at its firing's exact time (`timing`: firing_time_exact, firing_period_ns);
     returns ({pass: (F, C, ...)} at the beams' pixels, render device text). Shared by LiDAR and radar."""
+    with beam_renders(ctx, sensor, timing, layout, shader) as rendered:
+        return rendered
+
+
+@contextmanager
+def beam_renders(ctx, sensor, timing, layout, shader):
+    """`render_beam_layout` that yields its result with the render settings still applied, restored when the
+    with-block ends. Those settings (passes, materials' AOV, lights and world off, motion blur flags, the beam
+    camera) change no geometry, so ray casts in the block (verification) see the scene as it is without them;
+    restoring them re-evaluates the whole depsgraph at the next frame_set, so casting inside the block costs
+    that once per event instead of once more for the casts (measured ~30-50 ms CPU on the running example)."""
     scene = ctx.scene
     renders = layout.renders()
     device = ctx.device
@@ -127,22 +140,23 @@ def render_beam_layout(ctx, sensor, timing, layout, shader) -> tuple[dict, str]:
         objects = ctx.render_objects()
         cs.add_true_normal_aov(p, objects)
         cs.set_render_indices(p, scene, ctx.table)
-        parts = [_render_part(ctx, sensor, timing, layout, part, objects, shader) for part in renders]
-    return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}, device
+        parts = [_render_part(p, ctx, sensor, timing, layout, part, objects, shader) for part in renders]
+        yield {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}, device
 
 
-def _render_part(ctx, sensor, timing, layout, part, objects, shader=lidar_shader_source) -> dict:
-    """Render firings part.first_firing .. (+ part.firings); return the passes at their beams (beam_samples)."""
+def _render_part(p, ctx, sensor, timing, layout, part, objects, shader=lidar_shader_source) -> dict:
+    """Render firings part.first_firing .. (+ part.firings) with their settings recorded in `p`; return the passes
+    at their beams (beam_samples). A later part's settings replace an earlier part's (its beam camera stays in the
+    scene, unused, until `p` restores)."""
     scene = ctx.scene
     mount = scene.objects[sensor.object]
-    with ScenePatch() as q:
-        cs.set_resolution(q, scene, layout.width, part.rows)
-        cam = make_lidar_camera(q, scene, mount, shader(sensor, layout, part))
-        static = {o.name for o in ctx.shutter_objects()[1]}  # certainly static: motion blur off (identical, cheaper)
-        cs.apply_shutter(q, scene, ctx.clock, part.shutter(timing), sensor.motion_steps,
-                         [o for o in objects if o.name not in static] + [cam, mount],
-                         [o for o in objects if o.name in static])
-        passes = cs.render_passes(scene, ctx.view_layer)
+    cs.set_resolution(p, scene, layout.width, part.rows)
+    cam = make_lidar_camera(p, scene, mount, shader(sensor, layout, part))
+    static = {o.name for o in ctx.shutter_objects()[1]}  # certainly static: motion blur off (identical, cheaper)
+    cs.apply_shutter(p, scene, ctx.clock, part.shutter(timing), sensor.motion_steps,
+                     [o for o in objects if o.name not in static] + [cam, mount],
+                     [o for o in objects if o.name in static])
+    passes = cs.render_passes(scene, ctx.view_layer)
     shape = passes["position"].shape[:2]
     if shape != (part.rows, layout.width):
         raise RuntimeError(f"Cycles rendered {shape[0]}x{shape[1]} rows x columns for a LiDAR render of "
