@@ -42,24 +42,38 @@ def rotate_to_camera(row_T_world_camera: np.ndarray, world_vectors: np.ndarray) 
     return v
 
 
+def all_finite(a: np.ndarray) -> np.ndarray:
+    """(...,) True where every component of a (..., C) array is finite: `np.isfinite(a).all(axis=-1)` per
+    component, without numpy's slow reduction over a short last axis."""
+    out = np.isfinite(a[..., 0])
+    for c in range(1, a.shape[-1]):
+        out &= np.isfinite(a[..., c])
+    return out
+
+
 def resolve_hits(depth, index_pass, position, lut_size: int):
     """(render indices, surface hit, hit on an object outside the table) from Cycles' data passes."""
     index = np.rint(index_pass).astype(np.int64)
-    surface = (depth < BACKGROUND_DEPTH) & np.isfinite(position).all(axis=-1)
+    surface = (depth < BACKGROUND_DEPTH) & all_finite(position)
     return index, surface, surface & ((index <= 0) | (index >= lut_size))
 
 
 # Rows derived at once: the float64 temporaries (~200 B/px) stay within BAND_PIXELS pixels, whatever the image size.
-BAND_PIXELS = 1 << 18
+BAND_PIXELS = 1 << 15
 LABEL_DTYPES = {"camera_z": np.float32, "range": np.float32, "valid": np.uint8, "normal_geometric": np.float32,
                 "normal_shading": np.float32, "instance_id": np.uint32, "semantic_id": np.uint32}
+
+
+def empty_labels(h: int, w: int) -> dict:
+    """Uninitialised label arrays (LABEL_DTYPES) of an (h, w) image: normals (h, w, 3), the rest (h, w)."""
+    return {k: np.empty((h, w, 3) if k.startswith("normal_") else (h, w), dtype=dt) for k, dt in LABEL_DTYPES.items()}
 
 
 def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut: np.ndarray,
                   first_row: int = 0, rays: np.ndarray | None = None) -> tuple[dict, dict]:
     """Label arrays for rows first_row.. of an image (passes may hold a band of rows), derived in bands of
-    about BAND_PIXELS pixels into the final float32/uint arrays (`derive_band` per band; the result does not
-    depend on the banding: every label is per pixel).
+    about BAND_PIXELS pixels straight into the final float32/uint arrays (`derive_band` per band; the result
+    does not depend on the banding: every label is per pixel).
 
     Returns (arrays, stats) as `derive_band`.
     """
@@ -67,25 +81,25 @@ def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, l
     step = max(1, BAND_PIXELS // max(w, 1))
     if h <= step:
         return derive_band(passes, row_T_world_camera, K, lut, first_row, rays)
-    arrays = {k: np.empty((h, w, 3) if k.startswith("normal_") else (h, w), dtype=dt) for k, dt in LABEL_DTYPES.items()}
+    arrays = empty_labels(h, w)
     stats: dict = {}
     for r0 in range(0, h, step):
         r1 = min(h, r0 + step)
         band = {k: v[r0:r1] for k, v in passes.items()}
-        out, st = derive_band(band, row_T_world_camera[r0:r1], K, lut, first_row + r0,
-                              None if rays is None else rays[r0:r1])
+        _, st = derive_band(band, row_T_world_camera[r0:r1], K, lut, first_row + r0,
+                            None if rays is None else rays[r0:r1], out={k: a[r0:r1] for k, a in arrays.items()})
         del band
-        for k, a in out.items():
-            arrays[k][r0:r1] = a
         merge_stats(stats, st)
     return arrays, stats
 
 
 def merge_stats(stats: dict, band: dict) -> dict:
-    """Fold one band's derive stats into `stats` (max_* by maximum, counts summed, text kept); returns stats."""
+    """Fold one band's derive stats into `stats` (max_* by maximum, NaN kept as np.max keeps it; counts summed,
+    text kept); returns stats."""
     for k, v in band.items():
         if k.startswith("max_"):
-            stats[k] = max(stats.get(k, 0.0), v)
+            prev = stats.get(k)
+            stats[k] = v if prev is None or v != v or v > prev else prev
         elif isinstance(v, (int, float)):
             stats[k] = stats.get(k, 0) + v
         else:
@@ -94,17 +108,19 @@ def merge_stats(stats: dict, band: dict) -> dict:
 
 
 def derive_band(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut: np.ndarray,
-                first_row: int = 0, rays: np.ndarray | None = None) -> tuple[dict, dict]:
+                first_row: int = 0, rays: np.ndarray | None = None, out: dict | None = None) -> tuple[dict, dict]:
     """Label arrays for rows first_row.. of an image (passes hold this band of rows; all at once).
 
     rays: None for the pinhole Blender camera; else the exact (h, w, 3) rays (x, y, 1) of the band's pixels
     through the lens (exporter.lens_camera.pixel_rays; NaN outside the valid domain): each hit is moved onto
     its exact ray (`exact_ray_depths`) and pixels outside the domain are invalid.
+    out: label arrays of this band's shape (`empty_labels`) to write into, else new ones.
     Returns (arrays, stats): arrays keyed by modality name; stats count unresolved hits and
     the largest departure of the hit from the exact pixel-centre ray (filter jitter).
     """
     depth = passes["depth"]
     h, w = depth.shape
+    arrays = empty_labels(h, w) if out is None else out
     position = passes["position"]
     index, hit_surface, unresolved = resolve_hits(depth, passes["index"], position, lut.size)
     valid = hit_surface & ~unresolved
@@ -114,30 +130,36 @@ def derive_band(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut
     n_geo = rotate_to_camera(row_T_world_camera, passes["true_normal"])
     lens_stats = {}
     if rays is None:
-        rng = np.sqrt(np.einsum("hwi,hwi->hw", X, X))
+        rng = np.einsum("hwi,hwi->hw", X, X)
+        np.sqrt(rng, out=rng)
         factor = range_factor(K, u, v)
     else:
-        valid &= np.isfinite(rays).all(axis=-1)
+        valid &= all_finite(rays)
         rng, factor, lens_stats = exact_ray_depths(X, n_geo, rays, valid)
     camera_z = rng / factor
+    del factor
     # How far the Cycles sample strayed from the pixel-centre ray: |X.z - camera_z| on valid pixels.
-    jitter = np.abs(X[..., 2] - camera_z)[valid]
+    jitter = np.subtract(X[..., 2], camera_z)
+    del X
+    np.abs(jitter, out=jitter)
+    max_jitter = float(jitter.max(initial=0.0, where=valid))
+    del jitter
     n_sh = rotate_to_camera(row_T_world_camera, passes["normal"])
-    bad_normal = valid & ~(np.isfinite(n_geo).all(axis=-1) & np.isfinite(n_sh).all(axis=-1))
+    bad_normal = valid & ~(all_finite(n_geo) & all_finite(n_sh))
     valid &= ~bad_normal
+    invalid = ~valid
     nan = np.float32(np.nan)
-    instance = np.where(valid, index, 0).astype(np.uint32)
-    arrays = {
-        "camera_z": np.where(valid, camera_z, nan).astype(np.float32),
-        "range": np.where(valid, rng, nan).astype(np.float32),
-        "valid": valid.astype(np.uint8),
-        "normal_geometric": np.where(valid[..., None], n_geo, nan).astype(np.float32),
-        "normal_shading": np.where(valid[..., None], n_sh, nan).astype(np.float32),
-        "instance_id": instance,
-        "semantic_id": lut[instance],
-    }
+    for name, value in (("camera_z", camera_z), ("range", rng), ("normal_geometric", n_geo), ("normal_shading", n_sh)):
+        a = arrays[name]
+        np.copyto(a, value, casting="same_kind")        # float64 -> float32, as astype
+        a[invalid] = nan
+    np.copyto(arrays["valid"], valid, casting="unsafe")
+    instance = arrays["instance_id"]
+    np.copyto(instance, index, casting="unsafe")        # render indices: small non-negative integers where valid
+    instance[invalid] = 0
+    np.take(lut, instance, out=arrays["semantic_id"])
     stats = {"unresolved_hit_pixels": int(unresolved.sum()), "normal_missing_pixels": int(bad_normal.sum()),
-             "max_centre_ray_departure_m": float(jitter.max(initial=0.0)), **lens_stats}
+             "max_centre_ray_departure_m": max_jitter, **lens_stats}
     return arrays, stats
 
 

@@ -81,6 +81,22 @@ def test_band_rows_use_their_own_row_pose(monkeypatch):
     assert np.abs(bad["camera_z"][5:10][valid] - truth["camera_z"][5:10][valid]).max() > 1e-2
 
 
+def test_merged_band_stats_are_those_of_one_pass():
+    """Band stats fold as one pass over the image would give them: max_* by maximum (a NaN in any band stays NaN,
+    as np.max over the whole image gives it), counts summed."""
+    bands = [{"max_centre_ray_departure_m": 0.25, "unresolved_hit_pixels": 2},
+             {"max_centre_ray_departure_m": float("nan"), "unresolved_hit_pixels": 3},
+             {"max_centre_ray_departure_m": 0.5, "unresolved_hit_pixels": 0}]
+    stats = {}
+    for b in bands:
+        camera_labels.merge_stats(stats, b)
+    assert np.isnan(stats["max_centre_ray_departure_m"]) and stats["unresolved_hit_pixels"] == 5
+    stats = {}
+    for b in (bands[0], bands[2]):
+        camera_labels.merge_stats(stats, b)
+    assert stats["max_centre_ray_departure_m"] == 0.5
+
+
 def test_exr_read_without_second_copy(tmp_path):
     a = np.arange(12 * 7, dtype=np.float32).reshape(12, 7) / 7
     write_exr(tmp_path / "a.exr", np.stack([a, 2 * a], axis=-1), ["L.X", "L.Y"], "float32")
