@@ -8,6 +8,7 @@ once, half up, where it is published.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from fractions import Fraction
 
 import numpy as np
@@ -141,6 +142,11 @@ class SceneClock:
     frame_start: int
 
     def frames_per_ns(self) -> Fraction:
+        """fps / (fps_base * 1e9), exact; computed once per clock (the fields are frozen)."""
+        return self._frames_per_ns
+
+    @cached_property
+    def _frames_per_ns(self) -> Fraction:
         return Fraction(self.fps) / (exact(self.fps_base) * NS_PER_S)
 
     def frame_of(self, t_ns) -> Fraction:
