@@ -142,6 +142,22 @@ def test_residual_quantiles_histogram_and_slices():
     assert {b["bin"]: b["count"] for b in s["slices"]["class"]} == {"car": 30, "road": 70}
 
 
+def test_residual_at_the_sampled_pixels_has_the_distribution_of_every_pixel():
+    """A residual computed at sample_pixels(mask) only and added with count= summarises exactly as the same residual
+    added at every mask pixel (more pixels than the per-event cap, so a subset is kept)."""
+    rng = np.random.default_rng(3)
+    H, W = 400, 300
+    img, dist = rng.gamma(2.0, 1e-3, (H, W)), rng.uniform(0, 100, (H, W))
+    mask = rng.random((H, W)) < 0.9
+    assert mask.sum() > stats.MAX_SAMPLES_PER_EVENT
+    full, sampled = stats.Residuals(), stats.Residuals()
+    full.add("r", "m", img[mask], "test", distance=dist[mask])
+    pix, count = stats.sample_pixels(mask)
+    assert count == mask.sum() and len(pix) <= stats.MAX_SAMPLES_PER_EVENT and mask.ravel()[pix].all()
+    sampled.add("r", "m", img.ravel()[pix], "test", distance=dist.ravel()[pix], count=count)
+    assert sampled.summary() == full.summary()
+
+
 @pytest.mark.parametrize("values", [[5.0, 5.0, 5.0], [1.0, 1.0 + 1e-9], [2.0, 2.0 * (1 + 1e-5)], [0.0, 3.0, 3.0]])
 def test_histogram_of_nearly_equal_values_has_increasing_edges_and_counts_every_value(values):
     h = stats.histogram(np.array(values))

@@ -29,7 +29,7 @@ from ..lens import unproject
 from . import colour, html, motion, overlays
 from .png import encode_png, thumbnail
 from .radar_page import radar_page
-from .stats import Residuals, drift, histogram
+from .stats import Residuals, drift, histogram, sample_pixels
 
 SCHEMA = "rowbeam/report@1"
 REPORT_JSON = "report.json"
@@ -302,9 +302,14 @@ def _norm3(x) -> np.ndarray:
     return np.sqrt(x[..., 0] * x[..., 0] + x[..., 1] * x[..., 1] + x[..., 2] * x[..., 2])
 
 
+def _finite_on(mask, images) -> bool:
+    """Whether every image (H, W) or (H, W, C) is finite at every `mask` pixel."""
+    return all(bool(np.isfinite(x[mask]).all()) for x in images)
+
+
 def _radius(K, W, H, u=None, v=None) -> np.ndarray:
-    """(H, W) distance of each pixel centre from the principal point, as a fraction of the image half diagonal
-    (u, v: the pixel_grid when the caller has it)."""
+    """Distance of pixel centres (u, v) from the principal point, as a fraction of the image half diagonal
+    (default: every pixel centre, (H, W))."""
     if u is None:
         u, v = pixel_grid(W, H)
     return np.hypot(u - K[0, 2], v - K[1, 2]) / (0.5 * np.hypot(W, H))
@@ -387,30 +392,33 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
                 stats.assets[sha[:12]] = stats.assets.get(sha[:12], 0) + 1
     for o in m["objects"]:
         stats.objects[(o.get("class_tag"), str(o["id"]))] = o.get("motion")
-    # residuals of the camera contracts, per valid pixel
-    u, v = pixel_grid(W, H)
-    radius = _radius(K, W, H, u, v)
-    klass = a["semantic_id"]                        # sliced by class id; res.class_names names them
+    # residuals of the camera contracts at the valid pixels: computed at the subset Residuals keeps of them
+    # (stats.sample_pixels) when the inputs are finite there (so is every residual), else at every valid pixel
+    normals = [n for n in ("normal_geometric", "normal_shading") if n in a]
+    if _finite_on(valid, [a["camera_z"], a["range"], *(a[n] for n in normals)]):
+        pix, count = sample_pixels(valid)
+    else:
+        pix, count = np.flatnonzero(valid), None
+    u, v = (pix % W).astype(np.float64), (pix // W).astype(np.float64)     # pixel centres (camera_model.pixel_grid)
     res.class_names.update(names)
-    z = a["camera_z"].astype(np.float64)
+    z = a["camera_z"].ravel()[pix].astype(np.float64)
     lens = manifest_lens(m["calibration"])          # a distorted camera: rays through the lens (contracts.lens)
-    d = ray_directions(K, u, v) if lens is None else unproject(lens, u, v)[0]
-    keys = {"distance": z[valid], "radius": radius[valid], "klass": klass[valid],
-            "speed": motion.camera_speeds(ev, a, d, valid)}
+    d = ray_directions(K, u, v) if lens is None else unproject(lens, *pixel_grid(W, H))[0].reshape(-1, 3)[pix]
+    keys = {"distance": z, "radius": _radius(K, W, H, u, v), "klass": a["semantic_id"].ravel()[pix],
+            "speed": motion.camera_speeds(ev, a, pix, d)}   # sliced by class id; res.class_names names them
     factor = _norm3(d)             # range / camera_z on each pixel-centre ray
-    res.add("camera.z_range_m", "m", np.abs(a["range"][valid] - z[valid] * factor[valid]),
-            "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys)
+    res.add("camera.z_range_m", "m", np.abs(a["range"].ravel()[pix] - z * factor),
+            "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys, count=count)
     d = d / factor[..., None]
-    for n in ("normal_geometric", "normal_shading"):
-        if n in a:
-            res.add(f"camera.{n}_unit", "1", np.abs(_norm3(a[n][valid].astype(np.float64)) - 1),
-                    f"| |{n}| - 1 | per valid pixel", **keys)
-    if "normal_geometric" in a:
-        facing = (a["normal_geometric"][valid].astype(np.float64) * d[valid]).sum(-1)
-        res.add("camera.geometric_facing", "1", np.maximum(0.0, facing),
-                "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys)
+    for n in normals:
+        nv = a[n].reshape(-1, 3)[pix].astype(np.float64)
+        res.add(f"camera.{n}_unit", "1", np.abs(_norm3(nv) - 1), f"| |{n}| - 1 | per valid pixel", **keys, count=count)
+        if n == "normal_geometric":
+            res.add("camera.geometric_facing", "1", np.maximum(0.0, (nv * d).sum(-1)),
+                    "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys,
+                    count=count)
     stats.camera_valid += [int(valid.sum()), valid.size]
-    stats.depth.append(z[valid])
+    stats.depth.append(a["camera_z"][valid].astype(np.float64))
     # LiDAR returns in the time-matched camera rows
     for lid in lidars:
         try:
@@ -435,7 +443,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
         ok = p["paired"]
         if ok.any():
             r, c = np.clip(np.rint(p["uv"][ok, 1]).astype(int), 0, H - 1), np.clip(np.rint(p["uv"][ok, 0]).astype(int), 0, W - 1)
-            pk = {"distance": p["z"][ok], "radius": radius[r, c], "klass": klass[r, c],
+            pk = {"distance": p["z"][ok], "radius": _radius(K, W, H, c, r), "klass": a["semantic_id"][r, c],
                   "speed": motion.beam_speeds(lid, p["points"][ok])}
             res.add("lidar_camera.z_residual_m", "m", np.abs(p["residual_m"][ok]),
                     "|camera_z (1/z-interpolated) − LiDAR return z| at the time-matched row", **pk)

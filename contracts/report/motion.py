@@ -58,20 +58,19 @@ def point_speeds(objects: list[dict], tracks: dict, instance_id, points_world, t
     return out
 
 
-def camera_speeds(event, arrays: dict, rays, valid) -> np.ndarray:
-    """(M,) m/s speed of the M valid pixels (row-major order of `valid`): hit point = row pose (row_T_world_camera,
-    OpenCV camera frame) applied to rays (H, W, 3) = (x, y, 1) times camera_z, computed on moving objects' pixels
-    only; at the event's reference time."""
-    ids = arrays["instance_id"][valid]
+def camera_speeds(event, arrays: dict, pixels, rays) -> np.ndarray:
+    """(N,) m/s speed at N pixels (flat row-major indices `pixels` of the event's images): hit point = row pose
+    (row_T_world_camera, OpenCV camera frame) applied to rays (N, 3) = (x, y, 1) through those pixels times camera_z,
+    computed on moving objects' pixels only; at the event's reference time."""
+    W = arrays["camera_z"].shape[1]
+    ids = arrays["instance_id"].ravel()[pixels]
     moving = [int(o["render_index"]) for o in event.objects if o.get("motion") != "static"]
     need = np.isin(ids, moving)
     P = np.zeros((ids.size, 3))
     if need.any():
-        need_px = np.zeros(np.shape(valid), dtype=bool)
-        need_px[valid] = need                       # the moving pixels in image space: few, found in one scan
-        v, u = np.nonzero(need_px)
-        X = np.asarray(rays, dtype=np.float64)[v, u] * arrays["camera_z"][v, u].astype(np.float64)[:, None]
-        T = arrays["row_T_world_camera"][v]
+        px = pixels[need]
+        X = np.asarray(rays, dtype=np.float64)[need] * arrays["camera_z"].ravel()[px].astype(np.float64)[:, None]
+        T = arrays["row_T_world_camera"][px // W]
         P[need] = np.einsum("nij,nj->ni", T[:, :3, :3], X) + T[:, :3, 3]
     return point_speeds(event.objects, tracks_of(event), ids, P, event.reference_time_ns)
 

@@ -38,7 +38,9 @@ class Residuals:
         self.class_names: dict[int, str] = {}      # semantic id -> class name, for the class slices
 
     def add(self, name: str, unit: str, values, meaning: str, distance=None, radius=None, speed=None,
-            klass=None) -> None:
+            klass=None, count: int | None = None) -> None:
+        """Add the finite samples of `values` (with their slicing keys). count: the values are already the subset
+        this method would keep (sample_pixels) of `count` finite samples; else every sample is given."""
         v = np.asarray(values, dtype=np.float64).ravel()
         keys = {"distance": distance, "radius": radius, "speed": speed, "class": klass}
         keys = {k: np.asarray(a).ravel() for k, a in keys.items() if a is not None}
@@ -46,9 +48,9 @@ class Residuals:
         if not ok.all():                            # (the usual all-finite case copies nothing)
             v = v[ok]
             keys = {k: a[ok] for k, a in keys.items()}
-        total = v.size
-        if v.size > MAX_SAMPLES_PER_EVENT:          # a regular subset (every step-th sample): fast, reproducible
-            step = -(-v.size // MAX_SAMPLES_PER_EVENT)
+        total = v.size if count is None else count
+        step = sample_step(v.size) if count is None else 1
+        if step > 1:                                # a regular subset (every step-th sample): fast, reproducible
             v, keys = v[::step], {k: a[::step] for k, a in keys.items()}
         d = self.data.setdefault(name, {"unit": unit, "meaning": meaning, "values": [], "keys": {}, "count": 0})
         d["values"].append(v)
@@ -69,6 +71,19 @@ class Residuals:
                 entry["slices"][k] = slice_by(v, a, k, self.class_names)
             out[name] = entry
         return out
+
+
+def sample_step(n: int) -> int:
+    """Stride of the regular subset Residuals.add keeps of n finite samples (at most MAX_SAMPLES_PER_EVENT)."""
+    return -(-n // MAX_SAMPLES_PER_EVENT) if n > MAX_SAMPLES_PER_EVENT else 1
+
+
+def sample_pixels(mask) -> tuple[np.ndarray, int]:
+    """(flat indices, count): the subset Residuals.add keeps of a residual given at every `mask` pixel (row-major),
+    and the number of mask pixels. A residual that is finite on the mask, computed at these pixels only and added
+    with count=, gives the same distribution as adding it at every mask pixel."""
+    idx = np.flatnonzero(mask)
+    return idx[::sample_step(idx.size)], int(idx.size)
 
 
 def describe(v) -> dict:
