@@ -10,7 +10,8 @@ from .errors import RowbeamError
 from .files import resolve_inside, sha256_file
 from .frames import invert_rigid, is_rigid
 from .lens import lens_from_calibration
-from .rasterize import CanvasRays, canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows_box, read_ply
+from .rasterize import (UNIT_BOX, CanvasRays, canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows_box,
+                        read_ply, row_boxes)
 from .ray_cast import robust_hits
 
 EDGE_MARGIN_PX = 0.02      # a mask pixel may differ from the rasterisation only within this of an edge
@@ -167,18 +168,27 @@ def canvas_mask_box(arrays: dict, W: int, H: int, o: dict):
 
 
 def rasterise_object_lens(manifest, arrays, o, V, F, lens, exported=None, margin_px: float = 0.0,
-                          rays: CanvasRays | None = None) -> np.ndarray:
+                          rays: CanvasRays | None = None, row_mesh=None) -> np.ndarray:
     """Canvas mask (3H, 3W) of the asset (V, F) through `lens` at the exported per-row poses. margin_px != 0: the
     pixel is also tested at the 4 probe points margin_px away along u and v (each unprojected through the lens):
     covered at any of the 5 (> 0, outer band) or at all of them (< 0, inner band). Pixels are tested in the
     canvas box lens_canvas_box of the asset's axis-aligned box, grown to hold the `exported` mask's pixels;
-    outside it the mask is empty. rays: the event's CanvasRays (pixel centres), shared by its objects."""
+    outside it the mask is empty. rays: the event's CanvasRays (pixel centres), shared by its objects.
+    row_mesh: a deforming object's (first canvas row c0, world vertices (n, V, 3) of rows c0 .. c0 + n - 1, load_row_mesh),
+    rasterised instead of (V, F) posed: rows outside that range are empty."""
     W, H = manifest["calibration"]["image_size_px"]
-    T_co = _row_T_co(manifest, arrays, o)
     near, far = _clip(manifest)
-    lo, hi = V.min(axis=0), V.max(axis=0)
-    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
-    box = lens_canvas_box(lens, corners, T_co, W, H, near if near is not None else 0.0)
+    if row_mesh is not None:
+        c0, Vw = row_mesh
+        T_cw = np.linalg.inv(arrays["canvas_row_T_world_camera"][c0:c0 + len(Vw)])
+        P = Vw @ np.swapaxes(T_cw[:, :3, :3], 1, 2) + T_cw[:, None, :3, 3]          # (n, V, 3) camera frame
+        box = lens_canvas_box(lens, UNIT_BOX, row_boxes(P), W, H, near if near is not None else 0.0)
+        box = None if box is None else (box[0], box[1], box[2] + c0, box[3] + c0)
+    else:
+        T_co = _row_T_co(manifest, arrays, o)
+        lo, hi = V.min(axis=0), V.max(axis=0)
+        corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+        box = lens_canvas_box(lens, corners, T_co, W, H, near if near is not None else 0.0)
     tb = tight_box(exported) if exported is not None else None
     if tb is not None:
         t = (max(tb[0] - 1, 0), min(tb[0] + tb[2] + 1, 3 * W), max(tb[1] - 1, 0), min(tb[1] + tb[3] + 1, 3 * H))
@@ -187,7 +197,13 @@ def rasterise_object_lens(manifest, arrays, o, V, F, lens, exported=None, margin
     if box is None:
         return out
     x0, x1, y0, y1 = box
-    T_rows = T_co[0] if np.allclose(T_co, T_co[0], atol=0, rtol=0) else T_co[y0:y1]
+    if row_mesh is not None:           # only rows with vertices can be covered; V per row, camera frame
+        y0, y1 = max(y0, c0), min(y1, c0 + len(Vw))
+        if y1 <= y0:
+            return out
+        V, T_rows = P[y0 - c0:y1 - c0], np.eye(4)
+    else:
+        T_rows = T_co[0] if np.allclose(T_co, T_co[0], atol=0, rtol=0) else T_co[y0:y1]
     e = abs(margin_px)
     probes = [(0.0, 0.0)] + ([(e, 0.0), (-e, 0.0), (0.0, e), (0.0, -e)] if e else [])
     rays = rays or CanvasRays(lens, W, H)
@@ -294,11 +310,27 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
     _check_assets(manifest, arrays, objs, block, add, root)
 
 
-def load_asset(root, asset: dict):
+def _asset_bytes(root, asset: dict) -> bytes:
     path = resolve_inside(root, asset["uri"])
     if sha256_file(path) != asset["sha256"]:
         raise RowbeamError(f"asset {asset['uri']} does not match its sha256")
-    return read_ply(path.read_bytes())
+    return path.read_bytes()
+
+
+def load_asset(root, asset: dict):
+    return read_ply(_asset_bytes(root, asset))
+
+
+def load_row_mesh(root, row_mesh: dict, n_vertices: int):
+    """(first canvas row, world vertices (rows, V, 3) float64) of a deforming object's `row_mesh` (.npy, sha256
+    checked, shape checked against the manifest and the asset's vertex count)."""
+    import io
+
+    a = np.load(io.BytesIO(_asset_bytes(root, row_mesh)), allow_pickle=False)
+    if a.dtype != np.float64 or a.shape != (row_mesh["rows"], n_vertices, 3):
+        raise RowbeamError(f"row_mesh {row_mesh['uri']}: shape {a.shape} {a.dtype}, expected "
+                           f"({row_mesh['rows']}, {n_vertices}, 3) float64")
+    return int(row_mesh["first_canvas_row"]), a
 
 
 def _check_assets(manifest, arrays, objs, block, add, root) -> None:
@@ -328,15 +360,22 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
         if not (np.allclose(o["box3d"]["centre_m"], (lo + hi) / 2, atol=1e-9)
                 and np.allclose(o["box3d"]["size_m"], hi - lo, atol=1e-9)):
             problems.append(f"{name}: box3d is not the asset's axis-aligned box")
-        if not o.get("rasterisation_check", True):
+        if not o.get("rasterisation_check", True) or ("row_mesh" in o and lens is None):
             skipped.append(o["instance_id"])
             continue
+        row_mesh = None
+        if "row_mesh" in o:
+            try:
+                row_mesh = load_row_mesh(root, o["row_mesh"], len(V))
+            except (RowbeamError, OSError, ValueError) as exc:
+                problems.append(f"{name}: {exc}")
+                continue
         try:              # in one window of the canvas: the mask's box (+2 px for the ray cast) and the rasterisations'
             mbox = canvas_mask_box(arrays, W, H, o)
             if lens is not None:          # through a lens: whole-canvas masks (probe bands EDGE_MARGIN_PX away)
                 exported = _paste(mbox, (0, 3 * H, 0, 3 * W))
-                band = lambda e, o=o, V=V, F=F, x=exported: (0, 0, rasterise_object_lens(  # noqa: E731
-                    manifest, arrays, o, V, F, lens, x, e, canvas_rays_))
+                band = lambda e, o=o, V=V, F=F, x=exported, rm=row_mesh: (0, 0, rasterise_object_lens(  # noqa: E731
+                    manifest, arrays, o, V, F, lens, x, e, canvas_rays_, rm))
             else:
                 band = lambda e, o=o, V=V, F=F: rasterise_object_box(manifest, arrays, o, V, F, e, T_cw=T_cw)  # noqa: E731
             nominal = band(0.0)
@@ -356,12 +395,14 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
             skipped.append(f"{o['instance_id']} ({exc})")
             continue
         checked += 1
-        rays.append((o, *_ray_cast_edges(manifest, arrays, o, V, F, m, lens, window[::2])))
+        rays.append((o, *_ray_cast_edges(manifest, arrays, o, V, F, m, lens, window[::2], row_mesh=row_mesh)))
         worst, worst_violation = max(worst, mismatch), max(worst_violation, violation)
         if violation:
             problems.append(f"{name}: amodal mask differs from the rasterised asset by {mismatch} px, "
                             f"{violation} px farther than {EDGE_MARGIN_PX} px from an edge")
+    n_rows = sum("row_mesh" in o and o["instance_id"] not in skipped for o in objs)
     msg = (f"{checked} object(s) re-rasterised from their assets at the exported per-row poses and K"
+           + (f" ({n_rows} deforming, from their per-row meshes)" if n_rows else "")
            + (f" through the {lens.model} lens (per-pixel rays)" if lens is not None else "")
            + f": worst mismatch {worst} px, none farther than {EDGE_MARGIN_PX} px from an edge"
            + (f"; not re-rasterised (deforming, or crossing the camera plane in a bundle without canvas.clip_m): "
@@ -380,11 +421,12 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
 
 
 def _ray_cast_edges(manifest, arrays, o, V, F, canvas, lens=None, origin=(0, 0),
-                    per_object: int = RAY_SAMPLES) -> tuple[int, int, int]:
+                    per_object: int = RAY_SAMPLES, row_mesh=None) -> tuple[int, int, int]:
     """(rays cast, judged, disagreeing) for pixels on both sides of the object's canvas silhouette edge (plus a
     few anywhere in its box), each ray cast at its canvas row's pose (through `lens` when given, else the pinhole
     K) and judged only away from edges. canvas: the (3H, 3W) canvas mask, or a window of it whose first pixel is
-    canvas (row, column) `origin` holding the mask's box grown by 2 px (clipped to the canvas)."""
+    canvas (row, column) `origin` holding the mask's box grown by 2 px (clipped to the canvas). row_mesh: a deforming
+    object's (first canvas row, world vertices per row), each ray cast at its row's mesh (no mesh: a miss)."""
     W, H = manifest["calibration"]["image_size_px"]
     box = tight_box(canvas, origin[1], origin[0])
     if box is None:
@@ -403,12 +445,19 @@ def _ray_cast_edges(manifest, arrays, o, V, F, canvas, lens=None, origin=(0, 0),
     rows, cols = np.unravel_index(pick, w.shape)
     rows, cols = rows + r0, cols + c0
     T_wc = arrays["canvas_row_T_world_camera"][rows]
-    T_wo = np.asarray(object_row_poses(manifest, arrays, o))[rows]
-    T_co = np.linalg.inv(T_wc) @ T_wo
     clip = manifest["object_labels"]["canvas"].get("clip_m")
     near, far = (clip["near"], clip["far"]) if clip else (0.0, np.inf)
     K = lens if lens is not None else np.array(manifest["calibration"]["K"], dtype=np.float64)
     uv = np.stack([cols - W, rows - H], axis=1).astype(np.float64)
-    inside, outside = robust_hits(V, F, K, T_co, uv, near, far)
+    if row_mesh is None:
+        T_co = np.linalg.inv(T_wc) @ np.asarray(object_row_poses(manifest, arrays, o))[rows]
+        inside, outside = robust_hits(V, F, K, T_co, uv, near, far)
+    else:                              # world vertices of the ray's row, seen from the camera at that row
+        c0, Vw = row_mesh
+        inside, outside = np.zeros(len(rows), bool), np.ones(len(rows), bool)
+        for r in np.unique(rows):
+            at = np.flatnonzero(rows == r)
+            if c0 <= r < c0 + len(Vw):
+                inside[at], outside[at] = robust_hits(Vw[r - c0], F, K, np.linalg.inv(T_wc[at]), uv[at], near, far)
     mask = canvas[rows - origin[0], cols - origin[1]]
     return len(pick), int((inside | outside).sum()), int(((mask & outside) | (~mask & inside)).sum())

@@ -181,6 +181,22 @@ def clipped_box_points(corners, T_co, near: float):
     return X, np.concatenate([P[..., 2] >= near, cross], axis=1)
 
 
+UNIT_BOX = np.array([[x, y, z] for x in (0.0, 1.0) for y in (0.0, 1.0) for z in (0.0, 1.0)])  # index bits = x, y, z
+
+
+def row_boxes(P) -> np.ndarray:
+    """Affine maps (R, 4, 4) taking UNIT_BOX onto each row's axis-aligned box of the points P (R, V, 3) (camera
+    frame, m): lens_canvas_box(lens, UNIT_BOX, row_boxes(P), ...) bounds a mesh that has its own vertices per row
+    (a deforming object), the box clipped to z >= near holding the clipped mesh."""
+    P = np.asarray(P, dtype=np.float64)
+    lo, hi = P.min(axis=1), P.max(axis=1)
+    A = np.zeros((len(P), 4, 4))
+    A[:, [0, 1, 2], [0, 1, 2]] = hi - lo
+    A[:, :3, 3] = lo
+    A[:, 3, 3] = 1.0
+    return A
+
+
 def domain_radius(lens) -> float:
     """Largest undistorted normalized radius sqrt(x^2 + y^2) inside the lens's valid domain (inf: unbounded)."""
     if lens.model == "opencv":
@@ -292,9 +308,10 @@ def rasterize_rays(vertices, triangles, rays, T_camera_object, near: float | Non
     """Coverage of pixels given by their normalized rays by a mesh: bool (R, C).
 
     rays: (R, C, 2) normalized (x, y) of each pixel centre (camera ray (x, y, 1); NaN: no ray, never covered);
-    vertices (V, 3) m, object frame; triangles (F, 3) int; T_camera_object (4, 4) or (R, 4, 4), one pose per row of
-    `rays`. A pixel is covered when its ray lies inside the pinhole projection (normalized coordinates, x = X/Z)
-    of a triangle clipped to near <= camera z <= far (with `near`; without it every vertex must have z > 0, else
+    vertices (V, 3) m, object frame, or (R, V, 3), one mesh per row of `rays` (a deforming object, the same
+    triangles); triangles (F, 3) int; T_camera_object (4, 4) or (R, 4, 4), one pose per row of `rays`.
+    A pixel is covered when its ray lies inside the pinhole projection (normalized coordinates, x = X/Z) of a
+    triangle clipped to near <= camera z <= far (with `near`; without it every vertex must have z > 0, else
     ValueError). Candidate pixels of a (row, triangle) pair are found from the row's rays sorted by
     x; each is then tested against the three edges (vectorised, float64)."""
     rays = np.asarray(rays, dtype=np.float64)
@@ -306,9 +323,10 @@ def rasterize_rays(vertices, triangles, rays, T_camera_object, near: float | Non
     if R == 0 or C == 0 or tris.shape[0] == 0 or not has.any():
         return out
     T = np.asarray(T_camera_object, dtype=np.float64)
-    per_row = T.ndim == 3
-    V = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
+    V = np.asarray(vertices, dtype=np.float64)
+    V = V if V.ndim == 3 else V.reshape(-1, 3)
     P = V @ np.swapaxes(T[..., :3, :3], -1, -2) + T[..., None, :3, 3]             # (R?, V, 3)
+    per_row = P.ndim == 3
     z = P[..., 2]
     if near is None and np.any(z <= 0):
         raise ValueError("a mesh vertex is not in front of the camera (z <= 0)")

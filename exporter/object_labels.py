@@ -27,11 +27,11 @@ from contracts.errors import RowbeamError
 from contracts.files import atomic_write_bytes, sha256_file
 from contracts.frames import invert_rigid, rigid_part, world_from_opencv_camera
 from contracts.object_checks import DEFINITION, tight_box
-from contracts.rasterize import (CanvasRays, clipped_box_points, lens_canvas_box, ply_bytes, rasterize_rays,
-                                 rasterize_rows)
+from contracts.rasterize import (UNIT_BOX, CanvasRays, clipped_box_points, lens_canvas_box, ply_bytes,
+                                 rasterize_rays, rasterize_rows, row_boxes)
 
 from . import cycles_setup as cs
-from .cycles_timing import timed_rows_shutter
+from .cycles_timing import label_shutter, timed_rows_shutter
 from .osl_camera import CLIP_M
 from .scene_clock import objects_world_matrices, set_time
 from .scene_patch import ScenePatch
@@ -55,14 +55,21 @@ UNOCCLUDED_RULE = ("an object whose padded projected box (mesh-box corners at 5 
                    "surface in the label render all have camera_z > 1.01 * (its farthest sampled camera z) + 0.01 m "
                    "takes amodal = modal from the label render (nothing can be in front of it)")
 
-LENS_METHOD = ("rasterised_through_lens: every rigid (not deforming), always-shown object is rasterised from its asset "
-               "per canvas pixel: the pixel centre is unprojected through the lens (contracts.lens.unproject, float64 "
+LENS_METHOD = ("rasterised_through_lens: every object with a mesh is rasterised per canvas pixel (a rigid one "
+               "from its asset): the pixel centre is unprojected through the lens (contracts.lens.unproject, float64 "
                "Newton) to its normalized ray (x, y, 1) and is covered when that ray lies inside the pinhole projection "
                "(normalized coordinates) of a triangle clipped to near <= camera_z <= far, posed at the pixel's canvas "
                "row time (camera and object); contracts.rasterize.rasterize_rays over the canvas box "
                "contracts.rasterize.lens_canvas_box. Cycles' visible pixels (instance_id) are OR-ed in and counted "
-               "(method.modal_pixels_added). Deforming objects and objects hidden during part of the event have no "
-               "object labels through a lens (listed in `skipped`)")
+               "(method.modal_pixels_added). A deforming object is rasterised the same way from its evaluated mesh "
+               "(render settings) at each canvas row's exact time (row_mesh: those per-row world vertices, rows of its "
+               "canvas box, for the checker); an object hidden (hide_render) during part of the event is labelled in "
+               "every row when it is shown at the label render's time (the shutter centre: Blender syncs render "
+               "visibility once per render), else listed in `skipped`")
+ROW_MESH_RULE = ("vertices (rows, V, 3) float64 world metres of the object's evaluated mesh (render settings) at the "
+                 "time of canvas rows first_canvas_row .. first_canvas_row + rows - 1 (the rows of its canvas box; none "
+                 "covered elsewhere), triangles those of `asset`; the mask is rasterised from row c's vertices seen "
+                 "by canvas_row_T_world_camera[c]")
 LENS_CANVAS_RULE = ("through a lens the canvas is the pixels u in [-W, 2W), v in [-H, 2H) whose centre has a ray "
                     "(contracts.lens.unproject valid: inside the model's valid domain, where its radial map is "
                     "strictly increasing, inverse residual <= 1e-9 px); pixels beyond the valid domain are not part "
@@ -78,6 +85,49 @@ METHOD = ("rasterised_or_cycles_canvas: rigid meshes rasterised from their asset
           "not overlap, other objects hide_render = True (not synced); each render cropped to its group's boxes. The modal "
           "pixels (instance_id) are OR-ed into the amodal mask (a visible pixel lies on its silhouette); "
           "method.modal_pixels_added counts them")
+
+
+def lens_shown(scene, clock, objs, timing, hidden_notes: dict) -> dict:
+    """{k: shown} for the objects hidden during part of the canvas rows' times (hidden_notes): Blender takes render
+    visibility at the scene time of the render, the label render's shutter centre (cycles_timing.label_shutter),
+    so such an object is in every row of the labels or in none."""
+    if not hidden_notes:
+        return {}
+    set_time(scene, clock, label_shutter(timing).centre_ns)
+    return {k: not objs[k].hide_render for k in hidden_notes}
+
+
+def deforming_row_meshes(scene, clock, objects, times) -> dict:
+    """{name: (world vertices (3H, V, 3) float64 m, triangles (F, 3))} of each deforming object's evaluated mesh
+    (render settings, exporter.mesh_motion.evaluate_meshes) at every canvas row's exact time `times`; (None, None)
+    when its vertex count or triangles differ between rows."""
+    if not objects:
+        return {}
+    from .mesh_motion import evaluate_meshes
+
+    got = evaluate_meshes(scene, clock, [(o, (o.name, c), t) for o in objects for c, t in enumerate(times)])
+    out = {}
+    for o in objects:
+        rows = [got[o.name, c] for c in range(len(times))]
+        F = rows[0][1]
+        same = all(len(v) == len(rows[0][0]) and np.array_equal(f, F) for v, f in rows)
+        out[o.name] = (np.stack([v for v, _ in rows]), F) if same else (None, None)
+    return out
+
+
+def npy_bytes(a) -> bytes:
+    """The .npy file (numpy format 1.0, little-endian float64, no pickle) of an array."""
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(a, dtype="<f8"), allow_pickle=False)
+    return buf.getvalue()
+
+
+def asset_uri(sha: str, data: bytes) -> str:
+    """Bundle-relative path of a content-addressed asset: a PLY mesh, or a .npy array (a deforming object's
+    per-row vertices)."""
+    return f"{ASSET_DIR}/{sha}.{'ply' if data[:3] == b'ply' else 'npy'}"
 
 
 def canvas_row_times(timing) -> list[Fraction]:
@@ -149,13 +199,13 @@ def asset_for(M_world, V_local, F, name: str):
 
 
 def write_assets(root, assets: dict) -> None:
-    """Write OUT/assets/meshes/<sha256>.ply once (content-addressed, atomic; concurrent writers agree)."""
+    """Write OUT/assets/meshes/<sha256>.ply (or .npy: asset_uri) once (content-addressed, atomic; concurrent writers agree)."""
     from pathlib import Path
 
     d = Path(root) / ASSET_DIR
     d.mkdir(parents=True, exist_ok=True)
     for sha, data in assets.items():
-        p = d / f"{sha}.ply"
+        p = Path(root) / asset_uri(sha, data)
         if p.exists() and sha256_file(p) == sha:
             continue
         atomic_write_bytes(p, data)
@@ -329,7 +379,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
         T_wo, V, notes = asset_for(np.array(o.matrix_world, dtype=np.float64), mesh[0], mesh[1], e.obj_name)
         if o.is_deform_modified(scene, "RENDER"):
             notes.append("deforming: asset is the mesh at reference_time_ns; masks are exact, the re-rasterisation "
-                         "check is skipped")
+                         "check is skipped" if lens is None else "deforming: asset is the mesh at reference_time_ns; "
+                         "masks rasterised from the evaluated mesh at each canvas row's time (row_mesh)")
         data = ply_bytes(V, mesh[1])
         sha = hashlib.sha256(data).hexdigest()
         assets[sha] = data
@@ -394,25 +445,48 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     if lens is not None:
         T_cw_rows = np.linalg.inv(cam_rows)
         rays_cache = canvas_ray_cache(lens, W, H)
+        shown = lens_shown(scene, clock, objs, timing, hidden_notes)
+        deforming = [k for k in keys if not entries[k]["checkable"] and shown.get(k, True)]
+        row_meshes = deforming_row_meshes(scene, clock, [objs[k] for k in deforming], times)
         for k in keys:
             ent = entries[k]
-            if not ent["checkable"] or k in hidden_notes:
-                why = hidden_notes.get(k, "deforming")
+            if not shown.get(k, True):
                 skipped.append({"instance_id": table[k].render_index, "id": str(table[k].id), "name": table[k].obj_name,
-                                "reason": f"{why}: through a lens only rigid, always-shown objects get object labels "
-                                          "(rasterised from their asset); none for this one"})
+                                "reason": f"{hidden_notes[k]}; hidden at the label render's time (the shutter "
+                                          "centre): no pixel rendered, no object labels"})
                 continue
-            T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k]]]) if k in row_of_moving
-                    else ent["T_wo_ref"])
-            T_co = T_cw_rows @ T_wo
-            box = lens_canvas_box(lens, corners[k], np.broadcast_to(T_co, (Hc, 4, 4)), W, H, clip_near)
+            if k in deforming:
+                Vw, F = row_meshes[objs[k].name]
+                if F is None or not np.array_equal(F, ent["F"]):
+                    skipped.append({"instance_id": table[k].render_index, "id": str(table[k].id),
+                                    "name": table[k].obj_name, "reason": "deforming: the evaluated mesh's triangles "
+                                    "change between canvas rows or differ from the asset's: no object labels through "
+                                    "a lens"})
+                    continue
+                P = Vw @ np.swapaxes(T_cw_rows[:, :3, :3], 1, 2) + T_cw_rows[:, None, :3, 3]   # (3H, V, 3) camera
+                box = lens_canvas_box(lens, UNIT_BOX, row_boxes(P), W, H, clip_near)
+            else:
+                T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k]]]) if k in row_of_moving
+                        else ent["T_wo_ref"])
+                T_co = T_cw_rows @ T_wo
+                box = lens_canvas_box(lens, corners[k], np.broadcast_to(T_co, (Hc, 4, 4)), W, H, clip_near)
             if box is None:
                 continue
             x0, x1, y0, y1 = box
             rays = rays_cache.get(x0, x1, y0, y1)
-            T_rows = T_co[y0:y1] if T_co.ndim == 3 else T_co
             boxes[k] = box
-            rasterised[k] = (box, rasterize_rays(ent["V"], ent["F"], rays, T_rows, near=clip_near, far=clip_far))
+            if k in deforming:
+                data = npy_bytes(Vw[y0:y1])
+                sha = hashlib.sha256(data).hexdigest()
+                assets[sha] = data
+                ent["row_mesh"] = {"uri": asset_uri(sha, data), "relative_to": "bundle root", "sha256": sha,
+                                   "first_canvas_row": y0, "rows": y1 - y0, "units": "m", "frame": "world",
+                                   "rule": ROW_MESH_RULE}
+                mask = rasterize_rays(P[y0:y1], F, rays, np.eye(4), near=clip_near, far=clip_far)
+            else:
+                T_rows = T_co[y0:y1] if T_co.ndim == 3 else T_co
+                mask = rasterize_rays(ent["V"], ent["F"], rays, T_rows, near=clip_near, far=clip_far)
+            rasterised[k] = (box, mask)
     elif RASTERISE_RIGID:
         T_cw_rows = np.linalg.inv(cam_rows)                              # (3H, 4, 4) camera <- world per canvas row
         K64 = np.asarray(K, dtype=np.float64)
@@ -576,7 +650,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
             "centroid_row_time_ns": _round_ns(times[H + centroid_row]) if centroid_row is not None else None,
             "asset": {"uri": f"{ASSET_DIR}/{ent['sha']}.ply", "relative_to": "bundle root", "sha256": ent["sha"],
                       "units": "m", "frame": "object (scale baked in)"},
-            "rasterisation_check": ent["checkable"],
+            **({"row_mesh": ent["row_mesh"]} if "row_mesh" in ent else {}),
+            "rasterisation_check": ent["checkable"] or "row_mesh" in ent,
             "notes": notes,
         })
     set_time(scene, clock, t_ref)

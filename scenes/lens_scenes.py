@@ -104,3 +104,67 @@ def lens_plates(lens: str = "opencv", scale: int = 4):
                               notes={"plates": plates, "lens": LENS_PRESETS[lens], "T_world_camera": T})
     rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, lens=LENS_PRESETS[lens], object_labels=True)
     return truth, rig
+
+
+# Object labels of a deforming and of part-time-hidden objects through a lens: (name, id, camera-frame rectangle
+# x0, x1, y0, y1 in normalized coordinates, depth m). "stretching": its edge x = x0 moves by STRETCH[lens] (normalized
+# units) times the shape-key value, keyed linearly 0 at frame 1 -> 1 at frame 3 (linear extrapolation); "appearing":
+# hide_render True from frame 1.5 to 1.9 (shown at the label render's time, hidden in the first canvas rows; shown at
+# frame 1, where the object table is taken); "vanishing": shown until frame 2.1, then hidden (hidden at the label
+# render's time). Event 1 (30 fps): canvas rows
+# span frames ~1.70 .. 2.78, the image rows' shutter centre is frame ~2.24.
+CHANGING_LAYOUT = {
+    "opencv": [("stretching", 0x7301, (-0.50, -0.10, 0.10, 0.45), 3.0),
+               ("appearing", 0x7302, (0.20, 0.50, -0.50, -0.20), 3.0),
+               ("vanishing", 0x7303, (0.55, 0.75, 0.20, 0.40), 3.0)],
+    "opencv_fisheye": [("stretching", 0x7301, (-1.00, -0.30, 0.10, 1.50), 1.0),
+                       ("appearing", 0x7302, (0.20, 0.50, -0.50, -0.20), 3.0),
+                       ("vanishing", 0x7303, (0.55, 0.75, 0.20, 0.40), 3.0)],
+}
+STRETCH = {"opencv": -1.0, "opencv_fisheye": -6.0}
+SHAPE_KEY_FRAMES = (1, 3)                   # shape-key value 0 at the first frame, 1 at the second (linear)
+HIDE_KEYS = {"appearing": [(1, False), (1.5, True), (1.9, False)], "vanishing": [(1, False), (2.1, True)]}  # (frame, hide)
+
+
+def lens_changing_plates(lens: str = "opencv", scale: int = 4):
+    """Fronto-parallel plates (CHANGING_LAYOUT[lens]) through LENS_PRESETS[lens], object labels on: one deformed by
+    an animated shape key, two with animated hide_render. truth.notes["plates"]: (name, id, (X0, X1, Y0, Y1) m at
+    shape-key value 0, depth m); notes["stretch_m"]: the stretching plate's X0 shift (m) at shape-key value 1."""
+    from exporter import blender_compat
+
+    _, cam, T, K, size = calibration._base(scale)
+    plates, stretch_m = [], None
+    for name, oid, (x0, x1, y0, y1), d in CHANGING_LAYOUT[lens]:
+        X0, X1, Y0, Y1 = x0 * d, x1 * d, y0 * d, y1 * d
+        M = calibration._plane_facing(np.eye(4), ((X0 + X1) / 2, (Y0 + Y1) / 2, d), (0, 0, -1.0))
+        q = common.add_quad(name, (Y1 - Y0) / 2, (X1 - X0) / 2, T @ M)
+        common.tag(q, oid, "target")
+        plates.append((name, oid, (X0, X1, Y0, Y1), d))
+        if name == "stretching":           # move the vertices on the camera-x = X0 edge along camera x
+            q.shape_key_add(name="Basis")
+            key = q.shape_key_add(name="stretch")
+            key.slider_min, key.slider_max = -10.0, 10.0
+            stretch_m = STRETCH[lens] * d
+            shift_local = M[:3, :3].T @ np.array([stretch_m, 0.0, 0.0])
+            for v, kd in zip(q.data.vertices, key.data, strict=True):
+                cam_x = (M[:3, :3] @ np.array(v.co) + M[:3, 3])[0]
+                if abs(cam_x - X0) < 1e-6:
+                    kd.co = tuple(np.array(v.co) + shift_local)
+            for frame, value in zip(SHAPE_KEY_FRAMES, (0.0, 1.0), strict=True):
+                key.value = value
+                key.keyframe_insert("value", frame=frame)
+            for fc in blender_compat.fcurves(q.data.shape_keys):
+                fc.extrapolation = "LINEAR"
+                for kp in fc.keyframe_points:
+                    kp.interpolation = "LINEAR"
+        elif name in HIDE_KEYS:
+            for f, h in HIDE_KEYS[name]:
+                q.hide_render = h
+                q.keyframe_insert("hide_render", frame=f)
+            for fc in blender_compat.fcurves(q):
+                for kp in fc.keyframe_points:
+                    kp.interpolation = "CONSTANT"
+    truth = calibration.Truth(K, size, lambda t: T, [], notes={"plates": plates, "stretch_m": stretch_m,
+                                                               "lens": LENS_PRESETS[lens], "T_world_camera": T})
+    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, lens=LENS_PRESETS[lens], object_labels=True)
+    return truth, rig

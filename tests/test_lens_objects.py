@@ -304,8 +304,8 @@ def test_object_adapters_with_a_lens(exports, tmp_path):
 def test_running_example_through_a_lens_exports_object_labels(tmp_path, lens_name):
     """The running example's camera (event 30, 160x90) with each scene lens (`rowbeam scenes running_example --lens
     MODEL`: D from SCENE_LENSES, K from the Blender camera) exports object labels through the lens: rigid objects
-    rasterised, the walking pedestrian (armature-deformed) listed in `skipped` with the reason; `rowbeam check`
-    passes (lens re-rasterisation and lens ray cast included)."""
+    rasterised, the walking pedestrian (armature-deformed) too, from its evaluated mesh at each row's time (row_mesh);
+    `rowbeam check` passes and re-rasterises the pedestrian from its per-row meshes (lens ray cast included)."""
     from contracts.check import check_bundle
     from scenes import lens_scenes, running_example
 
@@ -323,10 +323,13 @@ def test_running_example_through_a_lens_exports_object_labels(tmp_path, lens_nam
     m, _ = load_event(e.event)
     block = m["object_labels"]
     assert block["method"]["renders"] == 0 and block["method"]["objects_rasterised"] >= len(block["objects"]) >= 3
-    assert any("deforming: through a lens" in s["reason"] for s in block["skipped"]), block["skipped"]
+    ped = next(o for o in block["objects"] if o["name"] == "pedestrian")
+    assert "row_mesh" in ped and ped["rasterisation_check"] and ped["px_count_visib"] > 0, ped
+    assert not any(s["name"] == "pedestrian" for s in block["skipped"]), block["skipped"]
     report = check_bundle(e.bundle)
     assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
     checks = {c["check"]: c for ev in report["events"] for c in ev["checks"]}
+    assert "1 deforming, from their per-row meshes" in checks["objects:rasterisation"]["message"], checks
     print(f"{lens_name}: {len(block['objects'])} objects rasterised through the lens, "
           f"{len(block['skipped'])} skipped; {checks['objects:rasterisation']['message']}")
 
@@ -363,3 +366,130 @@ def test_checker_catches_a_mask_pixel_beyond_the_fisheye_domain(exports, tmp_pat
         p["bbox_amodal_unclipped"] = tight_box(canvas, -W, -H)
     _edit_manifest(ev, edit)
     assert_fails(root, "objects:rasterisation", "farther than 0.02 px from an edge")
+
+
+# ----- deforming and part-time-hidden objects through a lens (real Cycles, 320x180) ------------------------------
+
+def _robust_mask(lens, u, v, inside):
+    """(expected, judged) of pixels (u, v): inside(xy (..., 2) OpenCV normalized ray, v) for the pixel centre; judged
+    where the centre and its 4 probes PROBE px away agree (the probes keep the pixel's row, hence its time)."""
+    centre = inside(_cv_rays(lens, u, v), v)
+    judged = np.ones_like(centre)
+    for du, dv in ((PROBE, 0), (-PROBE, 0), (0, PROBE), (0, -PROBE)):
+        judged &= inside(_cv_rays(lens, u + du, v + dv), v) == centre
+    return centre, judged
+
+
+def _rect_inside(X0, X1, Y0, Y1, d):
+    """inside() of a fronto-parallel rectangle at camera z = d; X0 may depend on the row: X0(v)."""
+    def inside(xy, v):
+        x0 = X0(v) if callable(X0) else X0
+        with np.errstate(invalid="ignore"):
+            return (xy[..., 0] * d >= x0) & (xy[..., 0] * d <= X1) & (xy[..., 1] * d >= Y0) & (xy[..., 1] * d <= Y1)
+    return inside
+
+
+def _tight(mask, x0=0, y0=0):
+    """[u_min, v_min, u_max, v_max] (image px) of a canvas-window mask whose first pixel is canvas (y0, x0)."""
+    rows, cols = np.nonzero(mask)
+    return np.array([cols.min() + x0 - W, rows.min() + y0 - H, cols.max() + x0 - W, rows.max() + y0 - H])
+
+
+@pytest.mark.parametrize("lens_name", ["opencv", "opencv_fisheye"])
+def test_deforming_and_hidden_objects_through_lens(exports, lens_name):
+    """Through each lens, a plate stretched by an animated shape key (its edge X0 moves off axis, across the image
+    border, with the rolling shutter: each canvas row sees its own shape) and two plates with animated hide_render.
+    The deforming plate's canvas mask equals the pixels whose OpenCV ray (cv2.undistortPoints) meets the rectangle
+    with X0 at the row's closed-form shape-key value (0 mismatch away from 0.02 px of an edge) and its unclipped box
+    is that oracle's within 1 px; a fixed shape (any one row time) misses many pixels. The plate shown at the label
+    render's time (hidden in the first canvas rows) is labelled in every row, its mask the static rectangle's; the
+    one hidden then is skipped (and has no rendered pixel). `rowbeam check` passes and re-rasterises the deforming
+    plate from its per-row meshes."""
+    from contracts.check import check_bundle
+    from contracts.object_checks import object_masks
+    from scenes import lens_scenes
+
+    from .helpers import load_event
+
+    e = exports(f"lens_changing_{lens_name}", lens_scenes.lens_changing_plates, lens=lens_name)
+    m, a = load_event(e.event)
+    lens = _event_lens(m)
+    block = m["object_labels"]
+    by_name = {o["name"]: o for o in block["objects"]}
+    assert set(by_name) == {"stretching", "appearing"}, (list(by_name), block["skipped"])
+    # canvas row times from the rig's timing model (event 1 at 30 Hz, readout 12 ms, exposure 4 ms)
+    c = np.arange(3 * H)
+    t = 1e9 / 30 + 12e6 * (c - H + 0.5) / H + 2e6
+    assert np.abs(a["canvas_row_time_ns"] - t).max() <= 1.0
+    f0, f1 = lens_scenes.SHAPE_KEY_FRAMES
+    key = (1 + t * 30 / 1e9 - f0) / (f1 - f0)                     # shape-key value per canvas row (linear fcurve)
+    plates = {n: (rect, d) for n, _, rect, d in e.truth.notes["plates"]}
+    checks = {}
+    for name, o in by_name.items():
+        (X0, X1, Y0, Y1), d = plates[name]
+        x0 = (lambda vv, X0=X0: X0 + e.truth.notes["stretch_m"] * key[vv.astype(int) + H]) if name == "stretching" \
+            else X0
+        _, canvas = object_masks(block, a, W, H, o)
+        bx, by, bw, bh = o["bbox_amodal_unclipped"]      # the oracle over the exported box grown by 20 px
+        gx0, gx1 = max(bx + W - 20, 0), min(bx + bw + W + 20, 3 * W)
+        gy0, gy1 = max(by + H - 20, 0), min(by + bh + H + 20, 3 * H)
+        v, u = np.mgrid[gy0 - H:gy1 - H, gx0 - W:gx1 - W].astype(np.float64)
+        expected, judged = _robust_mask(lens, u, v, _rect_inside(x0, X1, Y0, Y1, d))
+        ring = np.ones_like(expected)
+        ring[1:-1, 1:-1] = False
+        ring &= ~((v == -H) | (v == 2 * H - 1) | (u == -W) | (u == 2 * W - 1))     # the canvas border may be covered
+        assert not expected[ring].any(), (name, "the oracle's silhouette reaches beyond the exported box + 20 px")
+        got = canvas[gy0:gy1, gx0:gx1]
+        mismatch = int(((got != expected) & judged).sum())
+        assert canvas.sum() == got.sum() and mismatch == 0 and (~judged).sum() < 0.02 * expected.sum(), \
+            (name, mismatch, int((~judged).sum()))
+        box_err = np.abs(np.array([bx, by, bx + bw - 1, by + bh - 1]) - _tight(expected, gx0, gy0)).max()
+        assert box_err <= 1, (name, o["bbox_amodal_unclipped"], _tight(expected, gx0, gy0))
+        assert abs(o["px_count_all"] - int(expected.sum())) <= int((~judged).sum())
+        assert o["px_count_visib"] == int((a["instance_id"] == o["instance_id"]).sum()) > 0
+        checks[name] = (int(expected.sum()), int((~judged).sum()), int(box_err))
+        if name == "stretching":
+            assert "row_mesh" in o and o["rasterisation_check"]
+            assert 0 < o["px_count_in_image"] < o["px_count_all"], "the plate leaves the image"
+            for rows_at in (H, 2 * H - 1):              # one shape for all rows (the mesh at one time) is wrong
+                fixed = _rect_inside(X0 + e.truth.notes["stretch_m"] * key[rows_at], X1, Y0, Y1, d)(
+                    _cv_rays(lens, u, v), v)
+                assert ((fixed != expected) & judged).sum() > 50
+        else:
+            assert any("hidden (hide_render)" in n for n in o["notes"]), o["notes"]
+    vanishing = next(s for s in block["skipped"] if s["name"] == "vanishing")
+    assert "hidden at the label render's time" in vanishing["reason"]
+    vid = next(oid for n, oid, _, _ in e.truth.notes["plates"] if n == "vanishing")
+    assert not (a["instance_id"] == vid).any()
+    report = check_bundle(e.bundle)
+    assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+    got = {c["check"]: c for ev in report["events"] for c in ev["checks"]}
+    assert "2 object(s) re-rasterised" in got["objects:rasterisation"]["message"]
+    assert "1 deforming, from their per-row meshes" in got["objects:rasterisation"]["message"]
+    assert got["objects:ray_cast"]["status"] == "pass"
+    print(f"{lens_name}: (canvas px, edge px not judged, box error px) {checks}; "
+          f"{got['objects:rasterisation']['message']}")
+
+
+def test_wrong_deforming_rows_are_caught(tmp_path, monkeypatch):
+    """Planted fault: the exporter rasterises the deforming plate (fisheye: its moving edge inside the image) at every
+    row from the mesh of the first canvas row's time (and exports those per-row meshes): Cycles' visible pixels of
+    the stretched plate fall outside that silhouette, and the checker's re-rasterisation from the exported per-row
+    meshes fails them."""
+    from exporter import object_labels
+    from scenes import lens_scenes
+
+    from .conftest import build_and_export
+
+    real = object_labels.deforming_row_meshes
+
+    def first_row_only(*args):
+        return {k: (np.repeat(V[:1], len(V), axis=0), F) for k, (V, F) in real(*args).items()}
+
+    monkeypatch.setattr(object_labels, "deforming_row_meshes", first_row_only)
+    e = build_and_export(tmp_path, "fault", lens_scenes.lens_changing_plates, lens="opencv_fisheye")
+    monkeypatch.undo()
+    assert not e.summary["published"] and len(e.summary["quarantined"]) == 1
+    report = json.loads((Path(e.summary["quarantined"][0]) / "qa_report.json").read_text())
+    fails = {c["check"]: c["message"] for c in report["checks"] if c["status"] == "fail"}
+    assert "farther than 0.02 px from an edge" in fails.get("objects:rasterisation", ""), fails

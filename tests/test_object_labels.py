@@ -437,8 +437,9 @@ def test_rasteriser_clips_at_the_near_and_far_planes():
 
 def test_object_labels_through_a_fisheye_lens(tmp_path):
     """The object calibration scene (truncated, overlapping, rotated box, moving mover) through a fisheye lens: object
-    labels are rasterised through the lens (no Cycles canvas renders), a deforming object is listed in `skipped`
-    with the reason, and the checker (lens re-rasterisation, lens ray cast) passes."""
+    labels are rasterised through the lens (no Cycles canvas renders), a deforming (wave-modified) object too, from
+    its evaluated mesh per row (row_mesh), and the checker (lens re-rasterisation, lens ray cast) passes, re-rasterising
+    the deforming object from its per-row meshes."""
     import bpy
 
     from contracts.check import check_bundle
@@ -461,11 +462,13 @@ def test_object_labels_through_a_fisheye_lens(tmp_path):
     block = m["object_labels"]
     assert block["method"]["renders"] == 0 and block["method"]["objects_rasterised"] == len(block["objects"]) >= 5
     assert block["canvas"]["lens"]["model"] == "opencv_fisheye"
-    skipped = {s_["name"]: s_["reason"] for s_ in block["skipped"]}
-    assert "deforming: through a lens" in skipped.get("waving", ""), skipped
+    waving = next(o for o in block["objects"] if o["name"] == "waving")
+    assert "row_mesh" in waving and waving["rasterisation_check"], waving
     mover = next(o for o in block["objects"] if o["name"] == "mover")
     assert mover["row_pose_index"] is not None
     report = check_bundle(e.bundle)
     assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+    checks = {c["check"]: c for ev in report["events"] for c in ev["checks"]}
+    assert "(1 deforming, from their per-row meshes)" in checks["objects:rasterisation"]["message"], checks
 
 
