@@ -303,8 +303,15 @@ def _norm3(x) -> np.ndarray:
 
 
 def _finite_on(mask, images) -> bool:
-    """Whether every image (H, W) or (H, W, C) is finite at every `mask` pixel."""
-    return all(bool(np.isfinite(x[mask]).all()) for x in images)
+    """Whether every image (H, W) or (H, W, C) is finite at every `mask` pixel (tested on the sum of the channels:
+    False also where a sum of finite channels overflows, which only sends the caller down its general path)."""
+    for x in images:
+        total = x if x.ndim == 2 else x[..., 0].copy()
+        for c in range(1, x.shape[-1] if x.ndim == 3 else 1):
+            total += x[..., c]
+        if not np.isfinite(total[mask]).all():
+            return False
+    return True
 
 
 def _radius(K, W, H, u=None, v=None) -> np.ndarray:
@@ -577,8 +584,8 @@ class _Stats:
         for (tag, _), mo in self.objects.items():
             classes[tag] = classes.get(tag, 0) + 1
             motion[mo] = motion.get(mo, 0) + 1
-        q = lambda v: {k: (float(np.quantile(v, p)) if v.size else None)  # noqa: E731
-                       for k, p in (("p1", 0.01), ("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
+        q = lambda v: dict(zip(("p1", "p50", "p99", "max"), (map(float, np.quantile(v, [0.01, 0.5, 0.99, 1.0]))  # noqa: E731
+                                                            if v.size else [None] * 4), strict=True))
         splits = [s for s in self.splits if s]
         return {
             "counts": dict(self.counts),

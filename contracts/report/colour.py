@@ -27,6 +27,7 @@ def lut(n: int = 256) -> np.ndarray:
 
 
 _LUT = lut()
+_LUT_NO_DATA = np.concatenate([_LUT, NO_DATA[None]])     # index 256 = no data: one lookup colours every pixel
 
 
 def normalise(values, lo: float, hi: float, log: bool = False) -> np.ndarray:
@@ -58,9 +59,9 @@ def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.
     t[bad] = 0.0
     np.clip(t, 0.0, 255.0, out=t)
     np.rint(t, out=t)
-    out = np.take(_LUT, t.astype(np.uint8), axis=0)   # table lookup: one (3,) row per pixel
-    out[bad] = NO_DATA
-    return out
+    index = t.astype(np.uint16)
+    index[bad] = len(_LUT)                            # no data
+    return np.take(_LUT_NO_DATA, index, axis=0)       # table lookup: one (3,) row per pixel
 
 
 def robust_range(values, log: bool = False, q=(1.0, 99.0)) -> tuple[float, float]:
@@ -196,16 +197,16 @@ def hsv_to_rgb(h, s, v) -> np.ndarray:
 
 def normal_colour(normals) -> np.ndarray:
     """(H, W, 3) unit vectors (camera frame) -> uint8 RGB = (n + 1) / 2 (x red, y green, z blue); NaN -> NO_DATA."""
-    n = np.array(normals, dtype=np.float32)          # float32 working copy, updated in place
-    fin = np.isfinite(n)
-    ok = fin[..., 0] & fin[..., 1] & fin[..., 2]
-    bad = ~ok
-    n[bad] = 0.0
-    np.clip(n, -1.0, 1.0, out=n)
-    n *= np.float32(127.5)
-    n += np.float32(128.0)
-    out = n.astype(np.uint8)                          # rint((n+1)/2 * 255)
-    out[bad] = NO_DATA
+    n = np.asarray(normals, dtype=np.float32)
+    with np.errstate(invalid="ignore"):               # NaN pixels: any byte here, NO_DATA below
+        t = np.clip(n, -1.0, 1.0)                     # float32 working copy, updated in place
+        t *= np.float32(127.5)
+        t += np.float32(128.0)
+        out = t.astype(np.uint8)                      # rint((n+1)/2 * 255)
+    ok = np.isfinite(n[..., 0])
+    for c in range(1, n.shape[-1]):
+        ok &= np.isfinite(n[..., c])
+    out.reshape(-1, 3)[np.flatnonzero(~ok)] = NO_DATA
     return out
 
 
