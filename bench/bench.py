@@ -50,6 +50,40 @@ def cpu_timed(fn):
     return time.perf_counter() - t0, time.process_time() - c0, result
 
 
+class StageClock:
+    """Wall and CPU seconds spent in named functions while active (`with StageClock(...) as sc:`): each target
+    (module, attribute) is wrapped; a call made inside another tracked call counts to the outer one only (so
+    the derivation of verification rows counts to verify). `sc.seconds` = {name: [wall s, CPU s]}, summed."""
+
+    def __init__(self, targets: dict):
+        self.targets, self.seconds, self._saved, self._depth = targets, {}, [], 0
+
+    def _wrap(self, name, fn):
+        def wrapped(*a, **k):
+            if self._depth:
+                return fn(*a, **k)
+            self._depth += 1
+            c0, t0 = time.process_time(), time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc = self.seconds.setdefault(name, [0.0, 0.0])
+                acc[0] += time.perf_counter() - t0
+                acc[1] += time.process_time() - c0
+                self._depth -= 1
+        return wrapped
+
+    def __enter__(self):
+        for name, (module, attr) in self.targets.items():
+            self._saved.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, self._wrap(name, getattr(module, attr)))
+        return self
+
+    def __exit__(self, *exc):
+        for module, attr, fn in reversed(self._saved):
+            setattr(module, attr, fn)
+
+
 # The summary table: one row per named figure, its target and met / not met. A new figure is one call to
 # `figure(...)` where it is measured; `print_figures()` prints them all at the end.
 FIGURES: list = []
@@ -352,10 +386,21 @@ def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
             set_time(ctx.scene, ctx.clock, sensor.timing(EVENT, 720).reference_time_ns())
             return cpu_timed(lambda: cs.render_passes(ctx.scene, ctx.view_layer))[:2]
 
+    # After the label render: wall and CPU of each stage of (b) (camera_event's derive_labels outside
+    # verification, verification, payload writing incl. fsync and sha256, the in-line check).
+    import exporter.run as run_module
+    after_render = {"derive": (camera_event, "derive_labels"), "verify": (camera_event, "_verify"),
+                    "row_poses": (camera_event, "camera_poses"), "write_payloads": (run_module, "write_payloads"),
+                    "inline_check": (run_module, "check_path")}
+    stage_runs = []
+
     def rowbeam_export(i):
         out = work / f"rs_{i}"
         p = plan(out)
-        seconds, cpu, _ = cpu_timed(lambda: run_export(p))
+        with StageClock(after_render) as sc:
+            seconds, cpu, _ = cpu_timed(lambda: run_export(p))
+        if not str(i).startswith("full"):
+            stage_runs.append(sc.seconds)
         return seconds, cpu, out
 
     a_times, b_times, a_cpu, b_cpu, bundles = [], [], [], [], []
@@ -404,6 +449,8 @@ def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
             "a_cpu_s": statistics.median(a_cpu), "b_cpu_s": statistics.median(b_cpu),
             "b_over_a_cpu": statistics.median(b_cpu) / statistics.median(a_cpu),
             "b_breakdown_s": manifest["run"]["seconds"],
+            "b_stages_wall_cpu_s": {k: [statistics.median(r[k][j] for r in stage_runs) for j in (0, 1)]
+                                    for k in after_render if all(k in r for r in stage_runs)},
             "a_full_shading_cpu_s": statistics.median(full["a_cpu"]), "b_full_shading_cpu_s": statistics.median(full["b_cpu"]),
             "c_naive_per_row_render_s": per_row, "c_naive_event_extrapolated_s": per_row * 720,
             "c_over_b": per_row * 720 / b, "c_sample_rows": len(rows),
@@ -766,6 +813,8 @@ def main() -> int:
         print(f"(b) rowbeam rolling-shutter label export       {cam['b_rowbeam_label_export_s']:8.3f} s   (b)/(a) = "
               f"{cam['b_over_a']:.2f}  [target <= 1.3]")
         print(f"    breakdown of (b): {cam['b_breakdown_s']}")
+        print("    after the render, wall / CPU s: " + ", ".join(
+            f"{k} {w:.3f} / {c:.3f}" for k, (w, c) in cam.get("b_stages_wall_cpu_s", {}).items()))
         print(f"(c) naive exact, one render per row            {cam['c_naive_event_extrapolated_s']:8.3f} s   "
               f"({cam['c_naive_per_row_render_s'] * 1e3:.1f} ms/row x 720, from {cam['c_sample_rows']} rows; "
               f"(c)/(b) = {cam['c_over_b']:.1f})")
