@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import qa_profile as tol
-from .camera_model import BlenderCameraParams, intrinsics_from_blender, normalized, pixel_grid
+from .camera_model import BlenderCameraParams, intrinsics_from_blender, normalized
 from .errors import RowbeamError
 from .frames import is_rigid, rigid_mask
-from .lens import LensSpec, lens_from_calibration, unproject
+from .lens import LensSpec, lens_from_calibration, unproject_grid
 from .label_checks import check_ids, check_validity
 from .sample_identity import rgb_seed
 from .timing import RollingShutterTiming
@@ -34,8 +34,7 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
         xn, yn = normalized(K, np.arange(W, dtype=np.float64)[None, :], np.arange(H, dtype=np.float64)[:, None])
         factor = np.sqrt(1.0 + xn * xn + yn * yn)          # range / camera_z on each pixel-centre ray
     else:                                                  # the ray through the lens: (x, y, 1), NaN outside the domain
-        u, v = pixel_grid(W, H)
-        rays, in_domain, _ = unproject(lens, u, v)
+        rays, in_domain, _ = unproject_grid(lens)          # solved once per lens and process (contracts.lens)
         xn, yn = rays[..., 0], rays[..., 1]
         factor = np.linalg.norm(rays, axis=-1)
         outside = int(np.count_nonzero((valid == 1) & ~in_domain))

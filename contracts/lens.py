@@ -206,6 +206,31 @@ def unproject(lens: Lens, u, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rays.reshape(shape + (3,)), ok.reshape(shape), res.reshape(shape)
 
 
+GRID_CACHE_BYTES = 256 << 20  # unproject_grid keeps its most recent results up to this many bytes
+_grid_cache: dict = {}
+
+
+def unproject_grid(lens: Lens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`unproject` of every pixel centre of the lens's image: (rays (H, W, 3), valid (H, W), residual_px (H, W)),
+    read-only. Computed once per (model, K, D, image size, domain) per process and shared by the exporter and the
+    checker (a multi-event export solves each lens once); the most recent results are kept up to GRID_CACHE_BYTES."""
+    key = (lens.model, lens.K.tobytes(), tuple(lens.D), lens.width, lens.height, lens.max_radius,
+           lens.max_theta_rad, lens.max_distorted_radius)
+    hit = _grid_cache.pop(key, None)
+    if hit is None:
+        v, u = np.mgrid[0:lens.height, 0:lens.width].astype(np.float64)
+        hit = unproject(lens, u, v)
+        for a in hit:
+            a.flags.writeable = False
+    _grid_cache[key] = hit                                   # insertion order: most recent last
+    kept = 0
+    for k in reversed(list(_grid_cache)):
+        kept += sum(a.nbytes for a in _grid_cache[k])
+        if kept > GRID_CACHE_BYTES and k != key:
+            del _grid_cache[k]
+    return hit
+
+
 def _unproject_flat(lens: Lens, u, v):
     """unproject of 1D float64 arrays u, v (one chunk)."""
     xd, yd = distorted_normalized(lens, u, v)

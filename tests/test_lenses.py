@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from contracts.errors import RowbeamError
-from contracts.lens import LensSpec, make_lens, parse_lens_spec, project, unproject
+from contracts.lens import LensSpec, make_lens, parse_lens_spec, project, unproject, unproject_grid
 from contracts.lens import distorted_normalized as unproject_distorted
 from contracts.rig import parse_rig
 
@@ -75,6 +75,33 @@ def test_projection_matches_opencv(name):
     uv, ok = project(lens, Q)
     assert ok.mean() > 0.5
     assert np.abs(uv[ok] - _cv_project(name, Q[ok])).max() <= TOL_PX
+
+
+def test_grid_unprojection_is_unproject_of_every_pixel_solved_once_per_lens(monkeypatch):
+    """unproject_grid (shared by the exporter and the checker) = unproject of every pixel centre, bit for bit,
+    read-only; a second call for an equal lens is the cached result, a lens differing in one coefficient or in K
+    is solved anew, and the oldest results leave the cache beyond its byte budget."""
+    import contracts.lens as lens_module
+    monkeypatch.setattr(lens_module, "_grid_cache", {})
+    lens = _lens("opencv5")
+    v, u = np.mgrid[0:H, 0:W].astype(np.float64)
+    rays, ok, res = unproject_grid(lens)
+    want = unproject(lens, u, v)
+    for got, ref in zip((rays, ok, res), want, strict=True):
+        assert np.array_equal(got, ref, equal_nan=got.dtype != bool) and not got.flags.writeable
+    same = make_lens(LensSpec("opencv", LENSES["opencv5"][2]), K.copy(), W, H)
+    assert unproject_grid(same)[0] is rays
+    d = list(LENSES["opencv5"][2])
+    d[3] += 1e-6
+    other = unproject_grid(make_lens(LensSpec("opencv", tuple(d)), K, W, H))
+    assert not np.array_equal(other[0], rays)
+    k2 = K.copy()
+    k2[0, 2] += 0.5
+    moved = unproject_grid(make_lens(LensSpec("opencv", LENSES["opencv5"][2]), k2, W, H))
+    assert not np.array_equal(moved[0], rays)
+    monkeypatch.setattr(lens_module, "GRID_CACHE_BYTES", sum(a.nbytes for a in want))
+    unproject_grid(lens)
+    assert len(lens_module._grid_cache) == 1
 
 
 def test_unprojection_stops_at_the_rounding_floor(monkeypatch):
