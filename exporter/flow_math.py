@@ -98,6 +98,10 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     T_cw_dst = np.linalg.inv(dst.row_T_world_camera)           # (H, 4, 4)
     S = dst.object_matrices.shape[0]
     moving_idx = np.flatnonzero(moving)
+    # points whose world position depends on the destination time; every other point is P itself, so its
+    # camera-frame terms are kept from one iteration to the next (RowTerms)
+    dynamic = np.flatnonzero(moving | (dslot >= 0))
+    fixed_in_camera = RowTerms(T_cw_dst, P)
     # per tracked object and destination row, one matrix: flatten (slot, row) into one row index
     M_rows = dst.object_matrices.reshape(S * H, 4, 4) if S else np.zeros((0, 4, 4))
 
@@ -112,7 +116,9 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
             Pd[m] = apply_per_row(M_rows, X_o[m], slot[m] * H + r0[m], a[m])
         for d, sel in deforming:
             Pd[sel] = dst.meshes[d].at(r0[sel], *material[d], a[sel])
-        Xc = apply_per_row(T_cw_dst, Pd, r0, a)
+        Xc = fixed_in_camera.at(r0, a)
+        if dynamic.size:
+            Xc[dynamic] = apply_per_row(T_cw_dst, Pd[dynamic], r0[dynamic], a[dynamic])
         ud, vn = project_uv(dst.camera, Xc)
         return Pd, Xc, ud, vn
 
@@ -168,6 +174,34 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
         stats["max_material_point_distance_m"] = worst_locate
     return FlowResult(flow.reshape(H, W, 2), plane(np.ones_like(defined)), plane(in_bounds), plane(visible),
                       plane(defined), sf.reshape(H, W, 3), sfc.reshape(H, W, 3), stats)
+
+
+class RowTerms:
+    """apply_per_row(T_rows, points, rows, frac) of fixed points, bit for bit, for a solve that asks again and again
+    with rows that mostly repeat: T[r] X and (T[r+1] - T[r]) X are kept per point with the row r they were formed
+    at, and formed again only for the points whose row changed since the last call."""
+
+    def __init__(self, T_rows: np.ndarray, points: np.ndarray):
+        self.T = np.asarray(T_rows, np.float64)                     # (K, 4, 4)
+        self.D = np.zeros_like(self.T)                              # next row minus this row; the last row has none
+        self.D[:-1] = self.T[1:] - self.T[:-1]
+        self.points = points                                        # (N, 3)
+        self.rows = None
+
+    def at(self, rows: np.ndarray, frac: np.ndarray) -> np.ndarray:
+        """(N, 3): T[rows] X + frac (T[rows + 1] - T[rows]) X, as apply_per_row sums it."""
+        changed = None if self.rows is None else np.flatnonzero(rows != self.rows)
+        if changed is None or changed.size > rows.size // 2:       # most rows moved: all at once (no gather)
+            self.base, self.step = apply_per_row(self.T, self.points, rows), apply_per_row(self.D, self.points, rows)
+        elif changed.size:
+            X = self.points[changed]
+            self.base[changed] = apply_per_row(self.T, X, rows[changed])
+            self.step[changed] = apply_per_row(self.D, X, rows[changed])
+        self.rows = rows
+        out = np.empty_like(self.base)
+        for i in range(3):                  # column by column: a broadcast over (N, 3) would loop 3 at a time
+            out[:, i] = self.base[:, i] + frac * self.step[:, i]
+        return out
 
 
 def _to_camera(row_T_world_camera, grid) -> np.ndarray:
