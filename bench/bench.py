@@ -84,6 +84,17 @@ class StageClock:
             setattr(module, attr, fn)
 
 
+def after_render_stages() -> dict:
+    """StageClock targets of a camera event's stages after the label render: camera_event's derive_labels outside
+    verification, verification (row renders included), row poses, payload writing (incl. fsync and sha256) and the
+    in-line check."""
+    import exporter.run as run_module
+
+    return {"derive": (camera_event, "derive_labels"), "verify": (camera_event, "_verify"),
+            "row_poses": (camera_event, "camera_poses"), "write_payloads": (run_module, "write_payloads"),
+            "inline_check": (run_module, "check_path")}
+
+
 # The summary table: one row per named figure, its target and met / not met. A new figure is one call to
 # `figure(...)` where it is measured; `print_figures()` prints them all at the end.
 FIGURES: list = []
@@ -390,12 +401,7 @@ def camera_benchmark(work: Path, repeat: int, sample_rows: int) -> dict:
             set_time(ctx.scene, ctx.clock, sensor.timing(EVENT, 720).reference_time_ns())
             return cpu_timed(lambda: cs.render_passes(ctx.scene, ctx.view_layer))[:2]
 
-    # After the label render: wall and CPU of each stage of (b) (camera_event's derive_labels outside
-    # verification, verification, payload writing incl. fsync and sha256, the in-line check).
-    import exporter.run as run_module
-    after_render = {"derive": (camera_event, "derive_labels"), "verify": (camera_event, "_verify"),
-                    "row_poses": (camera_event, "camera_poses"), "write_payloads": (run_module, "write_payloads"),
-                    "inline_check": (run_module, "check_path")}
+    after_render = after_render_stages()
     stage_runs = []
 
     def rowbeam_export(i):
@@ -470,14 +476,26 @@ def multi_event_benchmark(work: Path, events: int) -> dict:
                                   first_event=0, device="cpu"))
     p.jobs[:] = p.jobs[:events]
     marks = [(time.perf_counter(), time.process_time())]
-    run_export(p, progress=lambda *_: marks.append((time.perf_counter(), time.process_time())))
+    per_event = []          # StageClock seconds of each event (after the label render)
+
+    def progress(*_):
+        marks.append((time.perf_counter(), time.process_time()))
+        per_event.append(dict(sc.seconds))
+        sc.seconds.clear()
+
+    with StageClock(after_render_stages()) as sc:
+        run_export(p, progress=progress)
     wall = [b[0] - a[0] for a, b in zip(marks, marks[1:], strict=False)]
     cpu = [b[1] - a[1] for a, b in zip(marks, marks[1:], strict=False)]
     stages = [__import__("json").loads(m.read_text())["run"]["seconds"]
               for m in sorted((work / "multi" / "events").glob("*/*/manifest.json"))]
     later = stages[1:] or stages
     mean = {k: statistics.fmean(st.get(k, 0.0) for st in later) for k in sorted({k for st in later for k in st})}
-    return {"events": events, "wall_s": wall, "cpu_s": cpu, "stages_2_n_mean_s": mean}
+    later_clock = per_event[1:] or per_event
+    after = {k: [statistics.fmean(e[k][j] for e in later_clock) for j in (0, 1)]
+             for k in after_render_stages() if later_clock and all(k in e for e in later_clock)}
+    return {"events": events, "wall_s": wall, "cpu_s": cpu, "stages_2_n_mean_s": mean,
+            "after_render_2_n_mean_wall_cpu_s": after}
 
 
 def pose_benchmark(work: Path, repeat: int) -> dict:
@@ -925,6 +943,8 @@ def _report_issue12(args, cam, lidar, flow, multi, poses, scale) -> None:
               + " ".join(f"{x:.2f}" for x in wall) + "; CPU s: " + " ".join(f"{x:.2f}" for x in cpu))
         print("    mean stage seconds (wall) of events 2..N: "
               + ", ".join(f"{k} {v:.3f}" for k, v in multi["stages_2_n_mean_s"].items()))
+        print("    mean after the label render of events 2..N, wall / CPU s: " + ", ".join(
+            f"{k} {w:.3f} / {c:.3f}" for k, (w, c) in multi.get("after_render_2_n_mean_wall_cpu_s", {}).items()))
         if len(wall) > 1 and cam:
             later = statistics.median(wall[1:])
             figure(f"events 2..{len(wall)} median / (a)", later / cam["a_global_shutter_render_s"], "", "<= 1.0",
