@@ -1,6 +1,8 @@
 """Per-event invariants of a camera event: calibration, timing, depth products, normals, IDs."""
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 
 from . import qa_profile as tol
@@ -8,7 +10,7 @@ from .camera_model import BlenderCameraParams, intrinsics_from_blender, normaliz
 from .errors import RowbeamError
 from .frames import is_rigid, rigid_mask
 from .lens import LensSpec, lens_from_calibration, unproject_grid
-from .label_checks import check_ids, check_validity
+from .label_checks import check_ids, check_validity, row_blocks
 from .sample_identity import rgb_seed
 from .timing import RollingShutterTiming
 
@@ -28,28 +30,78 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
     if not {"valid", "camera_z", "range"} <= arrays.keys():
         return
     valid = arrays["valid"]
-    check_validity(arrays, ("camera_z", "range", "normal_geometric", "normal_shading"), add)
+    clean = check_validity(arrays, ("camera_z", "range", "normal_geometric", "normal_shading"), add)
     lens = _manifest_lens(cal, K, add)
-    if lens is None:                                       # x_n (1, W) and y_n (H, 1) broadcast over the image
-        xn, yn = normalized(K, np.arange(W, dtype=np.float64)[None, :], np.arange(H, dtype=np.float64)[:, None])
-        factor = np.sqrt(1.0 + xn * xn + yn * yn)          # range / camera_z on each pixel-centre ray
-    else:                                                  # the ray through the lens: (x, y, 1), NaN outside the domain
-        rays, in_domain, _ = unproject_grid(lens)          # solved once per lens and process (contracts.lens)
-        xn, yn = rays[..., 0], rays[..., 1]
-        factor = np.linalg.norm(rays, axis=-1)
-        outside = int(np.count_nonzero((valid == 1) & ~in_domain))
+    rays = ray_grid(K, W, H, lens)
+    if lens is not None:
+        outside = int(np.count_nonzero((valid == 1) & ~rays.in_domain))
         add("lens_valid_domain", outside == 0,
             f"{outside} valid pixels lie outside the lens's valid domain" if outside else
-            f"no valid pixel outside the {lens.model} valid domain ({int((~in_domain).sum())} pixels outside)",
-            pixels_outside_domain=int((~in_domain).sum()))
-    _check_z_range(factor, valid, arrays, add)
-    _check_normals(xn, yn, factor, valid, arrays, add)
+            f"no valid pixel outside the {lens.model} valid domain ({rays.outside} pixels outside)",
+            pixels_outside_domain=rays.outside)
+    if not rays.finite:                                    # NaN rays outside a lens domain: no NaN-skipping paths
+        clean = set()
+    _check_z_range(rays.factor, valid, arrays, add, clean)
+    _check_normals(rays.xn, rays.yn, rays.factor, valid, arrays, add, clean)
     check_ids(manifest, arrays, add)
     _check_verification(manifest, add)
     if "rgb" in arrays:
         finite = bool(np.isfinite(arrays["rgb"]).all())
         add("rgb_finite", finite, "rgb has non-finite values" if not finite else "rgb finite")
         _check_rgb_seed(manifest, add)
+
+
+@dataclass(frozen=True)
+class RayGrid:
+    """The ray through every pixel centre of one camera (K, size, lens), in the camera frame (x_n, y_n, 1).
+
+    xn, yn: normalized coordinates, broadcastable to (H, W) ((1, W) and (H, 1) for a plain pinhole);
+    factor: |(x_n, y_n, 1)| = range / camera_z, (H, W) float64; in_domain: (H, W) bool, the lens's valid
+    domain (None for a plain pinhole); outside: pixels outside it; finite: every ray is finite (NaN rays lie
+    outside a lens domain). Read-only: one grid is shared by every check of the same camera."""
+
+    xn: np.ndarray
+    yn: np.ndarray
+    factor: np.ndarray
+    in_domain: np.ndarray | None
+    outside: int
+    finite: bool
+
+
+_RAY_GRID: dict = {}          # {camera key: RayGrid}, the last camera only (memory: 8-33 bytes per pixel)
+
+
+def _camera_key(K: np.ndarray, W: int, H: int, lens) -> tuple:
+    """Everything the ray grid depends on: K, image size and (for a lens) every compared field of the Lens."""
+    lens_key = None if lens is None else tuple(
+        (v.tobytes() if isinstance(v, np.ndarray) else v)
+        for v in (getattr(lens, f.name) for f in fields(lens) if f.compare))
+    return K.tobytes(), int(W), int(H), lens_key
+
+
+def ray_grid(K: np.ndarray, W: int, H: int, lens=None) -> RayGrid:
+    """The RayGrid of a W x H camera with intrinsics K (float64 3x3) and `lens` (None: plain pinhole), computed
+    once per camera in this process (a multi-event export or check reuses it)."""
+    key = _camera_key(K, W, H, lens)
+    grid = _RAY_GRID.get(key)
+    if grid is not None:
+        return grid
+    if lens is None:                                       # x_n (1, W) and y_n (H, 1) broadcast over the image
+        xn, yn = normalized(K, np.arange(W, dtype=np.float64)[None, :], np.arange(H, dtype=np.float64)[:, None])
+        factor = np.sqrt(1.0 + xn * xn + yn * yn)          # range / camera_z on each pixel-centre ray
+        in_domain, outside = None, 0
+    else:                                                  # the ray through the lens: (x, y, 1), NaN outside the domain
+        rays, in_domain, _ = unproject_grid(lens)          # solved once per lens and process (contracts.lens)
+        xn, yn = rays[..., 0], rays[..., 1]
+        factor = np.linalg.norm(rays, axis=-1)
+        outside = int((~in_domain).sum())
+    for a in (xn, yn, factor, in_domain):
+        if a is not None:
+            a.flags.writeable = False
+    grid = RayGrid(xn, yn, factor, in_domain, outside, bool(np.isfinite(factor).all()))
+    _RAY_GRID.clear()
+    _RAY_GRID[key] = grid
+    return grid
 
 
 def manifest_lens(cal: dict):
@@ -163,40 +215,105 @@ def _check_poses(manifest, arrays, add):
             else "every row pose is rigid")
 
 
-def _check_z_range(factor, valid, arrays, add):
-    hit = (valid == 1) & np.isfinite(arrays["camera_z"]) & np.isfinite(arrays["range"])
-    expected = arrays["camera_z"] * factor
-    resid = np.abs(arrays["range"] - expected)
-    excess = resid - tol.Z_RANGE_REL_TOL * np.abs(expected)
-    n_bad = int(np.count_nonzero(hit & (excess > tol.Z_RANGE_ABS_TOL)))
-    worst = float(np.max(resid, where=hit, initial=0.0))
+def _rows(a: np.ndarray, rows: slice, H: int) -> np.ndarray:
+    """Rows `rows` of an array broadcastable to (H, W): a (1, W) or (H, 1)-style array keeps its single row."""
+    return a[rows] if a.shape[0] == H else a
+
+
+def _check_z_range(factor, valid, arrays, add, clean=frozenset()):
+    """range = camera_z * factor at every valid pixel (float64, block by block). clean: the float labels that are
+    finite exactly where valid and NaN elsewhere (check_validity); when both inputs are, the residual is NaN exactly
+    off the valid pixels and the NaN-skipping reductions give the masked ones' values without building the mask."""
+    cz, rng = arrays["camera_z"], arrays["range"]
+    H = cz.shape[0]
+    fast = {"camera_z", "range"} <= clean
+    n_bad, worsts = 0, []
+    for rows in row_blocks(*cz.shape[:2]):
+        expected = cz[rows] * _rows(factor, rows, H)
+        resid = np.subtract(rng[rows], expected)
+        np.abs(resid, out=resid)                           # |range - expected|
+        np.abs(expected, out=expected)
+        expected *= tol.Z_RANGE_REL_TOL
+        excess = np.subtract(resid, expected, out=expected)    # resid - REL * |expected|
+        if fast:                                           # NaN off the valid pixels compares False / is skipped
+            n_bad += int(np.count_nonzero(excess > tol.Z_RANGE_ABS_TOL))
+            worsts.append(np.fmax.reduce(resid, axis=None, initial=0.0))
+        else:
+            hit = (valid[rows] == 1) & np.isfinite(cz[rows]) & np.isfinite(rng[rows])
+            n_bad += int(np.count_nonzero(hit & (excess > tol.Z_RANGE_ABS_TOL)))
+            worsts.append(np.max(resid, where=hit, initial=0.0))
+    worst = float(np.max(worsts, initial=0.0))             # a NaN residual on a valid pixel stays NaN
     add("camera_z_range", n_bad == 0,
         f"range != camera_z*sqrt(1+x_n^2+y_n^2) at {n_bad} pixels (worst {worst:.3g} m)" if n_bad else
         "range = camera_z*sqrt(1+x_n^2+y_n^2) at every valid pixel", worst_residual_m=worst)
 
 
-def _check_normals(xn, yn, factor, valid, arrays, add):
+def squared_norm(n: np.ndarray) -> np.ndarray:
+    """|n|^2 = (n_0^2 + n_1^2) + n_2^2 per pixel of (..., 3) float32, summed in that order in float32 (the order
+    numpy's einsum("hwc,hwc->hw") takes on these arrays; tested equal). sqrt is monotone: the worst | |n| - 1 | of
+    an image is at the extremes of |n|^2."""
+    sq = n[..., 0] * n[..., 0]
+    sq += n[..., 1] * n[..., 1]
+    sq += n[..., 2] * n[..., 2]
+    return sq
+
+
+def _unit_extremes(n, hit, clean: bool):
+    """(min, max) of |n|^2 over the valid pixels where it is finite (None when there is none), block by block.
+    clean: n is NaN exactly off the valid pixels (then the NaN-skipping reductions are the masked ones unless a
+    value overflowed to inf)."""
+    los, his = [], []
+    for rows in row_blocks(*n.shape[:2]):
+        sq = squared_norm(n[rows])
+        if clean:
+            los.append(np.fmin.reduce(sq, axis=None))
+            his.append(np.fmax.reduce(sq, axis=None))
+        else:
+            use = hit[rows] & np.isfinite(sq)
+            los.append(np.min(sq, where=use, initial=np.inf))
+            his.append(np.max(sq, where=use, initial=-np.inf))
+    if clean:
+        lo, hi = np.fmin.reduce(los), np.fmax.reduce(his)
+        if np.isfinite(hi):                                # no overflow to inf, at least one valid pixel
+            return lo, hi
+        return _unit_extremes(n, hit, False)
+    lo, hi = min(los), max(his)                            # finite values only: no NaN to propagate
+    return None if hi == -np.inf else (lo, hi)
+
+
+def _check_normals(xn, yn, factor, valid, arrays, add, clean=frozenset()):
+    """Unit length of both normals; the geometric normal faces the camera (n . ray <= tol) at every valid pixel.
+    clean as in _check_z_range."""
     hit = valid == 1
     for name in ("normal_geometric", "normal_shading"):
         if name not in arrays:
             continue
-        n = arrays[name]
-        sq = np.einsum("hwc,hwc->hw", n, n)         # |n|^2; sqrt is monotone: the worst | |n| - 1 | is at its extremes
-        use = hit & np.isfinite(sq)
-        lo, hi = np.min(sq, where=use, initial=np.inf), np.max(sq, where=use, initial=-np.inf)
-        worst = float(max(np.sqrt(hi) - 1.0, 1.0 - np.sqrt(lo), 0.0)) if use.any() else 0.0
+        ext = _unit_extremes(arrays[name], hit, name in clean)
+        worst = 0.0 if ext is None else float(max(np.sqrt(ext[1]) - 1.0, 1.0 - np.sqrt(ext[0]), 0.0))
         add(f"{name}_unit", worst <= tol.NORMAL_UNIT_TOL,
             f"{name} deviates from unit length by {worst:.3g}" if worst > tol.NORMAL_UNIT_TOL
             else f"{name} is unit length", worst_length_error=worst)
     if "normal_geometric" in arrays:
         n = arrays["normal_geometric"]
-        cos = (n[..., 0] * xn + n[..., 1] * yn + n[..., 2]) / factor
-        away = hit & (cos > tol.GEOMETRIC_FACING_TOL)
-        n_away = int(np.count_nonzero(away))
+        H = n.shape[0]
+        fast = "normal_geometric" in clean
+        n_away, worsts = 0, []
+        for rows in row_blocks(*n.shape[:2]):
+            nb = n[rows]
+            cos = nb[..., 0] * _rows(xn, rows, H)          # (n . (x_n, y_n, 1)) / |(x_n, y_n, 1)|, float64
+            cos += nb[..., 1] * _rows(yn, rows, H)
+            cos += nb[..., 2]
+            cos /= _rows(factor, rows, H)
+            if fast:                                       # NaN exactly off the valid pixels
+                n_away += int(np.count_nonzero(cos > tol.GEOMETRIC_FACING_TOL))
+                worsts.append(np.fmax.reduce(cos, axis=None, initial=-1.0))
+            else:
+                n_away += int(np.count_nonzero(hit[rows] & (cos > tol.GEOMETRIC_FACING_TOL)))
+                worsts.append(np.max(cos, where=hit[rows], initial=-1.0))
+        worst_cos = float(np.max(worsts, initial=-1.0))
         add("normal_geometric_facing", n_away == 0,
             f"geometric normal faces away from the camera at {n_away} pixels" if n_away else
-            "geometric normal faces the camera at every valid pixel",
-            worst_cos=float(np.max(cos, where=hit, initial=-1.0)))
+            "geometric normal faces the camera at every valid pixel", worst_cos=worst_cos)
 
 
 def _check_deformation(manifest, add):

@@ -17,27 +17,63 @@ def finite_and_nan(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return finite, nan
 
 
-def check_validity(arrays: dict, float_names, add) -> None:
-    """NaN exactly where invalid in every float label; valid 0/1; object ids exactly where valid."""
+BLOCK_PIXELS = 1 << 16        # pixels per row block of a per-pixel invariant: its temporaries stay in cache
+
+
+def row_blocks(H: int, W: int) -> list[slice]:
+    """Row slices covering an H x W image, about BLOCK_PIXELS pixels each."""
+    step = max(1, BLOCK_PIXELS // max(W, 1))
+    return [slice(r, min(r + step, H)) for r in range(0, H, step)]
+
+
+def nan_exactly_off(a: np.ndarray, miss: np.ndarray, n_hit: int) -> bool:
+    """Whether float label `a` (the shape of `miss`, or that with a channel axis) is NaN in every channel where
+    `miss` and finite in every channel elsewhere (n_hit = pixels not in miss): the validity contract, tested
+    block by block without per-pixel channel reductions."""
+    if a.shape[:miss.ndim] != miss.shape or a.ndim > miss.ndim + 1:
+        return False
+    channels = 1 if a.ndim == miss.ndim else a.shape[-1]
+    blocks = row_blocks(*miss.shape[:2]) if miss.ndim == 2 else [slice(None)]
+    finite = 0
+    for rows in blocks:
+        block, m = a[rows], miss[rows]
+        nan = np.isnan(block)
+        if not (np.array_equal(nan, m) if channels == 1 else
+                all(np.array_equal(nan[..., c], m) for c in range(channels))):
+            return False
+        finite += np.count_nonzero(np.isfinite(block))
+    return finite == n_hit * channels                      # the non-NaN values are all finite
+
+
+def check_validity(arrays: dict, float_names, add) -> set:
+    """NaN exactly where invalid in every float label; valid 0/1; object ids exactly where valid.
+    Returns the names in float_names that are finite exactly where valid == 1 and NaN elsewhere (every channel)."""
     valid = arrays["valid"]
     values_ok = bool((valid <= 1).all())
     add("valid_values", values_ok, "valid holds values other than 0 and 1" if not values_ok else "valid is 0/1")
     hit = valid == 1
     miss = ~hit
-    problems = []
+    n_hit = int(np.count_nonzero(hit))
+    problems, clean = [], set()
     for name in float_names:
         if name not in arrays:
             continue
         a = arrays[name]
-        finite, nan = finite_and_nan(a)
-        n_bad_valid = int(np.count_nonzero(hit & ~finite))
-        n_bad_invalid = int(np.count_nonzero(miss & ~nan))
+        if nan_exactly_off(a, miss, n_hit):                # no non-finite where valid, nothing where invalid
+            clean.add(name)
+            n_bad_valid = n_bad_invalid = 0
+            nonpos = (a <= 0) if name in ("camera_z", "range") else None     # NaN compares False: valid only
+        else:
+            finite, nan = finite_and_nan(a)
+            n_bad_valid = int(np.count_nonzero(hit & ~finite))
+            n_bad_invalid = int(np.count_nonzero(miss & ~nan))
+            nonpos = hit & finite & (a <= 0) if name in ("camera_z", "range") else None
         if n_bad_valid:
             problems.append(f"{name}: {n_bad_valid} non-finite values where valid")
         if n_bad_invalid:
             problems.append(f"{name}: {n_bad_invalid} values where invalid (declared fill is NaN)")
         if name in ("camera_z", "range"):
-            n_nonpos = int(np.count_nonzero(hit & finite & (a <= 0)))
+            n_nonpos = int(np.count_nonzero(nonpos))
             if n_nonpos:
                 problems.append(f"{name}: {n_nonpos} non-positive values where valid")
     if "instance_id" in arrays:
@@ -49,7 +85,8 @@ def check_validity(arrays: dict, float_names, add) -> None:
         if n_valid_bg:
             problems.append(f"instance_id: {n_valid_bg} valid pixels have the background id")
     add("validity_consistency", not problems, "; ".join(problems) if problems else
-        "depth, normals and ids agree with the validity plane", valid_fraction=float(hit.mean()))
+        "depth, normals and ids agree with the validity plane", valid_fraction=n_hit / valid.size)
+    return clean
 
 
 def check_ids(manifest: dict, arrays: dict, add) -> None:
@@ -76,7 +113,9 @@ def check_ids(manifest: dict, arrays: dict, add) -> None:
     for idx, o in by_index.items():
         lut[idx] = o["class_id"]
     semantic = arrays["semantic_id"]
-    n_bad = int(np.count_nonzero(lut[np.minimum(instance, size)] != semantic))
+    if top >= size:                                        # ids outside the table take the last slot
+        instance = np.minimum(instance, size)
+    n_bad = int(np.count_nonzero(np.take(lut, instance) != semantic))
     add("semantic_matches_instance", n_bad == 0,
         f"semantic_id disagrees with the object table's class at {n_bad} pixels" if n_bad else
         "semantic_id equals the class of the instance at every pixel")

@@ -77,3 +77,126 @@ def test_packed_extent_and_canvas_box_equal_full_unpack():
                 got[b[0]:b[0] + b[2].shape[0], b[1]:b[1] + b[2].shape[1]] = b[2]
             assert np.array_equal(got, full)
     assert np.array_equal(unpack(np.packbits(np.eye(9, dtype=bool), axis=-1), 9), np.eye(9, dtype=bool))
+
+
+# ---- camera invariants: NaN-skipping reductions and row blocks against the plain masked computations -------------
+
+def _labels(rng, H=37, W=53):
+    """A small synthetic camera event: valid plane, depth, range = depth * |ray|, unit normals facing the camera
+    (NaN exactly where invalid), a pinhole K."""
+    from contracts.camera_checks import ray_grid
+
+    K = np.array([[40.0, 0.0, W / 2 - 0.3], [0.0, 41.0, H / 2 + 0.2], [0.0, 0.0, 1.0]])
+    valid = (rng.random((H, W)) < 0.8).astype(np.uint8)
+    miss = valid == 0
+    rays = ray_grid(K, W, H)
+    z = rng.uniform(1.0, 80.0, (H, W)).astype(np.float32)
+    rng_m = (z * rays.factor).astype(np.float32)
+    n = rng.normal(size=(H, W, 3))
+    n[..., 2] = -np.abs(n[..., 2]) - 0.5
+    n = (n / np.linalg.norm(n, axis=-1, keepdims=True)).astype(np.float32)
+    for a in (z, rng_m, n):
+        a[miss] = np.nan
+    return K, {"valid": valid, "camera_z": z, "range": rng_m, "normal_geometric": n, "normal_shading": n.copy()}
+
+
+class _Collect(list):
+    """An `add` callback that keeps (name, ok, message, values) of every result."""
+
+    def __call__(self, name, ok, message, **values):
+        self.append((name, ok, message, values))
+
+
+def _faults(rng, arrays):
+    """Copies of `arrays` with one planted validity or value fault each (the fast paths must fall back)."""
+    H, W = arrays["valid"].shape
+    hit, miss = np.argwhere(arrays["valid"] == 1), np.argwhere(arrays["valid"] == 0)
+    out = []
+    for name in ("camera_z", "range", "normal_geometric", "normal_shading"):
+        for kind in ("nan_valid", "inf_valid", "finite_invalid", "one_channel", "long", "overflow", "away"):
+            if kind in ("one_channel", "away") and not name.startswith("normal"):
+                continue
+            a = {k: v.copy() for k, v in arrays.items()}
+            y, x = hit[rng.integers(len(hit))]
+            my, mx = miss[rng.integers(len(miss))]
+            if kind == "nan_valid":
+                a[name][y, x] = np.nan
+            elif kind == "inf_valid":
+                a[name][y, x] = np.inf
+            elif kind == "finite_invalid":
+                a[name][my, mx] = 0.5
+            elif kind == "one_channel":
+                a[name][y, x, 1] = np.nan
+            elif kind == "long":
+                a[name][y, x] *= 1.5
+            elif kind == "overflow":                       # finite, but its square overflows float32
+                a[name][y, x] = 3e38
+            else:
+                a[name][y, x] = -a[name][y, x]
+            out.append((f"{name}:{kind}", a))
+    return out
+
+
+def test_nan_exactly_off_equals_the_per_channel_definition():
+    from contracts.label_checks import finite_and_nan, nan_exactly_off
+
+    rng = np.random.default_rng(3)
+    _, arrays = _labels(rng)
+    hit = arrays["valid"] == 1
+    cases = [("clean", arrays)] + _faults(rng, arrays)
+    seen = set()
+    for label, a in cases:
+        for name in ("camera_z", "range", "normal_geometric", "normal_shading"):
+            finite, nan = finite_and_nan(a[name])
+            want = not np.count_nonzero(hit & ~finite) and not np.count_nonzero(~hit & ~nan)
+            got = nan_exactly_off(a[name], ~hit, int(hit.sum()))
+            assert got == want, (label, name)
+            seen.add(got)
+    assert seen == {True, False}
+
+
+def test_squared_norm_equals_einsum():
+    from contracts.camera_checks import squared_norm
+
+    rng = np.random.default_rng(5)
+    n = (rng.normal(size=(64, 96, 3)) * 10.0 ** rng.integers(-3, 3, size=(64, 96, 1))).astype(np.float32)
+    assert np.array_equal(squared_norm(n), np.einsum("hwc,hwc->hw", n, n))
+
+
+def test_camera_fast_paths_equal_masked_paths(monkeypatch):
+    """z_range and normals with the clean set from check_validity (NaN-skipping reductions, small row blocks)
+    give the results of the plain masked reductions over the whole image, on a clean event and on planted faults."""
+    import contracts.label_checks as lc
+    from contracts import camera_checks as cc
+
+    rng = np.random.default_rng(11)
+    K, arrays = _labels(rng)
+    H, W = arrays["valid"].shape
+    rays = cc.ray_grid(K, W, H)
+    failed = set()
+    for label, a in [("clean", arrays)] + _faults(rng, arrays):
+        res = []
+        for block in (1 << 30, 7 * W + 3):                 # one block; many blocks of 7 rows
+            monkeypatch.setattr(lc, "BLOCK_PIXELS", block)
+            clean = lc.check_validity(a, ("camera_z", "range", "normal_geometric", "normal_shading"), _Collect())
+            for fast in (clean, set()):
+                out = _Collect()
+                cc._check_z_range(rays.factor, a["valid"], a, out, fast)
+                cc._check_normals(rays.xn, rays.yn, rays.factor, a["valid"], a, out, fast)
+                res.append(repr(out))                      # repr: a NaN worst equals a NaN worst
+        assert all(r == res[0] for r in res), label
+        failed |= {name for name, ok, _, _ in out if not ok}
+    assert {"camera_z_range", "normal_geometric_unit", "normal_shading_unit", "normal_geometric_facing"} <= failed
+
+
+def test_ray_grid_is_cached_per_camera_and_equals_the_formula():
+    from contracts.camera_checks import ray_grid
+    from contracts.camera_model import normalized
+
+    K = np.array([[50.0, 0.0, 20.0], [0.0, 52.0, 11.0], [0.0, 0.0, 1.0]])
+    g = ray_grid(K, 40, 24)
+    assert ray_grid(K.copy(), 40, 24) is g
+    assert ray_grid(K, 40, 25) is not g and ray_grid(K * 1.01, 40, 24) is not g
+    xn, yn = normalized(K, np.arange(40.0)[None, :], np.arange(24.0)[:, None])
+    assert np.array_equal(g.factor, np.sqrt(1.0 + xn * xn + yn * yn)) and g.finite and g.in_domain is None
+    assert not g.factor.flags.writeable
