@@ -17,7 +17,7 @@ def finite_and_nan(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return finite, nan
 
 
-BLOCK_PIXELS = 1 << 16        # pixels per row block of a per-pixel invariant: its temporaries stay in cache
+BLOCK_PIXELS = 1 << 16        # pixels per row block of a per-pixel invariant (row_blocks): temporaries stay in cache
 
 
 def row_blocks(H: int, W: int) -> list[slice]:
@@ -26,23 +26,12 @@ def row_blocks(H: int, W: int) -> list[slice]:
     return [slice(r, min(r + step, H)) for r in range(0, H, step)]
 
 
-def nan_exactly_off(a: np.ndarray, miss: np.ndarray, n_hit: int) -> bool:
-    """Whether float label `a` (the shape of `miss`, or that with a channel axis) is NaN in every channel where
-    `miss` and finite in every channel elsewhere (n_hit = pixels not in miss): the validity contract, tested
-    block by block without per-pixel channel reductions."""
-    if a.shape[:miss.ndim] != miss.shape or a.ndim > miss.ndim + 1:
+def nan_exactly_off(a: np.ndarray, nan_where: np.ndarray) -> bool:
+    """Whether float array `a` is NaN exactly where `nan_where` (a bool array of a's size, in a's C order) and
+    finite everywhere else: the validity contract in two whole-array passes, no per-pixel channel reductions."""
+    if a.size != nan_where.size or not np.array_equal(np.isnan(a).reshape(-1), nan_where.reshape(-1)):
         return False
-    channels = 1 if a.ndim == miss.ndim else a.shape[-1]
-    blocks = row_blocks(*miss.shape[:2]) if miss.ndim == 2 else [slice(None)]
-    finite = 0
-    for rows in blocks:
-        block, m = a[rows], miss[rows]
-        nan = np.isnan(block)
-        if not (np.array_equal(nan, m) if channels == 1 else
-                all(np.array_equal(nan[..., c], m) for c in range(channels))):
-            return False
-        finite += np.count_nonzero(np.isfinite(block))
-    return finite == n_hit * channels                      # the non-NaN values are all finite
+    return np.count_nonzero(np.isfinite(a)) == a.size - np.count_nonzero(nan_where)   # non-NaN values all finite
 
 
 def check_validity(arrays: dict, float_names, add) -> set:
@@ -54,12 +43,16 @@ def check_validity(arrays: dict, float_names, add) -> set:
     hit = valid == 1
     miss = ~hit
     n_hit = int(np.count_nonzero(hit))
-    problems, clean = [], set()
+    problems, clean, miss_by_channels = [], set(), {}
     for name in float_names:
         if name not in arrays:
             continue
         a = arrays[name]
-        if nan_exactly_off(a, miss, n_hit):                # no non-finite where valid, nothing where invalid
+        channels = int(np.prod(a.shape[miss.ndim:])) if a.shape[:miss.ndim] == miss.shape else 0
+        if channels and channels not in miss_by_channels:  # the invalid pixels, each repeated once per channel
+            miss_by_channels[channels] = np.repeat(miss.reshape(-1), channels)
+        if channels and nan_exactly_off(a, miss_by_channels[channels]):
+            # no non-finite value where valid, nothing but NaN where invalid
             clean.add(name)
             n_bad_valid = n_bad_invalid = 0
             nonpos = (a <= 0) if name in ("camera_z", "range") else None     # NaN compares False: valid only

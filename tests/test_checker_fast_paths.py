@@ -149,7 +149,8 @@ def test_nan_exactly_off_equals_the_per_channel_definition():
         for name in ("camera_z", "range", "normal_geometric", "normal_shading"):
             finite, nan = finite_and_nan(a[name])
             want = not np.count_nonzero(hit & ~finite) and not np.count_nonzero(~hit & ~nan)
-            got = nan_exactly_off(a[name], ~hit, int(hit.sum()))
+            channels = a[name].size // hit.size
+            got = nan_exactly_off(a[name], np.repeat(~hit.reshape(-1), channels))
             assert got == want, (label, name)
             seen.add(got)
     assert seen == {True, False}
