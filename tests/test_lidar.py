@@ -288,6 +288,53 @@ def test_cw_sweep_with_azimuth_offsets_and_uniform_128(exports):
     _passes(e)
 
 
+def test_verification_sees_the_same_scene_inside_the_beam_render_settings(tmp_path):
+    """export_lidar_event verifies a sweep while beam_renders' settings are still applied (one depsgraph
+    re-evaluation per sweep, not one more for the casts). Those settings (AOV in every material, a default
+    material for a bare mesh, lights and world off, motion blur flags, the beam camera) must change no geometry:
+    the BVH verification inside them equals the one on the plain scene, on a moving wall, a box without a
+    material and a sun."""
+    import bpy
+
+    from exporter import lidar_event
+    from exporter.lidar_labels import labels_from_beams
+    from exporter.lidar_osl import lidar_shader_source
+    from exporter.run import ExportRequest, plan_export
+    from exporter.scene_clock import rigid_poses
+    from scenes import common
+
+    from .conftest import skip_without_custom_camera
+
+    _, rig = lc.moving_wall(steps=64)
+    skip_without_custom_camera(rig)
+    common.add_box("bare_box", (2, 2, 2), (-4, 2, 1))
+    bpy.context.scene.collection.objects.link(bpy.data.objects.new("sun", bpy.data.lights.new("sun", "SUN")))
+    blend = common.save(tmp_path / "wall.blend", rig)
+    plan = plan_export(ExportRequest(out=tmp_path / "o", blend=blend, rig=blend.with_suffix(".rig.json"), count=1,
+                                     device="cpu"))
+    ctx, sensor = plan.context, plan.jobs[0].sensor
+    timing = sensor.timing(0)
+    offsets, group = timing.time_groups()
+    layout = sweep_layout(sensor.azimuth_steps, timing.firing_period_ns, sensor.time_offsets_ns)
+    mount = ctx.scene.objects[sensor.object]
+    poses = rigid_poses(ctx.scene, ctx.clock, mount, timing.firing_times_exact(offsets))
+    poses = poses.reshape(sensor.azimuth_steps, len(offsets), 4, 4)
+    directions = sensor.directions(timing)
+
+    def verify(beams):
+        labels, _ = labels_from_beams(beams, poses[:, group], directions, (sensor.min_range_m, sensor.max_range_m),
+                                      ctx.lut)
+        return lidar_event._verify(ctx, sensor, timing, labels, poses, directions, offsets, group)
+
+    with lidar_event.beam_renders(ctx, sensor, timing, layout, lidar_shader_source) as (beams, _):
+        assert ctx.scene.world is None and bpy.data.objects["sun"].hide_render     # the settings are applied
+        inside = verify(beams)
+    outside = verify(beams)
+    assert inside == outside
+    assert inside["beams_compared"] == 8 * 32 and inside["id_mismatch_beams"] == 0
+    assert inside["worst_range_error_m"] < RANGE_TOL
+
+
 def test_point_table_format(exports):
     e = exports("box_room", lc.box_room)
     m, a = load_event(e.event)
