@@ -142,6 +142,30 @@ def test_residual_quantiles_histogram_and_slices():
     assert {b["bin"]: b["count"] for b in s["slices"]["class"]} == {"car": 30, "road": 70}
 
 
+def test_finite_on_sees_a_single_non_finite_channel_inside_the_mask_only():
+    from contracts.report.build import _finite_on
+
+    mask = np.ones((4, 5), bool)
+    mask[0, 0] = False
+    z, n = np.ones((4, 5), np.float32), np.ones((4, 5, 3), np.float32)
+    z[0, 0], n[0, 0, 1] = np.nan, np.inf                  # outside the mask: ignored
+    assert _finite_on(mask, [z, n])
+    for bad in (np.nan, np.inf, -np.inf):
+        n2 = n.copy()
+        n2[3, 4, 2] = bad
+        assert not _finite_on(mask, [z, n2]) and not _finite_on(mask, [np.where(mask, bad, z)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_percentiles_are_numpys_float64_percentiles(dtype):
+    """colour.percentiles selects in the values' own dtype and must give np.percentile's float64 numbers exactly."""
+    rng = np.random.default_rng(7)
+    q = [0.0, 1.0, 37.3, 50.0, 99.0, 99.9, 100.0]
+    for n in (1, 2, 3, 10, 101, 1000, 54321):
+        v = (rng.lognormal(1.0, 2.0, n) * (1000 if dtype == np.int32 else 1)).astype(dtype)
+        assert np.array_equal(colour.percentiles(v, q), np.percentile(v.astype(np.float64), q)), n
+
+
 def test_residual_at_the_sampled_pixels_has_the_distribution_of_every_pixel():
     """A residual computed at sample_pixels(mask) only and added with count= summarises exactly as the same residual
     added at every mask pixel (more pixels than the per-event cap, so a subset is kept)."""

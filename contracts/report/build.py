@@ -303,15 +303,9 @@ def _norm3(x) -> np.ndarray:
 
 
 def _finite_on(mask, images) -> bool:
-    """Whether every image (H, W) or (H, W, C) is finite at every `mask` pixel (tested on the sum of the channels:
-    False also where a sum of finite channels overflows, which only sends the caller down its general path)."""
-    for x in images:
-        total = x if x.ndim == 2 else x[..., 0].copy()
-        for c in range(1, x.shape[-1] if x.ndim == 3 else 1):
-            total += x[..., c]
-        if not np.isfinite(total[mask]).all():
-            return False
-    return True
+    """Whether every image (H, W) or (H, W, C) is finite at every `mask` pixel, from its sum over the mask (a sum of
+    finite values that overflows also gives False, which only sends the caller down its general path)."""
+    return all(bool(np.isfinite(np.sum(x, where=mask if x.ndim == 2 else mask[..., None]))) for x in images)
 
 
 def _radius(K, W, H, u=None, v=None) -> np.ndarray:
@@ -328,8 +322,9 @@ def _scalar_block(w, rel, name, values, valid, unit, caption, images=None):
     out = []
     v = np.asarray(values)
     lo = hi = None
-    if valid.any() and bool((v[valid] > 0).all()):
-        lo, hi = colour.robust_range(v[valid])
+    vv = v[valid]
+    if vv.size and bool((vv > 0).all()):
+        lo, hi = colour.robust_range(vv)
     for log in (False, True):
         img, leg = overlays.scalar(values, valid, log=log, lo=lo, hi=hi)
         if log and images is not None:
@@ -425,7 +420,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
                     "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys,
                     count=count)
     stats.camera_valid += [int(valid.sum()), valid.size]
-    stats.depth.append(a["camera_z"][valid].astype(np.float64))
+    stats.depth.append(a["camera_z"][valid])       # (its own dtype: the statistics read it as float64)
     # LiDAR returns in the time-matched camera rows
     for lid in lidars:
         try:
@@ -584,7 +579,7 @@ class _Stats:
         for (tag, _), mo in self.objects.items():
             classes[tag] = classes.get(tag, 0) + 1
             motion[mo] = motion.get(mo, 0) + 1
-        q = lambda v: dict(zip(("p1", "p50", "p99", "max"), (map(float, np.quantile(v, [0.01, 0.5, 0.99, 1.0]))  # noqa: E731
+        q = lambda v: dict(zip(("p1", "p50", "p99", "max"), (map(float, colour.percentiles(v, [1, 50, 99, 100]))  # noqa: E731
                                                             if v.size else [None] * 4), strict=True))
         splits = [s for s in self.splits if s]
         return {

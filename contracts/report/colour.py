@@ -44,33 +44,51 @@ def normalise(values, lo: float, hi: float, log: bool = False) -> np.ndarray:
 def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.ndarray:
     """Scalar image (H, W) -> (H, W, 3) uint8 with the colour map over [lo, hi] (the 256-entry table of lut(),
     index rint(255 t), t = normalise(values)); NaN, values <= 0 with log, or ~mask -> NO_DATA."""
-    t = np.array(values, dtype=np.float64)         # one float64 working copy, updated in place
     with np.errstate(divide="ignore", invalid="ignore"):
         if log:
             lo, hi = np.log10(max(lo, 1e-12)), np.log10(max(hi, lo * (1 + 1e-9), 1e-12))
-            np.log10(t, out=t)                      # <= 0 -> -inf or NaN: not finite, no data
-        scale = 255.0 / (hi - lo) if hi > lo else 0.0
-        t -= lo
-        t *= scale
-    ok = np.isfinite(t)
-    if mask is not None:
-        ok &= np.asarray(mask, dtype=bool)
-    bad = ~ok
-    t[bad] = 0.0
-    np.clip(t, 0.0, 255.0, out=t)
-    np.rint(t, out=t)
-    index = t.astype(np.uint16)
-    index[bad] = len(_LUT)                            # no data
+            t = np.log10(values, dtype=np.float64)  # float64 working copy; <= 0 -> -inf or NaN: not finite, no data
+            t -= lo
+        else:
+            t = np.subtract(values, lo, dtype=np.float64)
+        t *= 255.0 / (hi - lo) if hi > lo else 0.0
+        ok = np.isfinite(t)
+        if mask is not None:
+            ok &= np.asarray(mask, dtype=bool)
+        np.clip(t, 0.0, 255.0, out=t)
+        np.rint(t, out=t)
+        index = t.astype(np.uint16)                   # (no-data pixels: any index here, NO_DATA's below)
+    index[~ok] = len(_LUT)
     return np.take(_LUT_NO_DATA, index, axis=0)       # table lookup: one (3,) row per pixel
+
+
+def percentiles(values, q) -> np.ndarray:
+    """np.percentile(values as float64, q) of finite values (method 'linear'): the same float64 numbers, with the
+    order statistics around each percentile selected in the values' own dtype (a float32 image: half the bytes of a
+    float64 copy) and interpolated as numpy does: a + (b - a) g, from g = 0.5 on b - (b - a)(1 - g)."""
+    v = np.asarray(values).ravel()
+    n = v.size
+    virtual = (n - 1) * (np.asarray(q, dtype=np.float64) / 100.0)
+    below = np.minimum(np.floor(virtual), n - 1)
+    i0, i1 = below.astype(np.intp), np.minimum(below + 1, n - 1).astype(np.intp)
+    part = np.partition(v, np.unique(np.concatenate([i0, i1])))
+    a, b = part[i0].astype(np.float64), part[i1].astype(np.float64)
+    g = virtual - below
+    diff = b - a
+    return np.where(g >= 0.5, b - diff * (1 - g), a + diff * g)
 
 
 def robust_range(values, log: bool = False, q=(1.0, 99.0)) -> tuple[float, float]:
     """(lo, hi) percentiles of the finite (and, with log, positive) values; (0, 1) when there are none."""
-    v = np.asarray(values, dtype=np.float64).ravel()
-    v = v[np.isfinite(v) & ((v > 0) if log else True)]
+    v = np.asarray(values).ravel()
+    keep = np.isfinite(v)
+    if log:
+        keep &= v > 0
+    if not keep.all():
+        v = v[keep]
     if v.size == 0:
         return (1e-3, 1.0) if log else (0.0, 1.0)
-    lo, hi = np.percentile(v, q)
+    lo, hi = percentiles(v, q)
     if hi <= lo:
         hi = lo + (abs(lo) * 1e-3 or 1.0)
     return float(lo), float(hi)
