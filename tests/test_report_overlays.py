@@ -142,6 +142,14 @@ def test_residual_quantiles_histogram_and_slices():
     assert {b["bin"]: b["count"] for b in s["slices"]["class"]} == {"car": 30, "road": 70}
 
 
+def test_semantic_image_colours_each_id_as_its_legend_with_and_without_void():
+    for s in (np.array([[0, 1, 2, 25]], np.uint32), np.array([[0, 1, 0xFFFFFFFF, 7]], np.uint32)):
+        img = overlays.semantic_image(s)
+        assert [tuple(c) for c in img[0]] == [overlays.semantic_colour(int(i)) for i in s[0]]
+        assert tuple(img[0, 0]) == (0, 0, 0) and len({tuple(c) for c in img[0]}) == 4
+    assert tuple(overlays.semantic_image(np.array([[0xFFFFFFFF]], np.uint32))[0, 0]) == (255, 255, 255)
+
+
 def test_finite_on_sees_a_single_non_finite_channel_inside_the_mask_only():
     from contracts.report.build import _finite_on
 

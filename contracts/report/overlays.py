@@ -66,11 +66,19 @@ def id_image(instance_id, objects: list[dict]) -> np.ndarray:
 def semantic_image(semantic_id) -> np.ndarray:
     """semantic_id -> one colour per class (background 0 black, void 0xFFFFFFFF white)."""
     s = np.asarray(semantic_id)
+    top = int(s.max(initial=0))
+    if s.dtype.kind == "u" and top < 1 << 16:       # small ids (no void): a table row for every id up to the largest
+        return np.take(_class_colours(np.arange(top + 1)), s, axis=0)
     present = np.unique(s)                          # colour each class once, then look every pixel up
-    table = CLASS_PALETTE[(present.astype(np.int64) - 1) % len(CLASS_PALETTE)]
-    table[present == 0] = 0
-    table[present == 0xFFFFFFFF] = 255
-    return np.take(table, np.searchsorted(present, s), axis=0)
+    return np.take(_class_colours(present), np.searchsorted(present, s), axis=0)
+
+
+def _class_colours(ids) -> np.ndarray:
+    """(N, 3) uint8 colours of semantic ids (N,)."""
+    table = CLASS_PALETTE[(ids.astype(np.int64) - 1) % len(CLASS_PALETTE)]
+    table[ids == 0] = 0
+    table[ids == 0xFFFFFFFF] = 255
+    return table
 
 
 def semantic_colour(class_id: int) -> tuple[int, int, int]:
