@@ -303,6 +303,30 @@ class CanvasRays:
         return out
 
 
+def band_x_range(xa, ya, ylo, yhi):
+    """(x_min, x_max) (N,) of triangles (xa, ya: (N, 3) vertices) within the horizontal bands ylo <= y <= yhi (N,):
+    the x extent of the triangle clipped to its band (its vertices in the band and its edges' crossings of the
+    band's two lines), or the triangle's x extent where that is narrower. A pixel row's rays all lie in the band of
+    their y range, so no covered pixel of a (row, triangle) pair lies outside it."""
+    lo, hi = xa.min(-1), xa.max(-1)
+    ylo, yhi = ylo[:, None], yhi[:, None]
+    inb = (ya >= ylo) & (ya <= yhi)
+    cand_lo = np.where(inb, xa, np.inf).min(-1)
+    cand_hi = np.where(inb, xa, -np.inf).max(-1)
+    xb, yb = np.roll(xa, -1, axis=-1), np.roll(ya, -1, axis=-1)                   # edge i: vertex i -> i + 1
+    dy = yb - ya
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for y in (ylo, yhi):
+            t = (y - ya) / dy
+            cross = (t >= 0) & (t <= 1) & (dy != 0)
+            x = xa + t * (xb - xa)
+            cand_lo = np.minimum(cand_lo, np.where(cross, x, np.inf).min(-1))
+            cand_hi = np.maximum(cand_hi, np.where(cross, x, -np.inf).max(-1))
+    span = np.maximum(hi - lo, 1e-300)
+    pad = 1e-9 * span + 1e-12 * np.maximum(np.abs(lo), np.abs(hi))               # rounding of the crossings
+    return np.maximum(lo, cand_lo - pad), np.minimum(hi, cand_hi + pad)
+
+
 def rasterize_rays(vertices, triangles, rays, T_camera_object, near: float | None = None,
                    far: float = np.inf) -> np.ndarray:
     """Coverage of pixels given by their normalized rays by a mesh: bool (R, C).
@@ -371,10 +395,11 @@ def rasterize_rays(vertices, triangles, rays, T_camera_object, near: float | Non
             continue
         fr = ri if per_row else np.zeros_like(ri)                                     # row index into the triangles
         eps = 1e-9
-        q_lo = np.clip((bb[0][fr, fi] - gx0) / span - eps, -0.5, 1.5) + 4.0 * (ri + r0)
-        q_hi = np.clip((bb[1][fr, fi] - gx0) / span + eps, -0.5, 1.5) + 4.0 * (ri + r0)
+        cx_lo, cx_hi = band_x_range(xa[fr, fi], ya[fr, fi], row_ylo[ri + r0], row_yhi[ri + r0])
+        q_lo = np.clip((cx_lo - gx0) / span - eps, -0.5, 1.5) + 4.0 * (ri + r0)
+        q_hi = np.clip((cx_hi - gx0) / span + eps, -0.5, 1.5) + 4.0 * (ri + r0)
         lo = np.searchsorted(keys, q_lo, side="left")
-        n = np.searchsorted(keys, q_hi, side="right") - lo
+        n = np.maximum(np.searchsorted(keys, q_hi, side="right") - lo, 0)
         ends = np.cumsum(n)
         a = 0
         while a < len(n):                                                             # batches of <= PAIR_CHUNK tests

@@ -493,3 +493,31 @@ def test_wrong_deforming_rows_are_caught(tmp_path, monkeypatch):
     report = json.loads((Path(e.summary["quarantined"][0]) / "qa_report.json").read_text())
     fails = {c["check"]: c["message"] for c in report["checks"] if c["status"] == "fail"}
     assert "farther than 0.02 px from an edge" in fails.get("objects:rasterisation", ""), fails
+
+
+def test_band_x_range_bounds_the_triangle_in_its_band():
+    """band_x_range (the candidate x range of a (row, triangle) pair in rasterize_rays) holds every point of the
+    triangle whose y lies in the band (dense barycentric samples) and is tight: within 0.03 (about the sampling step) of
+    the samples' extremes, where the triangle's own x extent would not be."""
+    from contracts.rasterize import band_x_range
+
+    rng = np.random.default_rng(7)
+    n = 400
+    xa, ya = rng.normal(0, 1, (n, 3)), rng.normal(0, 1, (n, 3))
+    ya[:40, 1] = ya[:40, 0]                                    # horizontal edges
+    c = rng.normal(0, 1, n)
+    ylo, yhi = c - rng.uniform(0, 0.3, n), c + rng.uniform(0, 0.3, n)
+    lo, hi = band_x_range(xa, ya, ylo, yhi)
+    g = np.linspace(0, 1, 301)
+    b0, b1 = np.meshgrid(g, g)
+    keep = b0 + b1 <= 1
+    w = np.stack([b0[keep], b1[keep], 1 - b0[keep] - b1[keep]], 1)           # (S, 3) barycentric
+    px, py = xa @ w.T, ya @ w.T                                                  # (n, S)
+    inb = (py >= ylo[:, None]) & (py <= yhi[:, None])
+    some = inb.any(1)
+    assert some.sum() > 100
+    sx_lo = np.where(inb, px, np.inf).min(1)
+    sx_hi = np.where(inb, px, -np.inf).max(1)
+    assert (lo[some] <= sx_lo[some]).all() and (hi[some] >= sx_hi[some]).all()
+    assert (sx_lo[some] - lo[some]).max() < 0.03 and (hi[some] - sx_hi[some]).max() < 0.03
+    assert (sx_lo[some] - xa[some].min(1)).max() > 0.5, "the bands cut the triangles (the test can tell)"
