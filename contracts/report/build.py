@@ -562,6 +562,16 @@ def _flow_page(fl: Flow, w: Writer, rel: str, res: Residuals, stats, verify=Fals
     return "".join(parts)
 
 
+def _stat_quantiles(v, as_float64: bool = False) -> dict:
+    """{p1, p50, p99, max} of v (None when empty): np.quantile per quantile in v's own precision, or with as_float64
+    the numbers np.quantile gives for v as float64 (colour.percentiles: one selection in v's dtype)."""
+    names, qs = ("p1", "p50", "p99", "max"), (0.01, 0.5, 0.99, 1.0)
+    if not v.size:
+        return dict.fromkeys(names)
+    values = colour.percentiles(v, [100 * q for q in qs]) if as_float64 else [np.quantile(v, q) for q in qs]
+    return {k: float(x) for k, x in zip(names, values, strict=True)}
+
+
 class _Stats:
     def __init__(self):
         self.class_pixels, self.assets, self.objects = {}, {}, {}
@@ -579,8 +589,6 @@ class _Stats:
         for (tag, _), mo in self.objects.items():
             classes[tag] = classes.get(tag, 0) + 1
             motion[mo] = motion.get(mo, 0) + 1
-        q = lambda v: dict(zip(("p1", "p50", "p99", "max"), (map(float, colour.percentiles(v, [1, 50, 99, 100]))  # noqa: E731
-                                                            if v.size else [None] * 4), strict=True))
         splits = [s for s in self.splits if s]
         return {
             "counts": dict(self.counts),
@@ -590,8 +598,8 @@ class _Stats:
             "asset_object_counts": dict(sorted(self.assets.items(), key=lambda kv: -kv[1])),
             "mean_visib_fract": float(np.mean(self.visib)) if self.visib else None,
             "visib_fract_histogram": np.histogram(self.visib, bins=10, range=(0, 1))[0].tolist() if self.visib else [],
-            "camera_z_m": q(depth),
-            "flow_magnitude_px": q(fm),
+            "camera_z_m": _stat_quantiles(depth, as_float64=True),
+            "flow_magnitude_px": _stat_quantiles(fm),
             "camera_invalid_rate": float(1 - cv[:, 0].sum() / cv[:, 1].sum()) if cv.size else None,
             "lidar_no_return_rate": float(1 - lv[:, 0].sum() / lv[:, 1].sum()) if lv.size else None,
             "quarantine_reasons": self.quarantine,
