@@ -109,9 +109,10 @@ def _reproject(K, arrays, src, dst, add):
         "source point + scene_flow_world, seen at the landing row, lands at pixel + flow_forward", worst_px=worst)
     if "scene_flow_source_camera" in arrays:
         R_cw = np.transpose(src["row_T_world_camera"][:, :3, :3], (0, 2, 1))
-        rotated = np.einsum("hij,hwj->hwi", R_cw, np.nan_to_num(arrays["scene_flow_world"].astype(np.float64)))
+        sfw = np.nan_to_num(arrays["scene_flow_world"].reshape(-1, 3)[idx].astype(np.float64))
+        rotated = rotate_per_row(R_cw, sfw, idx // W)
         sfc = arrays["scene_flow_source_camera"].reshape(-1, 3)[idx].astype(np.float64)
-        worst_c = float(np.abs(rotated.reshape(-1, 3)[idx] - sfc).max(initial=0.0))
+        worst_c = float(np.abs(rotated - sfc).max(initial=0.0))
         add("scene_flow_frames", worst_c <= tol.FLOW_SCENE_FLOW_TOL_M,
             f"scene_flow_source_camera differs from R_camera_world scene_flow_world by {worst_c:.3g} m"
             if worst_c > tol.FLOW_SCENE_FLOW_TOL_M
@@ -122,6 +123,17 @@ def _reproject(K, arrays, src, dst, add):
     land_uv = np.full((H * W, 2), np.nan)
     land_uv[idx] = np.stack([uu, vv], -1)
     return moved_z.reshape(H, W), land_uv.reshape(H, W, 2)
+
+
+def rotate_per_row(R_rows, vectors, rows) -> np.ndarray:
+    """R_rows[rows[i]] @ vectors[i]: (K, 3, 3), (N, 3), (N,) int -> (N, 3). Elementwise products summed in order,
+    then + 0.0: the bits of einsum("hij,hwj->hwi", R_rows, grid) at those pixels, computed for them only."""
+    R = np.asarray(R_rows, np.float64)
+    out = np.empty(np.shape(vectors))
+    for i in range(3):
+        r0, r1, r2 = (np.ascontiguousarray(R[:, i, j]).take(rows) for j in range(3))
+        out[:, i] = ((r0 * vectors[:, 0] + r1 * vectors[:, 1]) + r2 * vectors[:, 2]) + 0.0
+    return out
 
 
 def _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add):
@@ -164,27 +176,30 @@ def cycle_residuals(arrays, src, dst, K=None) -> tuple[np.ndarray, np.ndarray]:
     are backward-visible, on the source pixel's object and one planar face (the pixels marked in `pixels`).
     With K (pinhole 3x3 or Lens) and the destination's camera_z and row poses, one face also means one plane
     offset (`_plane_offsets`)."""
-    fwd, bwd = arrays["flow_forward"].astype(np.float64), arrays["flow_backward"].astype(np.float64)
     vis_f, vis_b = arrays["flow_forward_dest_visible"].astype(bool), arrays["flow_backward_dest_visible"].astype(bool)
     H, W = vis_f.shape
     u, v = pixel_grid(W, H)
-    q = np.stack([u + fwd[..., 0], v + fwd[..., 1]], -1)[vis_f]
-    p = np.stack([u, v], -1)[vis_f]
+    fwd = arrays["flow_forward"][vis_f].astype(np.float64)           # (N, 2): only the forward-visible pixels
+    pu, pv = u[vis_f], v[vis_f]
+    qu, qv = pu + fwd[:, 0], pv + fwd[:, 1]
     obj = src["instance_id"][vis_f]
-    corners = bilinear_corners(q[:, 0], q[:, 1], W, H)
-    face = _face_keys(dst)
-    plane = _plane_offsets(K, dst) if K is not None else np.zeros(face.shape, np.int64)
-    first = face[corners[0][0], corners[0][1]]
-    first_plane = plane[corners[0][0], corners[0][1]]
-    usable = dst["instance_id"][corners[0][0], corners[0][1]] == obj
+    corners = [(r * W + c, w) for r, c, w in bilinear_corners(qu, qv, W, H)]      # flat pixel index, weight
+    face = _face_keys(dst).ravel()
+    plane = _plane_offsets(K, dst).ravel() if K is not None else np.zeros(face.shape, np.int64)
+    first = face[corners[0][0]]
+    first_plane = plane[corners[0][0]]
+    usable = dst["instance_id"].ravel()[corners[0][0]] == obj
     # bilinear interpolates only between pixel centres; beyond the outer centres it would hold the edge value,
     # wrong by the flow's gradient (large near the corners of a distorted image)
-    usable &= (q[:, 0] >= 0) & (q[:, 0] <= W - 1) & (q[:, 1] >= 0) & (q[:, 1] <= H - 1)
-    back = np.zeros_like(q)
-    for r, c, w in corners:
-        usable &= vis_b[r, c] & (face[r, c] == first) & (plane[r, c] == first_plane)
-        back += w[:, None] * np.nan_to_num(bwd[r, c])
-    err = np.hypot(*(q + back - p)[usable].T) if usable.any() else np.zeros(0)
+    usable &= (qu >= 0) & (qu <= W - 1) & (qv >= 0) & (qv <= H - 1)
+    bwd, vis_b = arrays["flow_backward"].reshape(-1, 2), vis_b.ravel()
+    back_u, back_v = np.zeros_like(qu), np.zeros_like(qv)
+    for f, w in corners:
+        usable &= vis_b[f] & (face[f] == first) & (plane[f] == first_plane)
+        b = np.nan_to_num(bwd[f].astype(np.float64))
+        back_u += w * b[:, 0]
+        back_v += w * b[:, 1]
+    err = np.hypot((qu + back_u - pu)[usable], (qv + back_v - pv)[usable]) if usable.any() else np.zeros(0)
     pixels = np.zeros((H, W), dtype=bool)
     pixels[vis_f] = usable
     return err, pixels

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contracts.camera_model import pixel_grid
+from contracts.flow_checks import rotate_per_row
 from contracts.lens import pixel_rays, project_uv
 from contracts.frames import apply_per_row, apply_rows_grid
 from contracts.ontology import BACKGROUND_ID
@@ -157,11 +158,10 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     flow[idx[defined], 1] = (vn - v)[defined]
     sf = np.full((H * W, 3), np.nan, np.float32)
     sfc = np.full((H * W, 3), np.nan, np.float32)
-    d = Pd - P
-    sf[idx[defined]] = d[defined]
-    d_grid = np.zeros((H * W, 3))
-    d_grid[idx[defined]] = d[defined]
-    sfc[idx[defined]] = _to_camera(src.row_T_world_camera, d_grid.reshape(H, W, 3)).reshape(-1, 3)[idx[defined]]
+    d = (Pd - P)[defined]
+    sf[idx[defined]] = d
+    R_cw = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))          # camera <- world, per row
+    sfc[idx[defined]] = rotate_per_row(R_cw, d, rows[defined])
 
     def plane(mask_pixels):
         out = np.zeros(H * W, np.uint8)
@@ -202,14 +202,6 @@ class RowTerms:
         for i in range(3):                  # column by column: a broadcast over (N, 3) would loop 3 at a time
             out[:, i] = self.base[:, i] + frac * self.step[:, i]
         return out
-
-
-def _to_camera(row_T_world_camera, grid) -> np.ndarray:
-    """(H, W, 3) world vectors of each image row rotated into that row's camera frame: R(h)^T v, R from (H, 4, 4)
-    poses; elementwise, summed in order, then + 0.0 (the bits of numpy's einsum over the transposed rotation)."""
-    R = row_T_world_camera[:, None, :3, :3]                           # (H, 1, 3, 3)
-    return np.stack([((R[..., 0, i] * grid[..., 0] + R[..., 1, i] * grid[..., 1]) + R[..., 2, i] * grid[..., 2]) + 0.0
-                     for i in range(3)], axis=-1)
 
 
 def _depth_test(dst: EventGeometry, ud, vd, z, render, abs_m, rel) -> np.ndarray:
