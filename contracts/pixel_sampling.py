@@ -30,13 +30,16 @@ def camera_z_at(camera_z, instance_id, u, v, object_ids) -> tuple[np.ndarray, np
     pixels show `object_ids`; otherwise it is the nearest pixel's value.
     """
     H, W = camera_z.shape
+    z_flat, id_flat = camera_z.ravel(), instance_id.ravel()          # gathers by flat index (r * W + c)
     rows, cols = nearest_pixel(u, v, W, H)
+    nearest = rows * W + cols
     inv = np.zeros(np.shape(u))
     same = np.ones(np.shape(u), dtype=bool)
     for r, c, w in bilinear_corners(u, v, W, H):
-        same &= instance_id[r, c].astype(np.int64) == object_ids
+        f = r * W + c
+        same &= id_flat.take(f).astype(np.int64) == object_ids
         with np.errstate(divide="ignore", invalid="ignore"):
-            inv += w / camera_z[r, c].astype(np.float64)
+            inv += w / z_flat.take(f).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(same, 1.0 / inv, camera_z[rows, cols].astype(np.float64))
-    return z, instance_id[rows, cols].astype(np.int64)
+        z = np.where(same, 1.0 / inv, z_flat.take(nearest).astype(np.float64))
+    return z, id_flat.take(nearest).astype(np.int64)
