@@ -26,12 +26,29 @@ def row_blocks(H: int, W: int) -> list[slice]:
     return [slice(r, min(r + step, H)) for r in range(0, H, step)]
 
 
-def nan_exactly_off(a: np.ndarray, nan_where: np.ndarray) -> bool:
-    """Whether float array `a` is NaN exactly where `nan_where` (a bool array of a's size, in a's C order) and
-    finite everywhere else: the validity contract in two whole-array passes, no per-pixel channel reductions."""
-    if a.size != nan_where.size or not np.array_equal(np.isnan(a).reshape(-1), nan_where.reshape(-1)):
+def nan_exactly_off(a: np.ndarray, miss: np.ndarray) -> bool:
+    """Whether float label `a` (the shape of the bool mask `miss`, or that with one channel axis) is NaN in every
+    channel where `miss` and finite in every channel elsewhere: the validity contract, row block by row block (one
+    read of `a`), the NaN channels of each pixel counted as bytes (no per-pixel channel reduction)."""
+    if a.shape[:miss.ndim] != miss.shape or a.ndim > miss.ndim + 1 or (a.ndim > miss.ndim and a.shape[-1] > 255):
         return False
-    return np.count_nonzero(np.isfinite(a)) == a.size - np.count_nonzero(nan_where)   # non-NaN values all finite
+    channels = 1 if a.ndim == miss.ndim else a.shape[-1]
+    finite = 0
+    for rows in (row_blocks(*miss.shape) if miss.ndim == 2 else [slice(None)]):
+        block, m = a[rows], miss[rows]
+        nan = np.isnan(block)
+        if channels == 1:
+            same = np.array_equal(nan, m)
+        else:
+            per_channel = nan.view(np.uint8)               # 0/1 per channel
+            count = per_channel[..., 0].copy()
+            for c in range(1, channels):
+                count += per_channel[..., c]               # the NaN channels of each pixel
+            same = np.array_equal(count, m.view(np.uint8) * np.uint8(channels))
+        if not same:
+            return False
+        finite += np.count_nonzero(np.isfinite(block))
+    return finite == channels * (miss.size - np.count_nonzero(miss))      # the non-NaN values are all finite
 
 
 def check_validity(arrays: dict, float_names, add) -> set:
@@ -43,15 +60,12 @@ def check_validity(arrays: dict, float_names, add) -> set:
     hit = valid == 1
     miss = ~hit
     n_hit = int(np.count_nonzero(hit))
-    problems, clean, miss_by_channels = [], set(), {}
+    problems, clean = [], set()
     for name in float_names:
         if name not in arrays:
             continue
         a = arrays[name]
-        channels = int(np.prod(a.shape[miss.ndim:])) if a.shape[:miss.ndim] == miss.shape else 0
-        if channels and channels not in miss_by_channels:  # the invalid pixels, each repeated once per channel
-            miss_by_channels[channels] = np.repeat(miss.reshape(-1), channels)
-        if channels and nan_exactly_off(a, miss_by_channels[channels]):
+        if nan_exactly_off(a, miss):
             # no non-finite value where valid, nothing but NaN where invalid
             clean.add(name)
             n_bad_valid = n_bad_invalid = 0
@@ -94,8 +108,12 @@ def check_ids(manifest: dict, arrays: dict, add) -> None:
         return
     instance = arrays["instance_id"]
     top = int(instance.max(initial=0))
-    present = np.flatnonzero(np.bincount(instance.ravel())) if top < 1 << 24 else np.unique(instance)
-    missing = [int(x) for x in present if x != BACKGROUND_ID and int(x) not in by_index]
+    known = by_index.keys() | {BACKGROUND_ID}
+    if top < len(known) and all(i in known for i in range(top + 1)):
+        missing = []                                       # every id from 0 to the largest present one is known
+    else:
+        present = np.flatnonzero(np.bincount(instance.ravel())) if top < 1 << 24 else np.unique(instance)
+        missing = [int(x) for x in present if x != BACKGROUND_ID and int(x) not in by_index]
     add("instance_ids_known", not missing, f"instance ids {missing[:5]} are not in the object table"
         if missing else "every instance id is in the object table")
     if "semantic_id" not in arrays:

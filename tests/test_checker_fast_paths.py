@@ -137,22 +137,23 @@ def _faults(rng, arrays):
     return out
 
 
-def test_nan_exactly_off_equals_the_per_channel_definition():
-    from contracts.label_checks import finite_and_nan, nan_exactly_off
+def test_nan_exactly_off_equals_the_per_channel_definition(monkeypatch):
+    import contracts.label_checks as lc
 
     rng = np.random.default_rng(3)
     _, arrays = _labels(rng)
     hit = arrays["valid"] == 1
     cases = [("clean", arrays)] + _faults(rng, arrays)
     seen = set()
-    for label, a in cases:
-        for name in ("camera_z", "range", "normal_geometric", "normal_shading"):
-            finite, nan = finite_and_nan(a[name])
-            want = not np.count_nonzero(hit & ~finite) and not np.count_nonzero(~hit & ~nan)
-            channels = a[name].size // hit.size
-            got = nan_exactly_off(a[name], np.repeat(~hit.reshape(-1), channels))
-            assert got == want, (label, name)
-            seen.add(got)
+    for block in (1 << 30, 5 * hit.shape[1]):              # one block; blocks of 5 rows
+        monkeypatch.setattr(lc, "BLOCK_PIXELS", block)
+        for label, a in cases:
+            for name in ("camera_z", "range", "normal_geometric", "normal_shading"):
+                finite, nan = lc.finite_and_nan(a[name])
+                want = not np.count_nonzero(hit & ~finite) and not np.count_nonzero(~hit & ~nan)
+                got = lc.nan_exactly_off(a[name], ~hit)
+                assert got == want, (label, name, block)
+                seen.add(got)
     assert seen == {True, False}
 
 
@@ -201,3 +202,26 @@ def test_ray_grid_is_cached_per_camera_and_equals_the_formula():
     xn, yn = normalized(K, np.arange(40.0)[None, :], np.arange(24.0)[:, None])
     assert np.array_equal(g.factor, np.sqrt(1.0 + xn * xn + yn * yn)) and g.finite and g.in_domain is None
     assert not g.factor.flags.writeable
+
+
+def test_check_ids_shortcut_equals_the_scan_of_every_id():
+    """instance_ids_known skips the id scan only when every id up to the largest present one is in the table;
+    tables with gaps and ids beyond the table still name the unknown ids."""
+    from contracts.label_checks import check_ids
+
+    rng = np.random.default_rng(2)
+    for table, extra in (((1, 2, 3, 4, 5), None), ((1, 2, 4, 5), 3), ((1, 2, 3), 7), ((2, 3), 1), ((1, 2, 3), None)):
+        objects = [{"id": f"o{i}", "render_index": i, "class_id": 10 + i} for i in table]
+        instance = rng.choice(np.array((0, *table), np.uint32), size=(9, 11))
+        if extra is not None:
+            instance[4, 5] = extra
+        lut = {0: 0, **{i: 10 + i for i in table}}
+        semantic = np.array([[lut.get(int(i), 0xFFFFFFFF) for i in row] for row in instance], np.uint32)
+        manifest = {"objects": objects, "ontology": {"classes": [{"id": 10 + i} for i in range(9)]}}
+        out = _Collect()
+        check_ids(manifest, {"instance_id": instance, "semantic_id": semantic}, out)
+        result = {name: (ok, msg) for name, ok, msg, _ in out}
+        assert result["instance_ids_known"][0] == (extra is None), table
+        if extra is not None:
+            assert f"[{extra}]" in result["instance_ids_known"][1]
+        assert result["semantic_matches_instance"][0], table
