@@ -258,13 +258,17 @@ def squared_norm(n: np.ndarray) -> np.ndarray:
     return sq
 
 
-def _unit_extremes(n, hit, clean: bool):
-    """(min, max) of |n|^2 over the valid pixels where it is finite (None when there is none), block by block.
-    clean: n is NaN exactly off the valid pixels (then the NaN-skipping reductions are the masked ones unless a
-    value overflowed to inf)."""
-    los, his = [], []
+def _normal_stats(n, hit, clean: bool, rays=None):
+    """One read of normal image n, row block by row block: ((min, max) of |n|^2 over the valid pixels where it is
+    finite, None when there is none; facing), where facing, given rays = (x_n, y_n, |ray|), is (valid pixels whose
+    n . ray / |ray| > tol, the largest n . ray / |ray| over valid pixels, float64) and None without rays.
+    clean: n is NaN exactly off the valid pixels (then the NaN-skipping reductions are the masked ones, unless
+    |n|^2 overflowed to inf: then the masked extremes are computed)."""
+    H = n.shape[0]
+    los, his, n_away, worsts = [], [], 0, []
     for rows in row_blocks(*n.shape[:2]):
-        sq = squared_norm(n[rows])
+        nb = n[rows]
+        sq = squared_norm(nb)
         if clean:
             los.append(np.fmin.reduce(sq, axis=None))
             his.append(np.fmax.reduce(sq, axis=None))
@@ -272,45 +276,46 @@ def _unit_extremes(n, hit, clean: bool):
             use = hit[rows] & np.isfinite(sq)
             los.append(np.min(sq, where=use, initial=np.inf))
             his.append(np.max(sq, where=use, initial=-np.inf))
+        if rays is None:
+            continue
+        xn, yn, factor = rays
+        cos = nb[..., 0] * _rows(xn, rows, H)              # (n . (x_n, y_n, 1)) / |(x_n, y_n, 1)|, float64
+        cos += nb[..., 1] * _rows(yn, rows, H)
+        cos += nb[..., 2]
+        cos /= _rows(factor, rows, H)
+        if clean:                                          # NaN exactly off the valid pixels
+            n_away += int(np.count_nonzero(cos > tol.GEOMETRIC_FACING_TOL))
+            worsts.append(np.fmax.reduce(cos, axis=None, initial=-1.0))
+        else:
+            n_away += int(np.count_nonzero(hit[rows] & (cos > tol.GEOMETRIC_FACING_TOL)))
+            worsts.append(np.max(cos, where=hit[rows], initial=-1.0))
+    facing = None if rays is None else (n_away, float(np.max(worsts, initial=-1.0)))
     if clean:
         lo, hi = np.fmin.reduce(los), np.fmax.reduce(his)
         if np.isfinite(hi):                                # no overflow to inf, at least one valid pixel
-            return lo, hi
-        return _unit_extremes(n, hit, False)
+            return (lo, hi), facing
+        return _normal_stats(n, hit, False)[0], facing
     lo, hi = min(los), max(his)                            # finite values only: no NaN to propagate
-    return None if hi == -np.inf else (lo, hi)
+    return (None if hi == -np.inf else (lo, hi)), facing
 
 
 def _check_normals(xn, yn, factor, valid, arrays, add, clean=frozenset()):
     """Unit length of both normals; the geometric normal faces the camera (n . ray <= tol) at every valid pixel.
     clean as in _check_z_range."""
     hit = valid == 1
+    facing = None
     for name in ("normal_geometric", "normal_shading"):
         if name not in arrays:
             continue
-        ext = _unit_extremes(arrays[name], hit, name in clean)
+        geometric = name == "normal_geometric"
+        ext, stats = _normal_stats(arrays[name], hit, name in clean, (xn, yn, factor) if geometric else None)
+        facing = stats if geometric else facing
         worst = 0.0 if ext is None else float(max(np.sqrt(ext[1]) - 1.0, 1.0 - np.sqrt(ext[0]), 0.0))
         add(f"{name}_unit", worst <= tol.NORMAL_UNIT_TOL,
             f"{name} deviates from unit length by {worst:.3g}" if worst > tol.NORMAL_UNIT_TOL
             else f"{name} is unit length", worst_length_error=worst)
-    if "normal_geometric" in arrays:
-        n = arrays["normal_geometric"]
-        H = n.shape[0]
-        fast = "normal_geometric" in clean
-        n_away, worsts = 0, []
-        for rows in row_blocks(*n.shape[:2]):
-            nb = n[rows]
-            cos = nb[..., 0] * _rows(xn, rows, H)          # (n . (x_n, y_n, 1)) / |(x_n, y_n, 1)|, float64
-            cos += nb[..., 1] * _rows(yn, rows, H)
-            cos += nb[..., 2]
-            cos /= _rows(factor, rows, H)
-            if fast:                                       # NaN exactly off the valid pixels
-                n_away += int(np.count_nonzero(cos > tol.GEOMETRIC_FACING_TOL))
-                worsts.append(np.fmax.reduce(cos, axis=None, initial=-1.0))
-            else:
-                n_away += int(np.count_nonzero(hit[rows] & (cos > tol.GEOMETRIC_FACING_TOL)))
-                worsts.append(np.max(cos, where=hit[rows], initial=-1.0))
-        worst_cos = float(np.max(worsts, initial=-1.0))
+    if facing is not None:
+        n_away, worst_cos = facing
         add("normal_geometric_facing", n_away == 0,
             f"geometric normal faces away from the camera at {n_away} pixels" if n_away else
             "geometric normal faces the camera at every valid pixel", worst_cos=worst_cos)
