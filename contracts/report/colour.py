@@ -237,17 +237,23 @@ def srgb(linear, exposure: float = 1.0) -> np.ndarray:
 
 # drawing -----------------------------------------------------------------------------------------------
 
-def draw_line(img: np.ndarray, p0, p1, colour, width: int = 1) -> None:
-    """Draw the segment between continuous pixel coordinates p0 = (u, v) and p1 in place (clipped)."""
+def segment_pixels(p0, p1) -> np.ndarray:
+    """(N, 2) int64 pixels (u, v) of the segment between continuous pixel coordinates p0 = (u, v) and p1: samples
+    every half pixel (at most 20000), rounded; none when an end is not finite."""
     (u0, v0), (u1, v1) = p0, p1
     if not np.all(np.isfinite([u0, v0, u1, v1])):
-        return
+        return np.zeros((0, 2), dtype=np.int64)
     n = int(max(abs(u1 - u0), abs(v1 - v0), 1) * 2) + 1
     n = min(n, 20000)
     t = np.linspace(0, 1, n)
     u = np.rint(u0 + t * (u1 - u0)).astype(np.int64)
     v = np.rint(v0 + t * (v1 - v0)).astype(np.int64)
-    draw_points(img, np.stack([u, v], -1), colour, radius=(width - 1) // 2)
+    return np.stack([u, v], -1)
+
+
+def draw_line(img: np.ndarray, p0, p1, colour, width: int = 1) -> None:
+    """Draw the segment between continuous pixel coordinates p0 = (u, v) and p1 in place (clipped)."""
+    draw_points(img, segment_pixels(p0, p1), colour, radius=(width - 1) // 2)
 
 
 def draw_points(img: np.ndarray, uv, colours, radius: int = 0) -> None:
@@ -271,13 +277,13 @@ def draw_box(img: np.ndarray, box_xywh, colour) -> None:
     """Outline of an inclusive pixel box [x, y, w, h] with w = x_max - x_min + 1 (rowbeam's box convention)."""
     x, y, w, h = box_xywh
     x1, y1 = x + w - 1, y + h - 1
-    for a, b in (((x, y), (x1, y)), ((x1, y), (x1, y1)), ((x1, y1), (x, y1)), ((x, y1), (x, y))):
-        draw_line(img, a, b, colour)
+    sides = (((x, y), (x1, y)), ((x1, y), (x1, y1)), ((x1, y1), (x, y1)), ((x, y1), (x, y)))
+    draw_points(img, np.concatenate([segment_pixels(a, b) for a, b in sides]), colour)   # one colour: one call
 
 
 def contour(mask) -> np.ndarray:
     """(H, W) bool: mask pixels with a 4-neighbour outside the mask (or on the image border)."""
     m = np.asarray(mask, dtype=bool)
-    p = np.pad(m, 1, constant_values=False)
-    inner = p[:-2, 1:-1] & p[2:, 1:-1] & p[1:-1, :-2] & p[1:-1, 2:]
+    inner = np.zeros_like(m)                        # border pixels have a neighbour outside: never inner
+    inner[1:-1, 1:-1] = m[:-2, 1:-1] & m[2:, 1:-1] & m[1:-1, :-2] & m[1:-1, 2:]
     return m & ~inner
