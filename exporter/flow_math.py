@@ -106,11 +106,12 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     # per tracked object and destination row, one matrix: flatten (slot, row) into one row index
     M_rows = dst.object_matrices.reshape(S * H, 4, 4) if S else np.zeros((0, 4, 4))
 
+    Pd = P.copy()       # world points at the destination time: the dynamic ones are rewritten by each evaluation
+
     def destination(vd):
         vc = np.clip(vd, 0.0, H - 1.0)
         r0 = np.minimum(np.floor(vc).astype(np.int64), H - 1)
         a = vc - r0
-        Pd = P.copy()
         if moving_idx.size:
             m = moving_idx
             # a slot's last row (r0 = H - 1) has a == 0, so interpolation never reaches the next slot
@@ -198,10 +199,7 @@ class RowTerms:
             self.base[changed] = apply_per_row(self.T, X, rows[changed])
             self.step[changed] = apply_per_row(self.D, X, rows[changed])
         self.rows = rows
-        out = np.empty_like(self.base)
-        for i in range(3):                  # column by column: a broadcast over (N, 3) would loop 3 at a time
-            out[:, i] = self.base[:, i] + frac * self.step[:, i]
-        return out
+        return self.base + frac[:, None] * self.step
 
 
 def _depth_test(dst: EventGeometry, ud, vd, z, render, abs_m, rel) -> np.ndarray:
