@@ -1,0 +1,76 @@
+"""The flow solve's shortcuts give the bits of the plain formulas they replace (numpy only, no Blender)."""
+from __future__ import annotations
+
+import numpy as np
+
+from contracts.flow_checks import rotate_per_row
+from contracts.frames import apply_per_row
+from contracts.pixel_sampling import camera_z_at
+from exporter.flow_math import RowTerms
+
+
+def _row_poses(rng, H):
+    """(H, 4, 4) affine row poses drifting smoothly from row to row (as a rolling-shutter readout)."""
+    T = np.tile(np.eye(4), (H, 1, 1))
+    angle = 0.3 + 1e-3 * np.arange(H)
+    T[:, 0, 0], T[:, 0, 1], T[:, 1, 0], T[:, 1, 1] = np.cos(angle), -np.sin(angle), np.sin(angle), np.cos(angle)
+    T[:, :3, 3] = rng.normal(size=3) + 1e-2 * np.arange(H)[:, None]
+    return T
+
+
+def test_row_terms_equal_apply_per_row_bit_for_bit_while_rows_change():
+    rng = np.random.default_rng(7)
+    H, N = 40, 5000
+    T = _row_poses(rng, H)
+    X = rng.normal(scale=20.0, size=(N, 3))
+    terms = RowTerms(T, X)
+    rows = rng.integers(0, H, N)
+    for changed in (1.0, 0.9, 0.05, 0.0, 0.3):   # all rows new, most, a few (kept terms), none, some
+        move = rng.random(N) < changed
+        rows = np.where(move, rng.integers(0, H, N), rows)
+        frac = np.where(rows == H - 1, 0.0, rng.random(N))
+        got = terms.at(rows, frac)
+        want = apply_per_row(T, X, rows, frac)
+        assert got.tobytes() == want.tobytes(), f"differs after {changed:.0%} of the rows changed"
+
+
+def test_rotate_per_row_equals_the_einsum_it_replaces():
+    rng = np.random.default_rng(3)
+    H, W = 12, 17
+    R_cw = np.transpose(_row_poses(rng, H)[:, :3, :3], (0, 2, 1))
+    grid = rng.normal(size=(H, W, 3))
+    want = np.einsum("hij,hwj->hwi", R_cw, grid).reshape(-1, 3)
+    pick = rng.choice(H * W, 50, replace=False)
+    got = rotate_per_row(R_cw, grid.reshape(-1, 3)[pick], pick // W)
+    assert np.array_equal(got, want[pick])
+    assert not np.array_equal(rotate_per_row(np.transpose(R_cw, (0, 2, 1)), grid.reshape(-1, 3)[pick], pick // W),
+                              want[pick])                     # the transpose matters (the test can fail)
+
+
+def test_camera_z_at_matches_plain_two_d_indexing():
+    rng = np.random.default_rng(5)
+    H, W = 9, 13
+    z = rng.uniform(1.0, 5.0, (H, W)).astype(np.float32)
+    z[2, 3] = np.nan
+    ids = rng.integers(1, 3, (H, W)).astype(np.uint32)
+    u, v = rng.uniform(-1.0, W, 200), rng.uniform(-1.0, H, 200)
+    u[0] = np.nan
+    obj = ids[np.clip(np.rint(np.nan_to_num(v)), 0, H - 1).astype(int), np.clip(np.rint(np.nan_to_num(u)), 0, W - 1)
+              .astype(int)].astype(np.int64)
+    got_z, got_id = camera_z_at(z, ids, u, v, obj)
+    # the same rule written with 2-D indexing: bilinear in 1/z where all four corners show the object, else nearest
+    uu, vv = np.nan_to_num(u), np.nan_to_num(v)
+    u0, v0 = np.clip(np.floor(uu), 0, W - 2).astype(int), np.clip(np.floor(vv), 0, H - 2).astype(int)
+    fu, fv = np.clip(uu - u0, 0, 1), np.clip(vv - v0, 0, 1)
+    inv, same = np.zeros(u.size), np.ones(u.size, bool)
+    for r, c, w in ((v0, u0, (1 - fu) * (1 - fv)), (v0, u0 + 1, fu * (1 - fv)), (v0 + 1, u0, (1 - fu) * fv),
+                    (v0 + 1, u0 + 1, fu * fv)):
+        same &= ids[r, c].astype(np.int64) == obj
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv += w / z[r, c].astype(np.float64)
+    rn, cn = np.clip(np.rint(vv), 0, H - 1).astype(int), np.clip(np.rint(uu), 0, W - 1).astype(int)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want_z = np.where(same, 1.0 / inv, z[rn, cn].astype(np.float64))
+    assert got_z.tobytes() == want_z.tobytes()
+    assert np.array_equal(got_id, ids[rn, cn].astype(np.int64))
+    assert same.any() and not same.all()            # both branches are exercised
