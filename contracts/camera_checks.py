@@ -39,8 +39,7 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
             f"{outside} valid pixels lie outside the lens's valid domain" if outside else
             f"no valid pixel outside the {lens.model} valid domain ({rays.outside} pixels outside)",
             pixels_outside_domain=rays.outside)
-    if not rays.finite:                                    # NaN rays outside a lens domain: no NaN-skipping paths
-        clean = set()
+    clean = nan_skipping(clean, rays, valid)
     _check_z_range(rays.factor, valid, arrays, add, clean)
     _check_normals(rays.xn, rays.yn, rays.factor, valid, arrays, add, clean)
     check_ids(manifest, arrays, add)
@@ -102,6 +101,14 @@ def ray_grid(K: np.ndarray, W: int, H: int, lens=None) -> RayGrid:
     _RAY_GRID.clear()
     _RAY_GRID[key] = grid
     return grid
+
+
+def nan_skipping(clean: set, rays: RayGrid, valid: np.ndarray) -> set:
+    """The labels of `clean` (NaN exactly off the valid pixels) whose NaN-skipping reductions are exact: all of them
+    when the ray of every valid pixel is finite (NaN rays lie outside a lens domain), else none."""
+    if rays.finite or (rays.in_domain is not None and not np.count_nonzero((valid == 1) & ~rays.in_domain)):
+        return clean
+    return set()
 
 
 def manifest_lens(cal: dict):

@@ -225,3 +225,38 @@ def test_check_ids_shortcut_equals_the_scan_of_every_id():
         if extra is not None:
             assert f"[{extra}]" in result["instance_ids_known"][1]
         assert result["semantic_matches_instance"][0], table
+
+
+def test_camera_fast_paths_with_a_lens_domain_equal_masked_paths():
+    """A fisheye whose valid domain leaves the image corners out (NaN rays there): with every valid pixel inside
+    the domain the NaN-skipping paths run and equal the masked ones; a valid pixel outside turns them off."""
+    import contracts.label_checks as lc
+    from contracts import camera_checks as cc
+    from contracts.lens import LensSpec, make_lens
+
+    W, H = 64, 48
+    K = np.array([[19.0, 0.0, 31.85], [0.0, 19.0, 24.15], [0.0, 0.0, 1.0]])          # corners beyond 90 deg
+    rays = cc.ray_grid(K, W, H, make_lens(LensSpec("opencv_fisheye", (-0.013, 0.021, -0.006, 0.0011)), K, W, H))
+    assert not rays.finite and rays.outside > 0
+    names = ("camera_z", "range", "normal_geometric", "normal_shading")
+    a = _labels(np.random.default_rng(4), H, W)[1]
+    a["valid"][~rays.in_domain] = 0
+    a["range"] = (a["camera_z"] * rays.factor).astype(np.float32)
+    for name in names:
+        a[name][a["valid"] == 0] = np.nan
+    b = {k: v.copy() for k, v in a.items()}                # one valid pixel outside the domain
+    (y, x), (y1, x1) = np.argwhere(~rays.in_domain)[0], np.argwhere(a["valid"] == 1)[0]
+    b["valid"][y, x] = 1
+    for name in names:
+        b[name][y, x] = a[name][y1, x1]
+    for labels, fast in ((a, True), (b, False)):
+        clean = lc.check_validity(labels, names, _Collect())
+        assert clean == set(names)
+        assert bool(cc.nan_skipping(clean, rays, labels["valid"])) == fast
+        res = []
+        for c in (cc.nan_skipping(clean, rays, labels["valid"]), set()):
+            out = _Collect()
+            cc._check_z_range(rays.factor, labels["valid"], labels, out, c)
+            cc._check_normals(rays.xn, rays.yn, rays.factor, labels["valid"], labels, out, c)
+            res.append(repr(out))
+        assert res[0] == res[1]
