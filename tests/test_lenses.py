@@ -381,6 +381,31 @@ def test_pinhole_lens_camera_equals_blender_camera(exports):
     assert np.abs(np.array(m_native["calibration"]["K"]) - np.array(e_lens.truth.notes["lens"]["K"])).max() < 1e-4
 
 
+@pytest.mark.parametrize("lens_name", ["opencv", "opencv_fisheye"])
+def test_lens_camera_newton_exit_changes_no_label(exports, monkeypatch, tmp_path, lens_name):
+    """Each pixel leaves the OSL camera's Newton loop at its first zero step (a float32 fixed point, where every
+    later step is zero too): the same event exported again with the loop running all its steps has every payload
+    (labels and rgb) equal bit for bit."""
+    import re
+
+    from exporter import lens_camera
+    from exporter.run import ExportRequest, plan_export, run_export
+
+    from .helpers import load_event
+
+    e = _board(exports, lens_name)
+    exit_rule = re.compile(r"\n *if \([^\n]*\)\n *break;[^\n]*")
+    every_step = {m: exit_rule.sub("", body) for m, body in lens_camera.BODY.items()}
+    assert every_step[lens_name] != lens_camera.BODY[lens_name] and "break" not in every_step[lens_name]
+    monkeypatch.setattr(lens_camera, "BODY", every_step)
+    summary = run_export(plan_export(ExportRequest(out=tmp_path / "bundle", blend=e.blend, rig=e.rig, first_event=1,
+                                                   count=1, device="cpu")))
+    (_, a), (_, a_all) = load_event(e.event), load_event(summary["published"][0])
+    assert a.keys() == a_all.keys() and {"rgb", "camera_z", "instance_id"} <= a.keys()
+    for k in a:
+        assert np.array_equal(a[k], a_all[k], equal_nan=a[k].dtype.kind == "f"), k
+
+
 def _board_builder():
     from scenes import lens_scenes
 
