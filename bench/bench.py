@@ -341,8 +341,11 @@ def lens_rigs(rig: Path, work: Path, prefix: str, models) -> dict:
 
 def lens_object_label_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH)) -> dict:
     """(Lo) object labels of the running example's camera event at 1280x720 through each lens model (per-pixel lens
-    rasterisation) vs the pinhole camera (rasterised / Cycles canvas renders), interleaved, median of `repeat`."""
+    rasterisation) vs the pinhole camera (rasterised / Cycles canvas renders), interleaved, median of `repeat`;
+    object labels' wall (manifest) and CPU (StageClock on compute_object_labels) seconds."""
     import json
+
+    import exporter.object_labels as object_labels_module
 
     blend = work / "dusk_objects.blend"
     if not blend.exists():
@@ -350,22 +353,27 @@ def lens_object_label_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH
         common.save(blend, running_example.rig(lidar=False, rgb_samples=0, object_labels=True))
     rigs = lens_rigs(blend.with_suffix(".rig.json"), work, "rig_objects", models)
     obj_s = {k: [] for k in rigs}
+    obj_cpu = {k: [] for k in rigs}
     results = {}
     for i in range(repeat):
         for name, r in rigs.items():
             p = plan_export(ExportRequest(out=work / f"lens_objects_{name}_{i}", blend=blend, rig=r,
                                           sensors=["camera_front"], first_event=EVENT, count=1, device="cpu"))
-            summary = run_export(p)
+            with StageClock({"objects": (object_labels_module, "compute_object_labels")}) as sc:
+                summary = run_export(p)
             event = Path((summary["published"] or summary["quarantined"])[0])
             m = json.loads((event / "manifest.json").read_text())
             sec = m["run"]["seconds"]
             obj_s[name].append(sec["object_labels"])
+            obj_cpu[name].append(sc.seconds["objects"][1])
             results[name] = {"passed": bool(summary["published"]), "listed": len(m["object_labels"]["objects"]),
                              "skipped": len(m["object_labels"]["skipped"]),
                              "rasterise_s": sec.get("object_label_rasterise", 0.0),
                              "renders_s": sec.get("object_label_renders", 0.0), "total_s": sec.get("total", 0.0)}
-    base = statistics.median(obj_s["pinhole"])
-    return {name: {**results[name], "object_s": statistics.median(t), "ratio": statistics.median(t) / base}
+    base, base_cpu = statistics.median(obj_s["pinhole"]), statistics.median(obj_cpu["pinhole"])
+    return {name: {**results[name], "object_s": statistics.median(t), "ratio": statistics.median(t) / base,
+                   "object_cpu_s": statistics.median(obj_cpu[name]),
+                   "cpu_ratio": statistics.median(obj_cpu[name]) / base_cpu}
             for name, t in obj_s.items()}
 
 
@@ -374,7 +382,8 @@ def _print_lens_objects(rows: dict, repeat: int) -> None:
     for name, r in rows.items():
         print(f"(Lo) {name:15s} object labels {r['object_s']:8.3f} s (rasterise {r['rasterise_s']:.3f} s, canvas "
               f"renders {r['renders_s']:.3f} s; {r['listed']} listed, {r['skipped']} skipped)  ratio vs pinhole "
-              f"{r['ratio']:.2f}  {'passed' if r['passed'] else 'QUARANTINED'}")
+              f"{r['ratio']:.2f}; CPU {r['object_cpu_s']:.3f} s, ratio {r['cpu_ratio']:.2f}  "
+              f"{'passed' if r['passed'] else 'QUARANTINED'}")
 
 
 def _print_lens(rows: dict, repeat: int) -> None:
