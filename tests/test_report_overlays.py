@@ -403,3 +403,45 @@ def test_object_axes_are_drawn_from_the_projected_origin_along_the_rotated_axes(
     green = np.argwhere((img == overlays.AXIS_COLOURS["y"]).all(-1))
     assert set(red[:, 1]) <= {29, 30} and red[:, 0].max() == 24         # down to v = 19.5 + 5
     assert set(green[:, 0]) <= {19, 20} and green[:, 1].min() == 24     # left to u = 29.5 - 5
+
+
+def test_sorted_quantiles_histogram_and_slices_are_numpys():
+    """Read off one sorted array, the residual summary gives np.quantile's float64 numbers and np.histogram's counts
+    (ties, a single value, duplicates on bin edges, NaN-free finite samples), and the class/distance slices of the
+    sorted samples the same as of the unsorted ones."""
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 3, 7, 100, 4321):
+        for v in (rng.lognormal(-7.0, 2.0, n), rng.integers(0, 3, n).astype(np.float64) * 0.25):
+            s = np.sort(v)
+            assert np.array_equal(stats.sorted_quantiles(s, stats.QUANTILES), np.quantile(v, stats.QUANTILES)), n
+            assert stats.describe(s, is_sorted=True) == stats.describe(v) == {"quantiles": {
+                k: float(x) for k, x in zip(("p50", "p90", "p99", "max"), np.quantile(v, stats.QUANTILES), strict=True)}}
+            h = stats.histogram(s, is_sorted=True)
+            assert h == stats.histogram(v)
+            if h["edges"]:
+                assert h["counts"] == np.histogram(v[v > 0], np.array(h["edges"]))[0].tolist()
+            key, dist = rng.integers(0, 4, n), rng.uniform(0, 100, n)
+            order = np.argsort(v)
+            for k, kind in ((key, "class"), (dist, "distance")):
+                assert stats.slice_by(s, k[order], kind, is_sorted=True) == stats.slice_by(v, k, kind)
+
+
+def test_normal_colour_with_the_known_finite_mask_is_the_tested_one():
+    """normal_colour(n, finite=valid) = normal_colour(n) when n is finite exactly where valid (the checker's
+    validity contract); NO_DATA exactly off valid."""
+    rng = np.random.default_rng(5)
+    n = rng.normal(size=(30, 40, 3)).astype(np.float32)
+    n /= np.linalg.norm(n, axis=-1, keepdims=True)
+    valid = rng.random((30, 40)) < 0.7
+    n[~valid] = np.nan
+    img = colour.normal_colour(n, finite=valid)
+    assert np.array_equal(img, colour.normal_colour(n))
+    assert (img[~valid] == colour.NO_DATA).all() and not (img[valid] == colour.NO_DATA).all(-1).any()
+
+
+def test_percentiles_of_sorted_values_skip_the_sort():
+    rng = np.random.default_rng(9)
+    v = rng.normal(size=999).astype(np.float32)
+    q = [1.0, 50.0, 99.0]
+    assert np.array_equal(colour.percentiles(np.sort(v), q, is_sorted=True), np.percentile(v.astype(np.float64), q))
+    assert colour.robust_range(np.sort(v), is_sorted=True) == colour.robust_range(v)

@@ -29,7 +29,7 @@ from ..lens import unproject
 from . import colour, html, motion, overlays
 from .png import encode_png, thumbnail
 from .radar_page import radar_page
-from .stats import Residuals, drift, histogram, sample_pixels
+from .stats import Residuals, drift, histogram, sample_pixels, sorted_quantiles
 
 SCHEMA = "rowbeam/report@1"
 REPORT_JSON = "report.json"
@@ -246,7 +246,8 @@ def _item_page(doc, key, rel, status, checks, item, w, res, stats, ctx, verify, 
             body = _lidar_page(doc, w, f"{key}/{rel}", res, stats, verify)
         elif doc.sensor_type == "rolling_shutter_camera":
             item["kind"] = "camera_event"
-            body = _camera_page(doc, w, f"{key}/{rel}", res, stats, ctx["lidars"], verify)
+            body = _camera_page(doc, w, f"{key}/{rel}", res, stats, ctx["lidars"], verify,
+                                checked_valid=not verify and _passed(checks, "validity_consistency"))
         elif doc.sensor_type == "radar":
             item["kind"] = "radar_frame"
             body = radar_page(doc, w, f"{key}/{rel}", res, stats, ctx["cameras"], verify)
@@ -316,15 +317,16 @@ def _radius(K, W, H, u=None, v=None) -> np.ndarray:
     return np.hypot(u - K[0, 2], v - K[1, 2]) / (0.5 * np.hypot(W, H))
 
 
-def _scalar_block(w, rel, name, values, valid, unit, caption, images=None):
+def _scalar_block(w, rel, name, values, valid, unit, caption, images=None, valid_sorted=None):
     """Linear and log figures of a scalar image; the log image goes into `images[name]` when given. The 1..99 %
-    range is computed once when every valid value is positive (the log range is then the same percentiles)."""
+    range is computed once when every valid value is positive (the log range is then the same percentiles).
+    valid_sorted: the caller's np.sort(values[valid]), when it has it."""
     out = []
     v = np.asarray(values)
     lo = hi = None
-    vv = v[valid]
-    if vv.size and bool((vv > 0).all()):
-        lo, hi = colour.robust_range(vv)
+    vv = np.sort(v[valid]) if valid_sorted is None else valid_sorted
+    if vv.size and vv[0] > 0 and vv[-1] > 0:         # ascending, NaN last: every valid value is positive
+        lo, hi = colour.robust_range(vv, is_sorted=True)
     for log in (False, True):
         img, leg = overlays.scalar(values, valid, log=log, lo=lo, hi=hi)
         if log and images is not None:
@@ -335,7 +337,15 @@ def _scalar_block(w, rel, name, values, valid, unit, caption, images=None):
     return "".join(out)
 
 
-def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, verify=False) -> str:
+def _passed(checks, name: str) -> bool:
+    """Whether the checker's check `name` is among `checks` and passed."""
+    return any(c.get("check") == name and c.get("status") == "pass" for c in checks)
+
+
+def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, verify=False,
+                 checked_valid=False) -> str:
+    """checked_valid: the checker's validity_consistency passed on these arrays (every float label finite exactly
+    where valid, camera_z and range positive there), so the page need not test it again."""
     m = ev.manifest
     a = ev.arrays(verify=verify)
     K = np.array(m["calibration"]["K"], dtype=np.float64)
@@ -351,11 +361,12 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     else:
         parts.append("<p>no rgb exported (rgb_samples 0)</p>")
     logs = {}
-    parts.append(_scalar_block(w, rel, "camera_z", a["camera_z"], valid, "camera_z [m]", "camera_z", logs))
+    z_valid = np.sort(a["camera_z"][valid])        # its percentiles (colour range) and the depth statistics
+    parts.append(_scalar_block(w, rel, "camera_z", a["camera_z"], valid, "camera_z [m]", "camera_z", logs, z_valid))
     parts.append(_scalar_block(w, rel, "range", a["range"], valid, "range [m]", "range"))
     for n in ("normal_geometric", "normal_shading"):
         if n in a:
-            parts.append(html.figure(w.image(f"{rel}/{n}", colour.normal_colour(a[n])),
+            parts.append(html.figure(w.image(f"{rel}/{n}", colour.normal_colour(a[n], valid if checked_valid else None)),
                                      f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
     parts.append(html.figure(w.image(f"{rel}/instance_id", overlays.id_image(a["instance_id"], m["objects"])),
                              "instance_id (colour of the stable 64-bit id)"))
@@ -397,7 +408,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     # residuals of the camera contracts at the valid pixels: computed at the subset Residuals keeps of them
     # (stats.sample_pixels) when the inputs are finite there (so is every residual), else at every valid pixel
     normals = [n for n in ("normal_geometric", "normal_shading") if n in a]
-    if _finite_on(valid, [a["camera_z"], a["range"], *(a[n] for n in normals)]):
+    if checked_valid or _finite_on(valid, [a["camera_z"], a["range"], *(a[n] for n in normals)]):
         pix, count = sample_pixels(valid)
     else:
         pix, count = np.flatnonzero(valid), None
@@ -420,7 +431,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
                     "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys,
                     count=count)
     stats.camera_valid += [int(valid.sum()), valid.size]
-    stats.depth.append(a["camera_z"][valid])       # (its own dtype: the statistics read it as float64)
+    stats.depth.append(z_valid)                    # (ascending, its own dtype: the statistics read it as float64)
     # LiDAR returns in the time-matched camera rows
     for lid in lidars:
         try:
@@ -562,14 +573,21 @@ def _flow_page(fl: Flow, w: Writer, rel: str, res: Residuals, stats, verify=Fals
     return "".join(parts)
 
 
-def _stat_quantiles(v, as_float64: bool = False) -> dict:
-    """{p1, p50, p99, max} of v (None when empty): np.quantile per quantile in v's own precision, or with as_float64
-    the numbers np.quantile gives for v as float64 (colour.percentiles: one selection in v's dtype)."""
+def _stat_quantiles(v, is_sorted: bool = False) -> dict:
+    """{p1, p50, p99, max} of v (None when empty): np.quantile per quantile in v's own precision, or with is_sorted
+    (v ascending float64) the same numbers read off v (stats.sorted_quantiles)."""
     names, qs = ("p1", "p50", "p99", "max"), (0.01, 0.5, 0.99, 1.0)
     if not v.size:
         return dict.fromkeys(names)
-    values = colour.percentiles(v, [100 * q for q in qs]) if as_float64 else [np.quantile(v, q) for q in qs]
+    values = sorted_quantiles(v, qs) if is_sorted else [np.quantile(v, q) for q in qs]
     return {k: float(x) for k, x in zip(names, values, strict=True)}
+
+
+def _ascending_float64(chunks) -> np.ndarray:
+    """One ascending float64 array of the values of ascending arrays (empty when none)."""
+    if not chunks:
+        return np.zeros(0)
+    return (chunks[0] if len(chunks) == 1 else np.sort(np.concatenate(chunks))).astype(np.float64)
 
 
 class _Stats:
@@ -583,7 +601,7 @@ class _Stats:
     def summary(self, bundle_docs) -> dict:
         total = sum(self.class_pixels.values()) or 1
         cv, lv = np.array(self.camera_valid).reshape(-1, 2), np.array(self.lidar_valid).reshape(-1, 2)
-        depth = np.concatenate(self.depth) if self.depth else np.zeros(0)
+        depth = _ascending_float64(self.depth)     # camera_z of every valid pixel: its quantiles and histogram
         fm = np.concatenate(self.flow_mag) if self.flow_mag else np.zeros(0)
         classes, motion = {}, {}
         for (tag, _), mo in self.objects.items():
@@ -598,13 +616,13 @@ class _Stats:
             "asset_object_counts": dict(sorted(self.assets.items(), key=lambda kv: -kv[1])),
             "mean_visib_fract": float(np.mean(self.visib)) if self.visib else None,
             "visib_fract_histogram": np.histogram(self.visib, bins=10, range=(0, 1))[0].tolist() if self.visib else [],
-            "camera_z_m": _stat_quantiles(depth, as_float64=True),
+            "camera_z_m": _stat_quantiles(depth, is_sorted=True),
             "flow_magnitude_px": _stat_quantiles(fm),
             "camera_invalid_rate": float(1 - cv[:, 0].sum() / cv[:, 1].sum()) if cv.size else None,
             "lidar_no_return_rate": float(1 - lv[:, 0].sum() / lv[:, 1].sum()) if lv.size else None,
             "quarantine_reasons": self.quarantine,
             "splits": {s: splits.count(s) for s in sorted(set(splits))} if splits else "no split declared",
-            "depth_histogram": histogram(depth),
+            "depth_histogram": histogram(depth, is_sorted=True),
         }
 
 

@@ -61,14 +61,16 @@ class Residuals:
     def summary(self) -> dict:
         out = {}
         for name, d in sorted(self.data.items()):
-            v = np.concatenate(d["values"]) if d["values"] else np.zeros(0)
+            v = np.concatenate(d["values"]).astype(np.float64, copy=False) if d["values"] else np.zeros(0)
+            order = np.argsort(v)                   # sorted once: every quantile below is read off a sorted array
+            v = v[order]
             entry = {"unit": d["unit"], "meaning": d["meaning"], "count": int(d["count"]), "sampled": int(v.size),
-                     **describe(v), "histogram": histogram(v), "slices": {}}
+                     **describe(v, is_sorted=True), "histogram": histogram(v, is_sorted=True), "slices": {}}
             for k, parts in d["keys"].items():
                 a = np.concatenate(parts)
                 if a.size != v.size:
                     continue
-                entry["slices"][k] = slice_by(v, a, k, self.class_names)
+                entry["slices"][k] = slice_by(v, a[order], k, self.class_names, is_sorted=True)
             out[name] = entry
         return out
 
@@ -86,17 +88,34 @@ def sample_pixels(mask) -> tuple[np.ndarray, int]:
     return idx[::sample_step(idx.size)], int(idx.size)
 
 
-def describe(v) -> dict:
-    """{count, quantiles {p50, p90, p99, max}} of finite values (None when empty)."""
+def describe(v, is_sorted: bool = False) -> dict:
+    """{count, quantiles {p50, p90, p99, max}} of finite values (None when empty): np.quantile(v, QUANTILES) (method
+    'linear'), read off v sorted (is_sorted: v is already in ascending order)."""
     v = np.asarray(v, dtype=np.float64)
     if v.size == 0:
         return {"quantiles": {f"p{int(q * 100)}" if q < 1 else "max": None for q in QUANTILES}}
-    qs = np.quantile(v, QUANTILES)
+    qs = sorted_quantiles(v if is_sorted else np.sort(v), QUANTILES)
     return {"quantiles": {(f"p{int(q * 100)}" if q < 1 else "max"): float(x) for q, x in zip(QUANTILES, qs, strict=True)}}
 
 
-def histogram(v, bins: int = HIST_BINS) -> dict:
-    """Histogram on log10-spaced edges over the positive values (zeros counted apart): {edges, counts, zeros}."""
+def sorted_quantiles(s, q) -> np.ndarray:
+    """np.quantile(s, q) (method 'linear') of a non-empty ascending float64 array, with numpy's own arithmetic: virtual
+    index (n - 1) q, neighbours floor and floor + 1 (clipped to the last), a + (b - a) g, from g = 0.5 on
+    b - (b - a)(1 - g); the same float64 numbers without a partition."""
+    n = s.size
+    virtual = (n - 1) * np.asarray(q, dtype=np.float64)
+    below = np.floor(virtual)
+    i0 = below.astype(np.intp)
+    i1 = np.minimum(i0 + 1, n - 1)
+    a, b = s[i0], s[i1]
+    g = virtual - below
+    diff = b - a
+    return np.where(g >= 0.5, b - diff * (1 - g), a + diff * g)
+
+
+def histogram(v, bins: int = HIST_BINS, is_sorted: bool = False) -> dict:
+    """Histogram on log10-spaced edges over the positive values (zeros counted apart): {edges, counts, zeros}.
+    is_sorted: v is in ascending order (the counts are then read off it by binary search, = np.histogram's)."""
     v = np.asarray(v, dtype=np.float64)
     pos = v[v > 0]
     zeros = int(np.count_nonzero(v == 0))
@@ -109,13 +128,17 @@ def histogram(v, bins: int = HIST_BINS) -> dict:
     edges = np.logspace(lo, hi, bins + 1)
     if spread:
         edges[0], edges[-1] = pos.min(), pos.max()      # 10**log10(x) may round below x: keep the extremes inside
-    counts, _ = np.histogram(pos, edges)
+    if is_sorted:     # np.histogram's rule for explicit edges: [e_i, e_i+1), the last bin closed
+        cum = np.concatenate([pos.searchsorted(edges[:-1], "left"), pos.searchsorted(edges[-1:], "right")])
+        counts = np.diff(cum)
+    else:
+        counts, _ = np.histogram(pos, edges)
     return {"scale": "log10", "edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros}
 
 
-def slice_by(v, key, kind: str, class_names: dict | None = None) -> list[dict]:
+def slice_by(v, key, kind: str, class_names: dict | None = None, is_sorted: bool = False) -> list[dict]:
     """Quantiles of v per bin of `key`: distance (m), radius (fraction of the half diagonal), speed (m/s) or class
-    (key = class id or name; ids are named through class_names)."""
+    (key = class id or name; ids are named through class_names). is_sorted: v is ascending (so is every bin's part)."""
     if kind == "class":
         names = class_names or {}
         groups = [(names.get(int(lab), str(lab)) if np.issubdtype(key.dtype, np.integer) else str(lab), key == lab)
@@ -126,7 +149,7 @@ def slice_by(v, key, kind: str, class_names: dict | None = None) -> list[dict]:
         key = key.astype(np.float64)
         groups = [(lab, (key >= a) & (key < b))
                   for lab, a, b in zip(_bin_labels(edges, unit), edges[:-1], edges[1:], strict=True)]
-    return [{"bin": lab, "count": int(m.sum()), **describe(v[m])} for lab, m in groups if m.any()]
+    return [{"bin": lab, "count": int(m.sum()), **describe(v[m], is_sorted)} for lab, m in groups if m.any()]
 
 
 def drift(current: dict, baseline: dict) -> dict:
