@@ -445,3 +445,46 @@ def test_percentiles_of_sorted_values_skip_the_sort():
     q = [1.0, 50.0, 99.0]
     assert np.array_equal(colour.percentiles(np.sort(v), q, is_sorted=True), np.percentile(v.astype(np.float64), q))
     assert colour.robust_range(np.sort(v), is_sorted=True) == colour.robust_range(v)
+
+
+def _colourise_whole(values, lo, hi, log=False, mask=None):
+    """The whole-image form of colour.colourise (one float64 copy of the image): the oracle of its blocks."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if log:
+            lo, hi = np.log10(max(lo, 1e-12)), np.log10(max(hi, lo * (1 + 1e-9), 1e-12))
+            t = np.log10(values, dtype=np.float64) - lo
+        else:
+            t = np.subtract(values, lo, dtype=np.float64)
+        t *= 255.0 / (hi - lo) if hi > lo else 0.0
+        ok = np.isfinite(t) if mask is None else np.isfinite(t) & mask
+        index = np.rint(np.clip(t, 0.0, 255.0)).astype(np.uint16)
+    index[~ok] = 256
+    return np.take(colour._LUT_NO_DATA, index, axis=0)
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_colourise_by_blocks_is_the_whole_image_colourise(log):
+    """More pixels than a block, a partial last block, NaN, ±inf, zero and negative values, a mask, ties at .5."""
+    rng = np.random.default_rng(4)
+    H, W = 301, 517
+    assert H * W > 2 * colour.BLOCK and (H * W) % colour.BLOCK
+    v = rng.lognormal(1.0, 1.5, (H, W)).astype(np.float32)
+    v[rng.random((H, W)) < 0.05] = np.nan
+    v[0, :5] = [np.inf, -np.inf, 0.0, -2.0, 1.5]
+    mask = rng.random((H, W)) < 0.8
+    for m in (None, mask):
+        for lo, hi in ((0.5, 40.0), (3.0, 3.0)):
+            assert np.array_equal(colour.colourise(v, lo, hi, log, m), _colourise_whole(v, lo, hi, log, m))
+    ramp = np.arange(0, 256, 0.5)                     # 255 t lands on every .5 tie: rint's half-to-even
+    assert np.array_equal(colour.colourise(ramp[None], 0.0, 255.0), _colourise_whole(ramp[None], 0.0, 255.0))
+
+
+def test_normal_colour_by_blocks_is_the_whole_image_formula():
+    rng = np.random.default_rng(6)
+    n = rng.uniform(-1.2, 1.2, (257, 301, 3)).astype(np.float32)     # > one block, values outside [-1, 1] clipped
+    n[rng.random((257, 301)) < 0.1] = np.nan
+    ok = np.isfinite(n).all(-1)
+    with np.errstate(invalid="ignore"):
+        want = (np.clip(n, -1.0, 1.0) * np.float32(127.5) + np.float32(128.0)).astype(np.uint8)
+    want[~ok] = colour.NO_DATA
+    assert np.array_equal(colour.normal_colour(n), want)

@@ -41,25 +41,42 @@ def normalise(values, lo: float, hi: float, log: bool = False) -> np.ndarray:
     return np.where(np.isfinite(t), np.clip(t, 0.0, 1.0), np.nan)
 
 
+BLOCK = 1 << 16      # pixels per block of colourise: its float64 working copy stays in cache and is reused
+
+
 def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.ndarray:
     """Scalar image (H, W) -> (H, W, 3) uint8 with the colour map over [lo, hi] (the 256-entry table of lut(),
-    index rint(255 t), t = normalise(values)); NaN, values <= 0 with log, or ~mask -> NO_DATA."""
+    index rint(255 t), t = normalise(values)); NaN, values <= 0 with log, or ~mask -> NO_DATA. Computed block by
+    block of BLOCK pixels in one reused float64 buffer (element by element: the same bytes as the whole image)."""
+    v = np.asarray(values)
+    flat = v.reshape(-1)
+    keep = None if mask is None else np.asarray(mask, dtype=bool).reshape(-1)
+    if log:
+        lo, hi = np.log10(max(lo, 1e-12)), np.log10(max(hi, lo * (1 + 1e-9), 1e-12))
+    scale = 255.0 / (hi - lo) if hi > lo else 0.0
+    index = np.empty(flat.size, dtype=np.uint16)
+    t_buf, ok_buf = np.empty(min(BLOCK, flat.size)), np.empty(min(BLOCK, flat.size), dtype=bool)
     with np.errstate(divide="ignore", invalid="ignore"):
-        if log:
-            lo, hi = np.log10(max(lo, 1e-12)), np.log10(max(hi, lo * (1 + 1e-9), 1e-12))
-            t = np.log10(values, dtype=np.float64)  # float64 working copy; <= 0 -> -inf or NaN: not finite, no data
-            t -= lo
-        else:
-            t = np.subtract(values, lo, dtype=np.float64)
-        t *= 255.0 / (hi - lo) if hi > lo else 0.0
-        ok = np.isfinite(t)
-        if mask is not None:
-            ok &= np.asarray(mask, dtype=bool)
-        np.clip(t, 0.0, 255.0, out=t)
-        np.rint(t, out=t)
-        index = t.astype(np.uint16)                   # (no-data pixels: any index here, NO_DATA's below)
-    index[~ok] = len(_LUT)
-    return np.take(_LUT_NO_DATA, index, axis=0)       # table lookup: one (3,) row per pixel
+        for start in range(0, flat.size, BLOCK):
+            part = slice(start, min(start + BLOCK, flat.size))
+            n = part.stop - part.start
+            t, ok = t_buf[:n], ok_buf[:n]
+            if log:
+                np.log10(flat[part], out=t, dtype=np.float64)   # <= 0 -> -inf or NaN: not finite, no data
+                t -= lo
+            else:
+                np.subtract(flat[part], lo, out=t, dtype=np.float64)
+            t *= scale
+            np.isfinite(t, out=ok)
+            if keep is not None:
+                ok &= keep[part]
+            np.clip(t, 0.0, 255.0, out=t)
+            np.rint(t, out=t)
+            out = index[part]
+            out[...] = t                            # (no-data pixels: any index here, NO_DATA's below)
+            np.logical_not(ok, out=ok)
+            out[ok] = len(_LUT)
+    return np.take(_LUT_NO_DATA, index.reshape(v.shape), axis=0)   # table lookup: one (3,) row per pixel
 
 
 def percentiles(values, q, is_sorted: bool = False) -> np.ndarray:
@@ -221,11 +238,18 @@ def normal_colour(normals, finite=None) -> np.ndarray:
     finite: the (H, W) bool mask of the pixels with every channel finite, when the caller already knows it (the
     checker's validity contract: finite exactly where valid)."""
     n = np.asarray(normals, dtype=np.float32)
+    flat = n.reshape(-1)
+    out = np.empty(flat.size, dtype=np.uint8)
+    buf = np.empty(min(3 * BLOCK, flat.size), dtype=np.float32)   # float32 working copy of a block, reused
     with np.errstate(invalid="ignore"):               # NaN pixels: any byte here, NO_DATA below
-        t = np.clip(n, -1.0, 1.0)                     # float32 working copy, updated in place
-        t *= np.float32(127.5)
-        t += np.float32(128.0)
-        out = t.astype(np.uint8)                      # rint((n+1)/2 * 255)
+        for start in range(0, flat.size, 3 * BLOCK):
+            part = slice(start, min(start + 3 * BLOCK, flat.size))
+            t = buf[:part.stop - part.start]
+            np.clip(flat[part], -1.0, 1.0, out=t)
+            t *= np.float32(127.5)
+            t += np.float32(128.0)
+            out[part] = t                             # rint((n+1)/2 * 255)
+    out = out.reshape(n.shape)
     if finite is not None:
         ok = np.asarray(finite, dtype=bool)
     else:
