@@ -18,10 +18,11 @@ def encode_png(image: np.ndarray, level: int = 3) -> bytes:
         img = img[..., None]
     H, W, C = img.shape
     colour_type = {1: 0, 3: 2, 4: 6}[C]
-    raw = np.zeros((H, W * C + 1), dtype=np.uint8)
+    raw = np.empty((H, W * C + 1), dtype=np.uint8)
+    raw[:, 0] = 0                                   # filter type 0 (None) before each row
     raw[:, 1:] = img.reshape(H, W * C)
     header = struct.pack(">IIBBBBB", W, H, 8, colour_type, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(raw.tobytes(), level))
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(raw, level))
             + _chunk(b"IEND", b""))
 
 
