@@ -54,8 +54,9 @@ def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.
     if log:
         lo, hi = np.log10(max(lo, 1e-12)), np.log10(max(hi, lo * (1 + 1e-9), 1e-12))
     scale = 255.0 / (hi - lo) if hi > lo else 0.0
-    index = np.empty(flat.size, dtype=np.uint16)
+    out = np.empty((flat.size, 3), dtype=np.uint8)
     t_buf, ok_buf = np.empty(min(BLOCK, flat.size)), np.empty(min(BLOCK, flat.size), dtype=bool)
+    index_buf = np.empty(min(BLOCK, flat.size), dtype=np.uint16)
     with np.errstate(divide="ignore", invalid="ignore"):
         for start in range(0, flat.size, BLOCK):
             part = slice(start, min(start + BLOCK, flat.size))
@@ -72,11 +73,12 @@ def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.
                 ok &= keep[part]
             np.clip(t, 0.0, 255.0, out=t)
             np.rint(t, out=t)
-            out = index[part]
-            out[...] = t                            # (no-data pixels: any index here, NO_DATA's below)
+            index = index_buf[:n]
+            index[...] = t                          # (no-data pixels: any index here, NO_DATA's below)
             np.logical_not(ok, out=ok)
-            out[ok] = len(_LUT)
-    return np.take(_LUT_NO_DATA, index.reshape(v.shape), axis=0)   # table lookup: one (3,) row per pixel
+            index[ok] = len(_LUT)
+            np.take(_LUT_NO_DATA, index, axis=0, out=out[part], mode="clip")   # one (3,) table row per pixel (index <= 256)
+    return out.reshape(*v.shape, 3)
 
 
 def percentiles(values, q, is_sorted: bool = False) -> np.ndarray:
