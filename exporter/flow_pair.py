@@ -48,9 +48,14 @@ CONVENTIONS = {
 
 
 def load_event(event_dir: Path) -> tuple[dict, dict]:
-    """(manifest, {NEEDED name: array}) of an exported endpoint event, through the bundle loader (hashes verified)."""
+    """(manifest, {NEEDED name: array}) of an exported endpoint event, through the bundle loader (hashes verified).
+    The arrays are read-only: the in-line QA of the flow is handed the same decoded arrays (contracts.check
+    `kept`), so nothing here may change them."""
     event = open_event(event_dir)
-    return event.manifest, event.arrays(NEEDED)
+    arrays = event.arrays(NEEDED)
+    for a in arrays.values():
+        a.flags.writeable = False
+    return event.manifest, arrays
 
 
 def _object_luts(ctx, rigid, deforming, t_src, t_dst):
@@ -100,8 +105,9 @@ def _initial_mesh_rows(deforming, index_of, instance_ids) -> dict:
     return wanted
 
 
-def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, dict]:
-    """(arrays, method, endpoints) of the flow between two published camera events."""
+def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, tuple]:
+    """(arrays, method, ((source manifest, arrays), (destination manifest, arrays))) of the flow between two
+    published camera events; the endpoint arrays are the NEEDED payloads as decoded (hash-verified, read-only)."""
     t0 = time.perf_counter()
     (m0, a0), (m1, a1) = load_event(src_dir), load_event(dst_dir)
     timings = tuple(RollingShutterTiming.from_manifest(m["event"]) for m in (m0, m1))
@@ -188,7 +194,7 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, di
         "backward": {**bwd.stats, "max_row_time_residual_ns": bwd.stats["max_row_residual"] * row_ns},
         "seconds": {"poses": round(poses_s, 3), "flow": round(flow_s, 3)},
     }
-    return arrays, method, (m0, m1)
+    return arrays, method, ((m0, a0), (m1, a1))
 
 
 def _object_methods(ctx, rigid, deforming, reasons) -> list:

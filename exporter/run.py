@@ -459,10 +459,10 @@ def _run_info(seconds: dict, t0: float) -> dict:
             "seconds": {k: round(v, 3) for k, v in {**seconds, "total": time.perf_counter() - t0}.items()}}
 
 
-def _check_and_publish(plan: ExportPlan, staged: Path, location: str, manifest: dict):
+def _check_and_publish(plan: ExportPlan, staged: Path, location: str, manifest: dict, kept: dict | None = None):
     plan.context.progress.stage("write and check")
     write_manifest(staged, manifest)
-    report = check_path(staged / "manifest.json", staged, plan.writer.root)
+    report = check_path(staged / "manifest.json", staged, plan.writer.root, kept)
     atomic_write_json(staged / "qa_report.json", {"schema": "rowbeam/event_qa@1", "status":
                                                    "fail" if report.failed else "pass", "checks": report.results})
     return plan.writer.publish(staged, location, not report.failed), not report.failed
@@ -493,7 +493,7 @@ def _export_flow(plan: ExportPlan, job: Job):
         if not writer.is_complete(d.relative_to(writer.root).as_posix()):
             raise RowbeamError(f"{job.label}: endpoint {d.relative_to(writer.root)} is not a complete published event")
     ctx.progress.stage("flow")
-    arrays, method, (m0, m1) = compute_flow_pair(ctx, src, dst)
+    arrays, method, ((m0, a0), (m1, a1)) = compute_flow_pair(ctx, src, dst)
     W, H = m0["calibration"]["image_size_px"]
     staged = writer.stage(job.location)
     modalities = write_payloads(staged, arrays, "flow", sensor.id, {"W": W, "H": H})
@@ -505,4 +505,5 @@ def _export_flow(plan: ExportPlan, job: Job):
         modalities=modalities,
         method=method, build=_build_info(plan, "CPU (numpy)"), lineage=_lineage_info(plan),
         run=_run_info(method.pop("seconds"), t0))
-    return _check_and_publish(plan, staged, job.location, manifest)
+    # the endpoints' payloads the solve decoded (published, hash-verified) are not decoded again by the QA
+    return _check_and_publish(plan, staged, job.location, manifest, {src.resolve(): a0, dst.resolve(): a1})

@@ -64,6 +64,17 @@ def test_seed_camera_advancing_half_a_metre(seed):
     assert m["endpoints"]["source"]["index"] == 0 and m["endpoints"]["destination"]["index"] == 1
 
 
+def test_inline_qa_equals_a_check_from_disk(van):
+    """The in-line QA of a flow is handed the endpoint arrays its solve decoded (hash-verified, read-only); a check
+    that reads every payload from disk again reports exactly the same results and values."""
+    from contracts.check import check_path
+
+    e, flow = van
+    inline = json.loads((flow / "qa_report.json").read_text())["checks"]
+    fresh = check_path(flow / "manifest.json", flow, e.bundle).results
+    assert inline and json.loads(json.dumps(fresh)) == inline
+
+
 def test_exercise_3_covered_destination(van):
     """Exercise 3: (300, 200) -> (315, 194) under a passing van: flow (15, -6) defined, in bounds, not visible."""
     _, flow = van
