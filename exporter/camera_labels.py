@@ -166,14 +166,16 @@ def derive_band(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut
 def exact_ray_depths(X: np.ndarray, normal: np.ndarray, rays: np.ndarray, valid: np.ndarray):
     """(range (h, w), |ray| (h, w), stats) of camera-frame hits X (h, w, 3) moved onto their exact rays (x, y, 1):
     the ray meets the plane through X with the true normal (lidar_labels.on_exact_beam; grazing hits kept)."""
-    from .lidar_labels import on_exact_beam
+    from .lidar_labels import norm, on_exact_beam
 
-    norm = np.linalg.norm(rays, axis=-1)
+    length = norm(rays)
     with np.errstate(invalid="ignore", divide="ignore"):
-        d = rays / norm[..., None]
+        d = rays / length[..., None]
     P = on_exact_beam(X, normal, np.zeros(3), d)
-    rng = np.linalg.norm(P, axis=-1)
-    shift = np.linalg.norm(P - X, axis=-1)
-    return rng, norm, {"hit_refinement": "each hit moved along its surface plane (true normal) onto the exact "
-                                         "float64 ray of its pixel through the lens",
-                       "max_refinement_shift_m": float(shift[valid].max(initial=0.0))}
+    del d
+    rng = norm(P)
+    P -= X                                              # the shift of each hit onto its ray
+    shift = norm(P)
+    return rng, length, {"hit_refinement": "each hit moved along its surface plane (true normal) onto the exact "
+                                           "float64 ray of its pixel through the lens",
+                         "max_refinement_shift_m": float(shift.max(initial=0.0, where=valid))}

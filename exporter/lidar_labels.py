@@ -86,6 +86,13 @@ def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return ((a[..., 0] * b[..., 0] + a[..., 2] * b[..., 2]) + a[..., 1] * b[..., 1]) + 0.0
 
 
+def norm(a: np.ndarray) -> np.ndarray:
+    """(...,) |a| of (..., 3) vectors, elementwise: sqrt((a0^2 + a1^2) + a2^2), the sums np.linalg.norm(a, axis=-1)
+    makes in the same order (equal bits, tested), without its slow reduction over a short last axis."""
+    x, y, z = a[..., 0], a[..., 1], a[..., 2]
+    return np.sqrt(x * x + y * y + z * z)
+
+
 def rotate(R: np.ndarray, v: np.ndarray) -> np.ndarray:
     """(..., 3) R @ v for rotations R (..., 3, 3) broadcasting against v (..., 3), elementwise (no batched product)."""
     return np.stack([dot(R[..., i, :], v) for i in range(3)], axis=-1)
@@ -104,7 +111,7 @@ def on_exact_beam(hit: np.ndarray, normal: np.ndarray, origin: np.ndarray, direc
     without a finite normal, are returned unchanged."""
     with np.errstate(invalid="ignore", divide="ignore"):
         n_dot_d = dot(normal, direction)
-        cos = n_dot_d / np.linalg.norm(normal, axis=-1)
+        cos = n_dot_d / norm(normal)
         s = dot(normal, hit - origin) / n_dot_d
     refine = np.isfinite(s) & (np.abs(cos) >= MIN_REFINE_COS) & (s > 0)
     return np.where(refine[..., None], origin + s[..., None] * direction, hit)

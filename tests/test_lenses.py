@@ -150,6 +150,19 @@ def test_unprojection_matches_opencv(name):
     assert np.abs(back - np.stack([u[ok], v[ok]], -1)).max() <= 1e-9
 
 
+def test_ray_and_hit_norm_has_numpy_norm_bits():
+    """lidar_labels.norm (the |ray|, |hit| and |normal| of every label on a lens ray, exact_ray_depths) gives
+    np.linalg.norm's bits, NaN and inf included; the data is one where another summation order differs."""
+    from exporter.lidar_labels import norm
+
+    rng = np.random.default_rng(9)
+    a = rng.normal(size=(200, 300, 3)) * 10.0 ** rng.integers(-4, 4, size=(200, 300, 1))
+    a[0, :3] = [[np.nan, 1.0, 2.0], [np.inf, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    assert np.array_equal(norm(a), np.linalg.norm(a, axis=-1), equal_nan=True)
+    other = np.sqrt(a[..., 0] ** 2 + (a[..., 1] ** 2 + a[..., 2] ** 2))
+    assert not np.array_equal(other, np.linalg.norm(a, axis=-1), equal_nan=True)
+
+
 def test_wrong_interpretations_disagree():
     """Swapped tangential terms, fx for fy, or the fisheye model on Brown-Conrady coefficients move pixels by > 0.1 px."""
     rng = np.random.default_rng(3)
