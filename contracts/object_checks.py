@@ -9,7 +9,7 @@ import numpy as np
 from .errors import RowbeamError
 from .files import resolve_inside, sha256_file
 from .frames import invert_rigid, is_rigid
-from .lens import lens_from_calibration
+from .lens import LensSpec, lens_from_calibration, make_lens
 from .rasterize import (UNIT_BOX, CanvasRays, canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows_box,
                         read_ply, row_boxes)
 from .ray_cast import robust_hits
@@ -169,7 +169,8 @@ def canvas_mask_box(arrays: dict, W: int, H: int, o: dict):
 
 def rasterise_object_lens(manifest, arrays, o, V, F, lens, exported=None, margin_px: float = 0.0,
                           rays: CanvasRays | None = None, row_mesh=None) -> np.ndarray:
-    """Canvas mask (3H, 3W) of the asset (V, F) through `lens` at the exported per-row poses. margin_px != 0: the
+    """Canvas mask (3H, 3W) of the asset (V, F) through `lens` (a pinhole camera: its pinhole Lens, for a deforming
+    object) at the exported per-row poses. margin_px != 0: the
     pixel is also tested at the 4 probe points margin_px away along u and v (each unprojected through the lens):
     covered at any of the 5 (> 0, outer band) or at all of them (< 0, inner band). Pixels are tested in the
     canvas box lens_canvas_box of the asset's axis-aligned box, grown to hold the `exported` mask's pixels;
@@ -360,7 +361,7 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
         if not (np.allclose(o["box3d"]["centre_m"], (lo + hi) / 2, atol=1e-9)
                 and np.allclose(o["box3d"]["size_m"], hi - lo, atol=1e-9)):
             problems.append(f"{name}: box3d is not the asset's axis-aligned box")
-        if not o.get("rasterisation_check", True) or ("row_mesh" in o and lens is None):
+        if not o.get("rasterisation_check", True):
             skipped.append(o["instance_id"])
             continue
         row_mesh = None
@@ -372,10 +373,12 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
                 continue
         try:              # in one window of the canvas: the mask's box (+2 px for the ray cast) and the rasterisations'
             mbox = canvas_mask_box(arrays, W, H, o)
-            if lens is not None:          # through a lens: whole-canvas masks (probe bands EDGE_MARGIN_PX away)
-                exported = _paste(mbox, (0, 3 * H, 0, 3 * W))
-                band = lambda e, o=o, V=V, F=F, x=exported, rm=row_mesh: (0, 0, rasterise_object_lens(  # noqa: E731
-                    manifest, arrays, o, V, F, lens, x, e, canvas_rays_, rm))
+            if lens is not None or row_mesh is not None:   # per-pixel rays (a deforming object: on any camera
+                exported = _paste(mbox, (0, 3 * H, 0, 3 * W))  # model); whole-canvas masks, bands EDGE_MARGIN_PX away
+                if canvas_rays_ is None:
+                    canvas_rays_ = CanvasRays(make_lens(LensSpec(), manifest["calibration"]["K"], W, H), W, H)
+                band = lambda e, o=o, V=V, F=F, x=exported, rm=row_mesh, cr=canvas_rays_: (  # noqa: E731
+                    0, 0, rasterise_object_lens(manifest, arrays, o, V, F, cr.lens, x, e, cr, rm))
             else:
                 band = lambda e, o=o, V=V, F=F: rasterise_object_box(manifest, arrays, o, V, F, e, T_cw=T_cw)  # noqa: E731
             nominal = band(0.0)
@@ -405,7 +408,8 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
            + (f" ({n_rows} deforming, from their per-row meshes)" if n_rows else "")
            + (f" through the {lens.model} lens (per-pixel rays)" if lens is not None else "")
            + f": worst mismatch {worst} px, none farther than {EDGE_MARGIN_PX} px from an edge"
-           + (f"; not re-rasterised (deforming, or crossing the camera plane in a bundle without canvas.clip_m): "
+           + ("; not re-rasterised (deforming without row_mesh, or crossing the camera plane in a bundle without "
+              f"canvas.clip_m): "
               f"{skipped}" if skipped else ""))
     add("objects:rasterisation", not problems, msg if not problems else
         problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),

@@ -26,6 +26,7 @@ from contracts.camera_model import intrinsics_from_blender
 from contracts.errors import RowbeamError
 from contracts.files import atomic_write_bytes, sha256_file
 from contracts.frames import invert_rigid, rigid_part, world_from_opencv_camera
+from contracts.lens import LensSpec, make_lens
 from contracts.object_checks import DEFINITION, tight_box
 from contracts.rasterize import (UNIT_BOX, CanvasRays, clipped_box_points, lens_canvas_box, ply_bytes,
                                  rasterize_rays, rasterize_rows, row_boxes)
@@ -38,6 +39,7 @@ from .scene_patch import ScenePatch
 
 BOX_PAD_PX = 2              # padding of projected boxes (px) beyond the sampled motion
 POSE_SAMPLES = 5            # canvas rows at which boxes are projected
+DEFORM_SAMPLE_ROWS = 33     # canvas rows (evenly spaced) at which a deforming object's mesh is first evaluated
 ASSET_DIR = "assets/meshes"
 RENDER_COST_PX = 100_000    # fixed cost of one Cycles render (sync, film, EXR) in rendered pixels (measured ~0.1 s vs ~1 us/px)
 SHORTCUT_UNOCCLUDED = True  # objects no other object can cover take their amodal mask from the label render
@@ -63,7 +65,9 @@ LENS_METHOD = ("rasterised_through_lens: every object with a mesh is rasterised 
                "contracts.rasterize.lens_canvas_box. Cycles' visible pixels (instance_id) are OR-ed in and counted "
                "(method.modal_pixels_added). A deforming object is rasterised the same way from its evaluated mesh "
                "(render settings) at each canvas row's exact time (row_mesh: those per-row world vertices, rows of its "
-               "canvas box, for the checker); an object hidden (hide_render) during part of the event is labelled in "
+               "canvas box, for the checker; the mesh is evaluated at evenly spaced sample rows, then at every row "
+               "of the canvas box of the rows evaluated so far until that box holds only evaluated rows); an object "
+               "hidden (hide_render) during part of the event is labelled in "
                "every row when it is shown at the label render's time (the shutter centre: Blender syncs render "
                "visibility once per render), else listed in `skipped`")
 ROW_MESH_RULE = ("vertices (rows, V, 3) float64 world metres of the object's evaluated mesh (render settings) at the "
@@ -76,7 +80,10 @@ LENS_CANVAS_RULE = ("through a lens the canvas is the pixels u in [-W, 2W), v in
                     "of the canvas (never in a mask): px_count_all, truncation_fraction and visib_fract count canvas "
                     "pixels only")
 
-METHOD = ("rasterised_or_cycles_canvas: rigid meshes rasterised from their assets (raster_rule); objects no other "
+METHOD = ("rasterised_or_cycles_canvas: rigid meshes rasterised from their assets (raster_rule); deforming meshes "
+          "(shown at the label render's time) rasterised per canvas pixel from their evaluated mesh (render settings) "
+          "at each canvas row's exact time, as through a lens with the pinhole model (row_mesh: those per-row world "
+          "vertices, for the checker); objects no other "
           "object can cover from the label render (unoccluded_rule); the others by cycles_canvas_group_renders: "
           "Cycles renders of a 3W x 3H canvas camera (same f in px, principal point "
           "+ (W, H), lens / 3, shift / 3), rolling shutter stretched over 3H rows so canvas row c has the timing "
@@ -98,9 +105,9 @@ def lens_shown(scene, clock, objs, timing, hidden_notes: dict) -> dict:
 
 
 def deforming_row_meshes(scene, clock, objects, times) -> dict:
-    """{name: (world vertices (3H, V, 3) float64 m, triangles (F, 3))} of each deforming object's evaluated mesh
-    (render settings, exporter.mesh_motion.evaluate_meshes) at every canvas row's exact time `times`; (None, None)
-    when its vertex count or triangles differ between rows."""
+    """{name: (world vertices (len(times), V, 3) float64 m, triangles (F, 3))} of each deforming object's evaluated
+    mesh (render settings, exporter.mesh_motion.evaluate_meshes) at each of the exact times `times` (ns); (None, None)
+    when its vertex count or triangles differ between them."""
     if not objects:
         return {}
     from .mesh_motion import evaluate_meshes
@@ -113,6 +120,39 @@ def deforming_row_meshes(scene, clock, objects, times) -> dict:
         same = all(len(v) == len(rows[0][0]) and np.array_equal(f, F) for v, f in rows)
         out[o.name] = (np.stack([v for v, _ in rows]), F) if same else (None, None)
     return out
+
+
+def rasterise_deforming(scene, clock, obj, F, times, T_cw_rows, lens, W: int, H: int, rays: CanvasRays,
+                        near: float, far: float):
+    """A deforming object's canvas silhouette, rasterised per canvas pixel from its evaluated mesh at each canvas
+    row's exact time (the same for every camera model: a pinhole camera passes its pinhole Lens).
+
+    The mesh is evaluated only at the rows its canvas box can cover: first at DEFORM_SAMPLE_ROWS evenly spaced
+    canvas rows, then at every row of the canvas box (contracts.rasterize.lens_canvas_box of the per-row mesh boxes
+    of all rows evaluated so far, LENS_BOX_PAD_PX padded) not yet evaluated, until the box holds only evaluated rows.
+    times: exact time (ns) of canvas rows 0 .. 3H-1; T_cw_rows (3H, 4, 4) camera <- world per canvas row; F: the
+    asset's triangles; near / far: camera-z clip (m). Returns (canvas box (x0, x1, y0, y1), mask (y1 - y0, x1 - x0)
+    bool, world vertices (y1 - y0, V, 3) of the box's rows), None when the box misses the canvas, or a str (why not)
+    when the evaluated triangles change between rows or differ from F."""
+    got = {}
+    want = np.unique(np.linspace(0, len(times) - 1, DEFORM_SAMPLE_ROWS).round().astype(int)).tolist()
+    while want:
+        Vw, Fr = deforming_row_meshes(scene, clock, [obj], [times[c] for c in want])[obj.name]
+        if Fr is None or not np.array_equal(Fr, F):
+            return ("the evaluated mesh's triangles change between canvas rows or differ from the asset's")
+        got.update(zip(want, Vw, strict=True))
+        rows = np.array(sorted(got))
+        Vr, T = np.stack([got[c] for c in rows]), T_cw_rows[rows]
+        box = lens_canvas_box(lens, UNIT_BOX, row_boxes(Vr @ np.swapaxes(T[:, :3, :3], 1, 2) + T[:, None, :3, 3]),
+                              W, H, near)
+        if box is None:
+            return None
+        want = [c for c in range(box[2], box[3]) if c not in got]
+    x0, x1, y0, y1 = box
+    Vw = np.stack([got[c] for c in range(y0, y1)])
+    T = T_cw_rows[y0:y1]
+    P = Vw @ np.swapaxes(T[:, :3, :3], 1, 2) + T[:, None, :3, 3]                      # (rows, V, 3) camera frame
+    return box, rasterize_rays(P, F, rays.get(x0, x1, y0, y1), np.eye(4), near=near, far=far), Vw
 
 
 def npy_bytes(a) -> bytes:
@@ -378,9 +418,8 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
             continue
         T_wo, V, notes = asset_for(np.array(o.matrix_world, dtype=np.float64), mesh[0], mesh[1], e.obj_name)
         if o.is_deform_modified(scene, "RENDER"):
-            notes.append("deforming: asset is the mesh at reference_time_ns; masks are exact, the re-rasterisation "
-                         "check is skipped" if lens is None else "deforming: asset is the mesh at reference_time_ns; "
-                         "masks rasterised from the evaluated mesh at each canvas row's time (row_mesh)")
+            notes.append("deforming: asset is the mesh at reference_time_ns; masks rasterised from the evaluated mesh "
+                         "at each canvas row's time (row_mesh)")
         data = ply_bytes(V, mesh[1])
         sha = hashlib.sha256(data).hexdigest()
         assets[sha] = data
@@ -442,12 +481,37 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     clip_near, clip_far = (float(cam.data.clip_start), float(cam.data.clip_end)) if lens is None else CLIP_M
     rasterised = {}
     t_raster = time.perf_counter()
+    T_cw_rows = np.linalg.inv(cam_rows)                                  # (3H, 4, 4) camera <- world per canvas row
+    # deforming objects, every camera model: rasterised per pixel from the evaluated mesh at each canvas row's time
+    ray_lens = lens if lens is not None else make_lens(LensSpec(), K, W, H)
+    rays_cache = canvas_ray_cache(ray_lens, W, H)
+    shown = lens_shown(scene, clock, objs, timing, hidden_notes)
+    for k in keys:
+        ent = entries[k]
+        if ent["checkable"] or not shown.get(k, True):
+            continue
+        got = rasterise_deforming(scene, clock, objs[k], ent["F"], times, T_cw_rows, ray_lens, W, H, rays_cache,
+                                  clip_near, clip_far)
+        if isinstance(got, str):
+            if lens is not None:       # pinhole: left to the Cycles canvas renders (not re-rasterised by the checker)
+                skipped.append({"instance_id": table[k].render_index, "id": str(table[k].id),
+                                "name": table[k].obj_name, "reason": f"deforming: {got}: no object labels through "
+                                "a lens"})
+            continue
+        boxes.pop(k, None)
+        from_modal.discard(k)
+        if got is None:
+            continue
+        box, mask, Vw = got
+        data = npy_bytes(Vw)
+        sha = hashlib.sha256(data).hexdigest()
+        assets[sha] = data
+        ent["row_mesh"] = {"uri": asset_uri(sha, data), "relative_to": "bundle root", "sha256": sha,
+                           "first_canvas_row": box[2], "rows": box[3] - box[2], "units": "m", "frame": "world",
+                           "rule": ROW_MESH_RULE}
+        boxes[k] = box
+        rasterised[k] = (box, mask)
     if lens is not None:
-        T_cw_rows = np.linalg.inv(cam_rows)
-        rays_cache = canvas_ray_cache(lens, W, H)
-        shown = lens_shown(scene, clock, objs, timing, hidden_notes)
-        deforming = [k for k in keys if not entries[k]["checkable"] and shown.get(k, True)]
-        row_meshes = deforming_row_meshes(scene, clock, [objs[k] for k in deforming], times)
         for k in keys:
             ent = entries[k]
             if not shown.get(k, True):
@@ -455,40 +519,19 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
                                 "reason": f"{hidden_notes[k]}; hidden at the label render's time (the shutter "
                                           "centre): no pixel rendered, no object labels"})
                 continue
-            if k in deforming:
-                Vw, F = row_meshes[objs[k].name]
-                if F is None or not np.array_equal(F, ent["F"]):
-                    skipped.append({"instance_id": table[k].render_index, "id": str(table[k].id),
-                                    "name": table[k].obj_name, "reason": "deforming: the evaluated mesh's triangles "
-                                    "change between canvas rows or differ from the asset's: no object labels through "
-                                    "a lens"})
-                    continue
-                P = Vw @ np.swapaxes(T_cw_rows[:, :3, :3], 1, 2) + T_cw_rows[:, None, :3, 3]   # (3H, V, 3) camera
-                box = lens_canvas_box(lens, UNIT_BOX, row_boxes(P), W, H, clip_near)
-            else:
-                T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k]]]) if k in row_of_moving
-                        else ent["T_wo_ref"])
-                T_co = T_cw_rows @ T_wo
-                box = lens_canvas_box(lens, corners[k], np.broadcast_to(T_co, (Hc, 4, 4)), W, H, clip_near)
+            if not ent["checkable"]:
+                continue
+            T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k]]]) if k in row_of_moving
+                    else ent["T_wo_ref"])
+            T_co = T_cw_rows @ T_wo
+            box = lens_canvas_box(lens, corners[k], np.broadcast_to(T_co, (Hc, 4, 4)), W, H, clip_near)
             if box is None:
                 continue
             x0, x1, y0, y1 = box
-            rays = rays_cache.get(x0, x1, y0, y1)
             boxes[k] = box
-            if k in deforming:
-                data = npy_bytes(Vw[y0:y1])
-                sha = hashlib.sha256(data).hexdigest()
-                assets[sha] = data
-                ent["row_mesh"] = {"uri": asset_uri(sha, data), "relative_to": "bundle root", "sha256": sha,
-                                   "first_canvas_row": y0, "rows": y1 - y0, "units": "m", "frame": "world",
-                                   "rule": ROW_MESH_RULE}
-                mask = rasterize_rays(P[y0:y1], F, rays, np.eye(4), near=clip_near, far=clip_far)
-            else:
-                T_rows = T_co[y0:y1] if T_co.ndim == 3 else T_co
-                mask = rasterize_rays(ent["V"], ent["F"], rays, T_rows, near=clip_near, far=clip_far)
-            rasterised[k] = (box, mask)
+            rasterised[k] = (box, rasterize_rays(ent["V"], ent["F"], rays_cache.get(x0, x1, y0, y1), T_co[y0:y1],
+                                                 near=clip_near, far=clip_far))
     elif RASTERISE_RIGID:
-        T_cw_rows = np.linalg.inv(cam_rows)                              # (3H, 4, 4) camera <- world per canvas row
         K64 = np.asarray(K, dtype=np.float64)
         for k in keys:
             ent = entries[k]

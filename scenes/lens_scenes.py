@@ -121,13 +121,16 @@ CHANGING_LAYOUT = {
                        ("appearing", 0x7302, (0.20, 0.50, -0.50, -0.20), 3.0),
                        ("vanishing", 0x7303, (0.55, 0.75, 0.20, 0.40), 3.0)],
 }
-STRETCH = {"opencv": -1.0, "opencv_fisheye": -6.0}
+CHANGING_LAYOUT["pinhole"] = [               # the plain pinhole camera (no lens block): edges off pixel centres
+    ("stretching", 0x7301, (0.2013, 0.4021, 0.1017, 0.5509), 3.0)] + CHANGING_LAYOUT["opencv"][1:]
+STRETCH = {"opencv": -1.0, "opencv_fisheye": -6.0, "pinhole": -1.0}
 SHAPE_KEY_FRAMES = (1, 3)                   # shape-key value 0 at the first frame, 1 at the second (linear)
 HIDE_KEYS = {"appearing": [(1, False), (1.5, True), (1.9, False)], "vanishing": [(1, False), (2.1, True)]}  # (frame, hide)
 
 
 def lens_changing_plates(lens: str = "opencv", scale: int = 4):
-    """Fronto-parallel plates (CHANGING_LAYOUT[lens]) through LENS_PRESETS[lens], object labels on: one deformed by
+    """Fronto-parallel plates (CHANGING_LAYOUT[lens]) through LENS_PRESETS[lens] (lens "pinhole": the plain Blender
+    camera, no lens), object labels on: one deformed by
     an animated shape key, two with animated hide_render. truth.notes["plates"]: (name, id, (X0, X1, Y0, Y1) m at
     shape-key value 0, depth m); notes["stretch_m"]: the stretching plate's X0 shift (m) at shape-key value 1."""
     from exporter import blender_compat
@@ -164,7 +167,8 @@ def lens_changing_plates(lens: str = "opencv", scale: int = 4):
             for fc in blender_compat.fcurves(q):
                 for kp in fc.keyframe_points:
                     kp.interpolation = "CONSTANT"
+    preset = {"lens": LENS_PRESETS[lens]} if lens != "pinhole" else {}      # "pinhole": the Blender camera itself
     truth = calibration.Truth(K, size, lambda t: T, [], notes={"plates": plates, "stretch_m": stretch_m,
-                                                               "lens": LENS_PRESETS[lens], "T_world_camera": T})
-    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, lens=LENS_PRESETS[lens], object_labels=True)
+                                                               "lens": preset.get("lens"), "T_world_camera": T})
+    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, object_labels=True, **preset)
     return truth, rig

@@ -471,24 +471,28 @@ def test_deforming_and_hidden_objects_through_lens(exports, lens_name):
           f"{got['objects:rasterisation']['message']}")
 
 
-def test_wrong_deforming_rows_are_caught(tmp_path, monkeypatch):
-    """Planted fault: the exporter rasterises the deforming plate (fisheye: its moving edge inside the image) at every
-    row from the mesh of the first canvas row's time (and exports those per-row meshes): Cycles' visible pixels of
-    the stretched plate fall outside that silhouette, and the checker's re-rasterisation from the exported per-row
-    meshes fails them."""
+@pytest.mark.parametrize("lens_name", ["opencv_fisheye", "pinhole"])
+def test_wrong_deforming_rows_are_caught(tmp_path, monkeypatch, lens_name):
+    """Planted fault: the exporter rasterises the deforming plate (fisheye: its moving edge inside the image; pinhole:
+    the plain camera, no lens) at every row from the mesh of the first canvas row's time (and exports those per-row
+    meshes): Cycles' visible pixels of the stretched plate fall outside that silhouette, and the checker's
+    re-rasterisation from the exported per-row meshes fails them."""
     from exporter import object_labels
     from scenes import lens_scenes
 
     from .conftest import build_and_export
 
-    real = object_labels.deforming_row_meshes
+    real, first = object_labels.deforming_row_meshes, []
 
-    def first_row_only(*args):
-        return {k: (np.repeat(V[:1], len(V), axis=0), F) for k, (V, F) in real(*args).items()}
+    def first_row_only(scene, clock, objects, times):      # the first evaluation's first time (canvas row 0)
+        first.append(times[0])
+        return {k: (np.repeat(V, len(times), axis=0), F)
+                for k, (V, F) in real(scene, clock, objects, first[:1]).items()}
 
     monkeypatch.setattr(object_labels, "deforming_row_meshes", first_row_only)
-    e = build_and_export(tmp_path, "fault", lens_scenes.lens_changing_plates, lens="opencv_fisheye")
+    e = build_and_export(tmp_path, "fault", lens_scenes.lens_changing_plates, lens=lens_name)
     monkeypatch.undo()
+    assert first, "the planted fault was not exercised"
     assert not e.summary["published"] and len(e.summary["quarantined"]) == 1
     report = json.loads((Path(e.summary["quarantined"][0]) / "qa_report.json").read_text())
     fails = {c["check"]: c["message"] for c in report["checks"] if c["status"] == "fail"}
@@ -521,3 +525,92 @@ def test_band_x_range_bounds_the_triangle_in_its_band():
     assert (lo[some] <= sx_lo[some]).all() and (hi[some] >= sx_hi[some]).all()
     assert (sx_lo[some] - lo[some]).max() < 0.03 and (hi[some] - sx_hi[some]).max() < 0.03
     assert (sx_lo[some] - xa[some].min(1)).max() > 0.5, "the bands cut the triangles (the test can tell)"
+
+
+# ----- a deforming object on the plain pinhole camera (no lens): the same per-row mesh path -----------------------
+
+def _pinhole_stretching(exports):
+    from scenes import lens_scenes
+
+    return exports("pinhole_changing", lens_scenes.lens_changing_plates, lens="pinhole")
+
+
+def test_deforming_object_on_a_pinhole_camera(exports):
+    """The plain pinhole camera (no lens in the rig): the plate stretched by an animated shape key (its edge X0 moves
+    off axis, across the image border, with the rolling shutter) is rasterised from its evaluated mesh at each canvas
+    row's time and exported with row_mesh; its canvas mask equals the analytic silhouette (pixel centre (u, v) of
+    row v inside the rectangle with X0 at the row's closed-form shape-key value, ray ((u - cx) / fx, (v - cy) / fy)
+    from the scene's K) with 0 mismatch away from 0.02 px of an edge, its unclipped box within 1 px, while any one
+    row's shape for all rows misses many pixels. `rowbeam check` passes and re-rasterises it from the per-row meshes
+    (not skipped)."""
+    from contracts.check import check_bundle
+    from contracts.object_checks import object_masks
+    from scenes import lens_scenes
+
+    from .helpers import load_event
+
+    e = _pinhole_stretching(exports)
+    m, a = load_event(e.event)
+    assert m["calibration"].get("distortion", {}).get("model", "none") == "none"
+    K = np.asarray(e.truth.K, dtype=np.float64)
+    block = m["object_labels"]
+    o = next(o for o in block["objects"] if o["name"] == "stretching")
+    assert "row_mesh" in o and o["rasterisation_check"], o
+    assert 0 < o["row_mesh"]["rows"] < 3 * H, "mesh evaluated over the rows of its canvas box only"
+    c = np.arange(3 * H)
+    t = 1e9 / 30 + 12e6 * (c - H + 0.5) / H + 2e6                # canvas row times (event 1, 30 Hz, 12 ms, 4 ms)
+    assert np.abs(a["canvas_row_time_ns"] - t).max() <= 1.0
+    f0, f1 = lens_scenes.SHAPE_KEY_FRAMES
+    key = (1 + t * 30 / 1e9 - f0) / (f1 - f0)
+    (X0, X1, Y0, Y1), d = next((rect, d) for n, _, rect, d in e.truth.notes["plates"] if n == "stretching")
+    stretch = e.truth.notes["stretch_m"]
+
+    def inside(u, v, x0_of_row):
+        x, y = (u - K[0, 2]) / K[0, 0] * d, (v - K[1, 2]) / K[1, 1] * d
+        return (x >= x0_of_row) & (x <= X1) & (y >= Y0) & (y <= Y1)
+
+    v, u = np.mgrid[-H:2 * H, -W:2 * W].astype(np.float64)
+    x0_rows = X0 + stretch * key[v.astype(int) + H]
+    expected = inside(u, v, x0_rows)
+    judged = np.ones_like(expected)
+    for du, dv in ((PROBE, 0), (-PROBE, 0), (0, PROBE), (0, -PROBE)):
+        judged &= inside(u + du, v + dv, x0_rows) == expected       # probes keep the row (its time)
+    _, canvas = object_masks(block, a, W, H, o)
+    mismatch = int(((canvas != expected) & judged).sum())
+    assert mismatch == 0 and (~judged).sum() < 0.02 * expected.sum(), (mismatch, int((~judged).sum()))
+    bx, by, bw, bh = o["bbox_amodal_unclipped"]
+    box_err = np.abs(np.array([bx, by, bx + bw - 1, by + bh - 1]) - _tight(expected)).max()
+    assert box_err <= 1, (o["bbox_amodal_unclipped"], _tight(expected))
+    assert 0 < o["px_count_in_image"] < o["px_count_all"], "the plate leaves the image"
+    for rows_at in (H, 2 * H - 1):                  # one shape for all rows (the mesh at one time) is wrong
+        fixed = inside(u, v, X0 + stretch * key[rows_at])
+        assert ((fixed != expected) & judged).sum() > 50
+    report = check_bundle(e.bundle)
+    assert report["status"] == "pass", [c for ev in report["events"] for c in ev["checks"] if c["status"] != "pass"]
+    got = {c["check"]: c for ev in report["events"] for c in ev["checks"]}
+    msg = got["objects:rasterisation"]["message"]
+    assert "1 deforming, from their per-row meshes" in msg and "not re-rasterised" not in msg, msg
+    assert got["objects:ray_cast"]["status"] == "pass"
+    print(f"pinhole: canvas px {int(expected.sum())}, edge px not judged {int((~judged).sum())}, box error "
+          f"{int(box_err)} px; row_mesh rows {o['row_mesh']['rows']} of {3 * H}; {msg}")
+
+
+def test_pinhole_deforming_mask_shifted_one_pixel_is_caught(exports, tmp_path):
+    """Planted fault: the pinhole stretching plate's amodal masks (canvas and image) shifted 1 px right: the
+    re-rasterisation from its per-row meshes fails it."""
+    from contracts.object_checks import unpack
+
+    from .helpers import assert_fails, load_event
+    from .test_checker_faults import _copy, _replace
+
+    root, ev = _copy(_pinhole_stretching(exports), tmp_path)
+    m, a = load_event(ev)
+    o = next(o for o in m["object_labels"]["objects"] if o["name"] == "stretching")
+    for name, i, width in (("amodal_masks_canvas", o["canvas_mask_index"], 3 * W), ("amodal_masks", o["mask_index"], W)):
+        mask = unpack(a[name][i], width)
+        shifted = np.zeros_like(mask)
+        shifted[:, 1:] = mask[:, :-1]
+        packed = a[name].copy()
+        packed[i] = np.packbits(shifted, axis=-1)
+        _replace(ev, name, packed)
+    assert_fails(root, "objects:rasterisation", "farther than 0.02 px from an edge")
