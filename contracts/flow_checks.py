@@ -109,7 +109,7 @@ def _reproject(K, arrays, src, dst, add):
         "source point + scene_flow_world, seen at the landing row, lands at pixel + flow_forward", worst_px=worst)
     if "scene_flow_source_camera" in arrays:
         R_cw = np.transpose(src["row_T_world_camera"][:, :3, :3], (0, 2, 1))
-        sfw = np.nan_to_num(arrays["scene_flow_world"].reshape(-1, 3)[idx].astype(np.float64))
+        sfw = np.nan_to_num(d)                      # the scene_flow_world values at idx, NaN -> 0
         rotated = rotate_per_row(R_cw, sfw, idx // W)
         sfc = arrays["scene_flow_source_camera"].reshape(-1, 3)[idx].astype(np.float64)
         worst_c = float(np.abs(rotated - sfc).max(initial=0.0))
@@ -130,9 +130,16 @@ def rotate_per_row(R_rows, vectors, rows) -> np.ndarray:
     then + 0.0: the bits of einsum("hij,hwj->hwi", R_rows, grid) at those pixels, computed for them only."""
     R = np.asarray(R_rows, np.float64)
     out = np.empty(np.shape(vectors))
+    x, y, z = (np.ascontiguousarray(vectors[:, k], np.float64) for k in range(3))     # contiguous columns, once
     for i in range(3):
         r0, r1, r2 = (np.ascontiguousarray(R[:, i, j]).take(rows) for j in range(3))
-        out[:, i] = ((r0 * vectors[:, 0] + r1 * vectors[:, 1]) + r2 * vectors[:, 2]) + 0.0
+        r0 *= x
+        r1 *= y
+        r0 += r1
+        r2 *= z
+        r0 += r2
+        r0 += 0.0
+        out[:, i] = r0
     return out
 
 
