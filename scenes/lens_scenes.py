@@ -128,7 +128,7 @@ SHAPE_KEY_FRAMES = (1, 3)                   # shape-key value 0 at the first fra
 HIDE_KEYS = {"appearing": [(1, False), (1.5, True), (1.9, False)], "vanishing": [(1, False), (2.1, True)]}  # (frame, hide)
 
 
-def lens_changing_plates(lens: str = "opencv", scale: int = 4):
+def lens_changing_plates(lens: str = "opencv", scale: int = 4, readout_direction: str = "top_to_bottom"):
     """Fronto-parallel plates (CHANGING_LAYOUT[lens]) through LENS_PRESETS[lens] (lens "pinhole": the plain Blender
     camera, no lens), object labels on: one deformed by
     an animated shape key, two with animated hide_render. truth.notes["plates"]: (name, id, (X0, X1, Y0, Y1) m at
@@ -170,5 +170,6 @@ def lens_changing_plates(lens: str = "opencv", scale: int = 4):
     preset = {"lens": LENS_PRESETS[lens]} if lens != "pinhole" else {}      # "pinhole": the Blender camera itself
     truth = calibration.Truth(K, size, lambda t: T, [], notes={"plates": plates, "stretch_m": stretch_m,
                                                                "lens": preset.get("lens"), "T_world_camera": T})
-    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, object_labels=True, **preset)
+    rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, object_labels=True,
+                            readout_direction=readout_direction, **preset)
     return truth, rig

@@ -529,13 +529,15 @@ def test_band_x_range_bounds_the_triangle_in_its_band():
 
 # ----- a deforming object on the plain pinhole camera (no lens): the same per-row mesh path -----------------------
 
-def _pinhole_stretching(exports):
+def _pinhole_stretching(exports, readout="top_to_bottom"):
     from scenes import lens_scenes
 
-    return exports("pinhole_changing", lens_scenes.lens_changing_plates, lens="pinhole")
+    return exports(f"pinhole_changing_{readout}", lens_scenes.lens_changing_plates, lens="pinhole",
+                   readout_direction=readout)
 
 
-def test_deforming_object_on_a_pinhole_camera(exports):
+@pytest.mark.parametrize("readout", ["top_to_bottom", "bottom_to_top"])
+def test_deforming_object_on_a_pinhole_camera(exports, readout):
     """The plain pinhole camera (no lens in the rig): the plate stretched by an animated shape key (its edge X0 moves
     off axis, across the image border, with the rolling shutter) is rasterised from its evaluated mesh at each canvas
     row's time and exported with row_mesh; its canvas mask equals the analytic silhouette (pixel centre (u, v) of
@@ -549,7 +551,7 @@ def test_deforming_object_on_a_pinhole_camera(exports):
 
     from .helpers import load_event
 
-    e = _pinhole_stretching(exports)
+    e = _pinhole_stretching(exports, readout)
     m, a = load_event(e.event)
     assert m["calibration"].get("distortion", {}).get("model", "none") == "none"
     K = np.asarray(e.truth.K, dtype=np.float64)
@@ -558,7 +560,8 @@ def test_deforming_object_on_a_pinhole_camera(exports):
     assert "row_mesh" in o and o["rasterisation_check"], o
     assert 0 < o["row_mesh"]["rows"] < 3 * H, "mesh evaluated over the rows of its canvas box only"
     c = np.arange(3 * H)
-    t = 1e9 / 30 + 12e6 * (c - H + 0.5) / H + 2e6                # canvas row times (event 1, 30 Hz, 12 ms, 4 ms)
+    vr = c - H if readout == "top_to_bottom" else 2 * H - 1 - c   # readout order of canvas row c's image row
+    t = 1e9 / 30 + 12e6 * (vr + 0.5) / H + 2e6                    # canvas row times (event 1, 30 Hz, 12 ms, 4 ms)
     assert np.abs(a["canvas_row_time_ns"] - t).max() <= 1.0
     f0, f1 = lens_scenes.SHAPE_KEY_FRAMES
     key = (1 + t * 30 / 1e9 - f0) / (f1 - f0)
@@ -591,7 +594,7 @@ def test_deforming_object_on_a_pinhole_camera(exports):
     msg = got["objects:rasterisation"]["message"]
     assert "1 deforming, from their per-row meshes" in msg and "not re-rasterised" not in msg, msg
     assert got["objects:ray_cast"]["status"] == "pass"
-    print(f"pinhole: canvas px {int(expected.sum())}, edge px not judged {int((~judged).sum())}, box error "
+    print(f"pinhole {readout}: canvas px {int(expected.sum())}, edge px not judged {int((~judged).sum())}, box error "
           f"{int(box_err)} px; row_mesh rows {o['row_mesh']['rows']} of {3 * H}; {msg}")
 
 
