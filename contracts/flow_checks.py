@@ -6,7 +6,7 @@ import numpy as np
 from . import qa_profile as tol
 from .camera_model import pixel_grid
 from .errors import RowbeamError
-from .lens import lens_from_calibration, pixel_rays, project_uv
+from .lens import image_rays, lens_from_calibration, project_uv
 from .frames import apply_per_row, apply_rows_grid
 from .pixel_sampling import bilinear_corners, camera_z_at
 from .modalities import FLAG_NAMES
@@ -91,7 +91,7 @@ def _reproject(K, arrays, src, dst, add):
     H, W = defined.shape
     u, v = pixel_grid(W, H)
     z_grid = src["camera_z"].astype(np.float64)
-    P_grid = apply_rows_grid(src["row_T_world_camera"], pixel_rays(K, u, v) * z_grid[..., None])
+    P_grid = apply_rows_grid(src["row_T_world_camera"], image_rays(K, W, H) * z_grid[..., None])
     idx = np.flatnonzero(defined.ravel())
     u, v = u.ravel()[idx], v.ravel()[idx]
     P = P_grid.reshape(-1, 3)[idx]
@@ -217,7 +217,7 @@ def _plane_offsets(K, event) -> np.ndarray:
     not change it from row to row) quantised to 1 mm (-1 where invalid)."""
     H, W = event["camera_z"].shape
     u, v = pixel_grid(W, H)
-    X = pixel_rays(K, u, v) * event["camera_z"].astype(np.float64)[..., None]    # camera-frame points
+    X = image_rays(K, W, H) * event["camera_z"].astype(np.float64)[..., None]    # camera-frame points
     n = event["normal_geometric"].astype(np.float64)
     T = event["row_T_world_camera"]
     origin_c = np.einsum("hji,hj->hi", T[:, :3, :3], T[:, :3, 3])          # R^T t per row

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .camera_model import pixel_grid
 from .errors import RowbeamError
 
 MODELS = ("pinhole", "opencv", "opencv_fisheye")
@@ -407,6 +408,14 @@ def pixel_rays(lens_or_K, u, v) -> np.ndarray:
     K = np.asarray(lens_or_K, np.float64)
     xn, yn = (np.asarray(u, np.float64) - K[0, 2]) / K[0, 0], (np.asarray(v, np.float64) - K[1, 2]) / K[1, 1]
     return np.stack([xn, yn, np.ones_like(xn)], axis=-1)
+
+
+def image_rays(lens_or_K, width: int, height: int) -> np.ndarray:
+    """`pixel_rays` of every pixel centre of a width x height image, (H, W, 3): through a Lens of that image size
+    its `unproject_grid` rays (solved once per lens and process, read-only), else computed here."""
+    if isinstance(lens_or_K, Lens) and (lens_or_K.width, lens_or_K.height) == (width, height):
+        return unproject_grid(lens_or_K)[0]
+    return pixel_rays(lens_or_K, *pixel_grid(width, height))
 
 
 def project_uv(lens_or_K, points_camera) -> tuple[np.ndarray, np.ndarray]:

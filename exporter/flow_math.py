@@ -18,7 +18,7 @@ import numpy as np
 
 from contracts.camera_model import pixel_grid
 from contracts.flow_checks import rotate_per_row
-from contracts.lens import pixel_rays, project_uv
+from contracts.lens import image_rays, project_uv
 from contracts.frames import apply_per_row, apply_rows_grid
 from contracts.ontology import BACKGROUND_ID
 from contracts.pixel_sampling import camera_z_at
@@ -71,7 +71,7 @@ def source_points(src: EventGeometry):
     H, W = src.shape
     u, v = pixel_grid(W, H)
     z = src.camera_z.astype(np.float64)
-    world = apply_rows_grid(src.row_T_world_camera, pixel_rays(src.camera, u, v) * z[..., None]).reshape(-1, 3)
+    world = apply_rows_grid(src.row_T_world_camera, image_rays(src.camera, W, H) * z[..., None]).reshape(-1, 3)
     idx = np.flatnonzero(np.isfinite(z).ravel())
     return idx, u.ravel()[idx], v.ravel()[idx], world[idx]
 

@@ -104,6 +104,19 @@ def test_grid_unprojection_is_unproject_of_every_pixel_solved_once_per_lens(monk
     assert len(lens_module._grid_cache) == 1
 
 
+def test_image_rays_are_the_grid_rays_of_the_lens_or_k():
+    """image_rays (flow, its checks and the report): through a lens of the image's size the cached unproject_grid
+    rays themselves; for a pinhole K or a lens of another image size, pixel_rays of every pixel centre."""
+    from contracts.camera_model import pixel_grid
+    from contracts.lens import image_rays, pixel_rays
+
+    lens = _lens("opencv5")
+    assert image_rays(lens, W, H) is unproject_grid(lens)[0]
+    for lens_or_K, (w, h) in ((lens, (W // 2, H // 2)), (K, (W, H))):
+        want = pixel_rays(lens_or_K, *pixel_grid(w, h))
+        assert want.shape == (h, w, 3) and np.array_equal(image_rays(lens_or_K, w, h), want, equal_nan=True)
+
+
 def test_unprojection_stops_at_the_rounding_floor(monkeypatch):
     """Far out on the 3x object-label canvas of a 1280x720 lens (f 800 px), ~0.5 % of pixels never reach
     CONVERGED (float64 rounding floor): they stop once their residual stops decreasing. So 8 Newton steps give the

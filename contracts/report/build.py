@@ -25,7 +25,7 @@ from ..check import check_bundle
 from ..errors import RowbeamError, UnusableInput
 from ..files import atomic_write_json, fsync_path, load_json
 from ..flow_checks import cycle_residuals
-from ..lens import unproject
+from ..lens import image_rays
 from . import colour, html, motion, overlays
 from .png import encode_png, thumbnail
 from .radar_page import radar_page
@@ -416,7 +416,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     res.class_names.update(names)
     z = a["camera_z"].ravel()[pix].astype(np.float64)
     lens = manifest_lens(m["calibration"])          # a distorted camera: rays through the lens (contracts.lens)
-    d = ray_directions(K, u, v) if lens is None else unproject(lens, *pixel_grid(W, H))[0].reshape(-1, 3)[pix]
+    d = ray_directions(K, u, v) if lens is None else image_rays(lens, W, H).reshape(-1, 3)[pix]
     keys = {"distance": z, "radius": _radius(K, W, H, u, v), "klass": a["semantic_id"].ravel()[pix],
             "speed": motion.camera_speeds(ev, a, pix, d)}   # sliced by class id; res.class_names names them
     factor = _norm3(d)             # range / camera_z on each pixel-centre ray
