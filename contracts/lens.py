@@ -219,7 +219,8 @@ def unproject_grid(lens: Lens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
            lens.max_theta_rad, lens.max_distorted_radius)
     hit = _grid_cache.pop(key, None)
     if hit is None:
-        v, u = np.mgrid[0:lens.height, 0:lens.width].astype(np.float64)
+        u = np.arange(lens.width, dtype=np.float64)[None, :]     # pixel centres, broadcast by unproject
+        v = np.arange(lens.height, dtype=np.float64)[:, None]
         hit = unproject(lens, u, v)
         for a in hit:
             a.flags.writeable = False
