@@ -9,7 +9,7 @@ from . import qa_profile as tol
 from .camera_model import BlenderCameraParams, intrinsics_from_blender, normalized
 from .errors import RowbeamError
 from .frames import is_rigid, rigid_mask
-from .lens import LensSpec, lens_from_calibration, unproject_grid
+from .lens import LensSpec, lens_from_calibration, unit_ray_grid, unproject_grid
 from .label_checks import check_ids, check_validity, row_blocks
 from .sample_identity import rgb_seed
 from .timing import RollingShutterTiming
@@ -92,7 +92,7 @@ def ray_grid(K: np.ndarray, W: int, H: int, lens=None) -> RayGrid:
     else:                                                  # the ray through the lens: (x, y, 1), NaN outside the domain
         rays, in_domain, _ = unproject_grid(lens)          # solved once per lens and process (contracts.lens)
         xn, yn = rays[..., 0], rays[..., 1]
-        factor = np.linalg.norm(rays, axis=-1)
+        factor = unit_ray_grid(lens)[1]                    # |ray|, kept with the grid (shared with the exporter)
         outside = int((~in_domain).sum())
     for a in (xn, yn, factor, in_domain):
         if a is not None:

@@ -76,6 +76,13 @@ def intrinsics_from_blender(p: BlenderCameraParams) -> np.ndarray:
     return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
 
 
+def norm(a: np.ndarray) -> np.ndarray:
+    """(...,) |a| of (..., 3) vectors, elementwise: sqrt((a0^2 + a1^2) + a2^2), the sums np.linalg.norm(a, axis=-1)
+    makes in the same order (equal bits, tested), without its slow reduction over a short last axis."""
+    x, y, z = a[..., 0], a[..., 1], a[..., 2]
+    return np.sqrt(x * x + y * y + z * z)
+
+
 def pixel_grid(width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
     """(u, v) float64 arrays of shape (H, W): pixel centre coordinates."""
     v, u = np.mgrid[0:height, 0:width].astype(np.float64)

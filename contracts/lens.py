@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .camera_model import pixel_grid
+from .camera_model import norm, pixel_grid
 from .errors import RowbeamError
 
 MODELS = ("pinhole", "opencv", "opencv_fisheye")
@@ -207,30 +207,54 @@ def unproject(lens: Lens, u, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rays.reshape(shape + (3,)), ok.reshape(shape), res.reshape(shape)
 
 
-GRID_CACHE_BYTES = 256 << 20  # unproject_grid keeps its most recent results up to this many bytes
+GRID_CACHE_BYTES = 256 << 20  # unproject_grid / unit_ray_grid keep their most recent results up to this many bytes
 _grid_cache: dict = {}
 
 
-def unproject_grid(lens: Lens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`unproject` of every pixel centre of the lens's image: (rays (H, W, 3), valid (H, W), residual_px (H, W)),
-    read-only. Computed once per (model, K, D, image size, domain) per process and shared by the exporter and the
-    checker (a multi-event export solves each lens once); the most recent results are kept up to GRID_CACHE_BYTES."""
-    key = (lens.model, lens.K.tobytes(), tuple(lens.D), lens.width, lens.height, lens.max_radius,
-           lens.max_theta_rad, lens.max_distorted_radius)
+def _lens_key(lens: Lens) -> tuple:
+    return (lens.model, lens.K.tobytes(), tuple(lens.D), lens.width, lens.height, lens.max_radius,
+            lens.max_theta_rad, lens.max_distorted_radius)
+
+
+def _cached(key: tuple, compute) -> tuple:
+    """compute()'s arrays, made read-only and kept under `key` (most recent last) up to GRID_CACHE_BYTES."""
     hit = _grid_cache.pop(key, None)
     if hit is None:
-        u = np.arange(lens.width, dtype=np.float64)[None, :]     # pixel centres, broadcast by unproject
-        v = np.arange(lens.height, dtype=np.float64)[:, None]
-        hit = unproject(lens, u, v)
+        hit = compute()
         for a in hit:
             a.flags.writeable = False
-    _grid_cache[key] = hit                                   # insertion order: most recent last
+    _grid_cache[key] = hit
     kept = 0
     for k in reversed(list(_grid_cache)):
         kept += sum(a.nbytes for a in _grid_cache[k])
         if kept > GRID_CACHE_BYTES and k != key:
             del _grid_cache[k]
     return hit
+
+
+def unproject_grid(lens: Lens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`unproject` of every pixel centre of the lens's image: (rays (H, W, 3), valid (H, W), residual_px (H, W)),
+    read-only. Computed once per (model, K, D, image size, domain) per process and shared by the exporter and the
+    checker (a multi-event export solves each lens once); the most recent results are kept up to GRID_CACHE_BYTES."""
+    def solve():
+        u = np.arange(lens.width, dtype=np.float64)[None, :]     # pixel centres, broadcast by unproject
+        v = np.arange(lens.height, dtype=np.float64)[:, None]
+        return unproject(lens, u, v)
+    return _cached(("rays",) + _lens_key(lens), solve)
+
+
+def unit_rays(rays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unit directions (..., 3), |ray| (...,)) of rays (..., 3) = (x, y, 1): the direction a pixel's labels are
+    measured along (camera frame) and range / camera_z on it; NaN where the ray is NaN."""
+    length = norm(rays)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return rays / length[..., None], length
+
+
+def unit_ray_grid(lens: Lens) -> tuple[np.ndarray, np.ndarray]:
+    """`unit_rays` of the `unproject_grid` rays, (H, W, 3) and (H, W), read-only, kept like the grid (exporter and
+    checker share them)."""
+    return _cached(("unit",) + _lens_key(lens), lambda: unit_rays(unproject_grid(lens)[0]))
 
 
 def clear_grid_cache() -> None:

@@ -204,7 +204,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
         method["lens"] = {"model": lens.model, "osl_newton_steps": OSL_NEWTON_STEPS,
                           "unprojection": "contracts.lens.unproject: Newton's method in float64 per pixel centre",
                           "max_unprojection_residual_px": unproject_residual,
-                          "invalid_domain_pixels": int((~np.isfinite(rays).all(axis=-1)).sum())}
+                          "invalid_domain_pixels": int(np.count_nonzero(~np.isfinite(rays.length)))}
     if deform_steps:
         method["deformation"] = {"method": STEPS_METHOD, "objects": deform_steps,
                                  "tolerance": {"m": qa_profile.DEFORM_MAX_ERROR_M, "px": qa_profile.DEFORM_MAX_ERROR_PX}}

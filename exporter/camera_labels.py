@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from contracts.camera_model import range_factor
+from contracts.camera_model import norm, range_factor
 from contracts.ontology import BACKGROUND_ID, VOID_ID
 
 BACKGROUND_DEPTH = 1e9  # Cycles' Depth pass reads 1e10 where nothing was hit
@@ -111,9 +111,9 @@ def derive_band(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut
                 first_row: int = 0, rays: np.ndarray | None = None, out: dict | None = None) -> tuple[dict, dict]:
     """Label arrays for rows first_row.. of an image (passes hold this band of rows; all at once).
 
-    rays: None for the pinhole Blender camera; else the exact (h, w, 3) rays (x, y, 1) of the band's pixels
-    through the lens (exporter.lens_camera.pixel_rays; NaN outside the valid domain): each hit is moved onto
-    its exact ray (`exact_ray_depths`) and pixels outside the domain are invalid.
+    rays: None for the pinhole Blender camera; else the exact rays of the band's pixels through the lens
+    (exporter.lens_camera.PixelRays; NaN outside the valid domain): each hit is moved onto its exact ray
+    (`exact_ray_depths`) and pixels outside the domain are invalid.
     out: label arrays of this band's shape (`empty_labels`) to write into, else new ones.
     Returns (arrays, stats): arrays keyed by modality name; stats count unresolved hits and
     the largest departure of the hit from the exact pixel-centre ray (filter jitter).
@@ -134,7 +134,7 @@ def derive_band(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut
         np.sqrt(rng, out=rng)
         factor = range_factor(K, u, v)
     else:
-        valid &= all_finite(rays)
+        valid &= np.isfinite(rays.length)
         rng, factor, lens_stats = exact_ray_depths(X, n_geo, rays, valid)
     camera_z = rng / factor
     del factor
@@ -163,19 +163,16 @@ def derive_band(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut
     return arrays, stats
 
 
-def exact_ray_depths(X: np.ndarray, normal: np.ndarray, rays: np.ndarray, valid: np.ndarray):
-    """(range (h, w), |ray| (h, w), stats) of camera-frame hits X (h, w, 3) moved onto their exact rays (x, y, 1):
-    the ray meets the plane through X with the true normal (lidar_labels.on_exact_beam; grazing hits kept)."""
-    from .lidar_labels import norm, on_exact_beam
+def exact_ray_depths(X: np.ndarray, normal: np.ndarray, rays, valid: np.ndarray):
+    """(range (h, w), |ray| (h, w), stats) of camera-frame hits X (h, w, 3) moved onto their exact rays
+    (lens_camera.PixelRays): the ray meets the plane through X with the true normal (lidar_labels.on_exact_beam;
+    grazing hits kept)."""
+    from .lidar_labels import on_exact_beam
 
-    length = norm(rays)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        d = rays / length[..., None]
-    P = on_exact_beam(X, normal, np.zeros(3), d)
-    del d
+    P = on_exact_beam(X, normal, np.zeros(3), rays.unit)
     rng = norm(P)
     P -= X                                              # the shift of each hit onto its ray
     shift = norm(P)
-    return rng, length, {"hit_refinement": "each hit moved along its surface plane (true normal) onto the exact "
+    return rng, rays.length, {"hit_refinement": "each hit moved along its surface plane (true normal) onto the exact "
                                            "float64 ray of its pixel through the lens",
                          "max_refinement_shift_m": float(shift.max(initial=0.0, where=valid))}

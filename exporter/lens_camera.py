@@ -14,10 +14,12 @@ Rows keep the pinhole path's timing: the same TOP rolling shutter and half-row c
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from contracts.errors import RowbeamError
-from contracts.lens import Lens, make_lens, unproject_grid
+from contracts.lens import Lens, make_lens, unit_ray_grid, unit_rays, unproject_grid
 
 from . import blender_compat
 from .osl_camera import make_custom_camera
@@ -145,10 +147,28 @@ def use_lens_camera(patch, scene, cam_obj, lens: Lens, sensor_id: str, direction
     return make_custom_camera(patch, scene, cam_obj, source, "rowbeam_lens_camera")
 
 
-def pixel_rays(lens: Lens, first_row: int = 0, rows: int | None = None) -> tuple[np.ndarray, float]:
-    """Exact rays (rows, W, 3) = (x, y, 1) of pixel centres in rows first_row.., NaN outside the valid domain (a
-    read-only view of contracts.lens.unproject_grid, solved once per lens and process, shared with the checker);
-    and the largest achieved unprojection residual (px) over valid pixels of those rows."""
+@dataclass(frozen=True)
+class PixelRays:
+    """The exact rays of image rows' pixel centres through a lens (contracts.lens.unit_rays of (x, y, 1)), NaN
+    outside the valid domain: `unit` (h, w, 3) camera-frame unit directions, `length` (h, w) |(x, y, 1)| =
+    range / camera_z. rays[r0:r1] are those of rows r0..r1-1."""
+
+    unit: np.ndarray
+    length: np.ndarray
+
+    @classmethod
+    def of(cls, rays: np.ndarray) -> PixelRays:
+        """From rays (h, w, 3) = (x, y, 1)."""
+        return cls(*unit_rays(rays))
+
+    def __getitem__(self, rows: slice) -> PixelRays:
+        return PixelRays(self.unit[rows], self.length[rows])
+
+
+def pixel_rays(lens: Lens, first_row: int = 0, rows: int | None = None) -> tuple[PixelRays, float]:
+    """Exact rays of pixel centres in rows first_row.. (read-only views of contracts.lens.unit_ray_grid, solved once
+    per lens and process, shared with the checker); and the largest achieved unprojection residual (px) over valid
+    pixels of those rows."""
     rows = lens.height - first_row if rows is None else rows
-    rays, ok, residual = (a[first_row:first_row + rows] for a in unproject_grid(lens))
-    return rays, float(residual[ok].max(initial=0.0))
+    _, ok, residual = (a[first_row:first_row + rows] for a in unproject_grid(lens))
+    return PixelRays(*unit_ray_grid(lens))[first_row:first_row + rows], float(residual[ok].max(initial=0.0))

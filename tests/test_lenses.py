@@ -117,6 +117,22 @@ def test_image_rays_are_the_grid_rays_of_the_lens_or_k():
         assert want.shape == (h, w, 3) and np.array_equal(image_rays(lens_or_K, w, h), want, equal_nan=True)
 
 
+def test_unit_ray_grid_is_the_normalised_grid_kept_with_it():
+    """unit_ray_grid (the exporter's label rays, the checker's range / camera_z factor): the grid rays over
+    np.linalg.norm's |ray|, bit for bit, NaN exactly off the valid domain, read-only and solved once."""
+    from contracts.lens import unit_ray_grid
+
+    lens = _lens("fisheye")                                  # corners beyond its domain: NaN rays there
+    rays, ok, _ = unproject_grid(lens)
+    unit, length = unit_ray_grid(lens)
+    want = np.linalg.norm(rays, axis=-1)
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(unit, rays / want[..., None], equal_nan=True)
+    assert np.array_equal(length, want, equal_nan=True) and np.array_equal(np.isnan(length), ~ok)
+    assert (~ok).any() and not unit.flags.writeable and not length.flags.writeable
+    assert unit_ray_grid(lens)[0] is unit
+
+
 def test_unprojection_stops_at_the_rounding_floor(monkeypatch):
     """Far out on the 3x object-label canvas of a 1280x720 lens (f 800 px), ~0.5 % of pixels never reach
     CONVERGED (float64 rounding floor): they stop once their residual stops decreasing. So 8 Newton steps give the
@@ -164,9 +180,9 @@ def test_unprojection_matches_opencv(name):
 
 
 def test_ray_and_hit_norm_has_numpy_norm_bits():
-    """lidar_labels.norm (the |ray|, |hit| and |normal| of every label on a lens ray, exact_ray_depths) gives
+    """camera_model.norm (the |ray|, |hit| and |normal| of every label on a lens ray, exact_ray_depths) gives
     np.linalg.norm's bits, NaN and inf included; the data is one where another summation order differs."""
-    from exporter.lidar_labels import norm
+    from contracts.camera_model import norm
 
     rng = np.random.default_rng(9)
     a = rng.normal(size=(200, 300, 3)) * 10.0 ** rng.integers(-4, 4, size=(200, 300, 1))

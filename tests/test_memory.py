@@ -7,6 +7,7 @@ import pytest
 from contracts.arrays import read_exr_channels, read_exr_parts, write_exr
 from exporter import camera_labels
 from exporter.camera_labels import derive_labels
+from exporter.lens_camera import PixelRays
 
 K = np.array([[90.0, 0, 31.5], [0, 90.0, 20.5], [0, 0, 1]])
 
@@ -51,7 +52,7 @@ def _scene(h=43, w=64, seed=3):
 @pytest.mark.parametrize("lens", [False, True])
 def test_banded_derivation_equals_one_pass_and_closed_form(monkeypatch, lens):
     passes, poses, lut, truth = _scene()
-    rays = truth["rays"] if lens else None
+    rays = PixelRays.of(truth["rays"]) if lens else None
     whole, whole_stats = camera_labels.derive_band(passes, poses, K, lut, rays=rays)
     monkeypatch.setattr(camera_labels, "BAND_PIXELS", 64 * 5)      # 5-row bands; the last one 3 rows
     banded, banded_stats = derive_labels(passes, poses, K, lut, rays=rays)
