@@ -20,7 +20,7 @@ import numpy as np
 
 from ..bundle_reader import Bundle, Event, Flow
 from ..camera_checks import manifest_lens
-from ..camera_model import pixel_grid, ray_directions
+from ..camera_model import norm, pixel_grid, ray_directions
 from ..check import check_bundle
 from ..errors import RowbeamError, UnusableInput
 from ..files import atomic_write_json, fsync_path, load_json
@@ -298,11 +298,6 @@ def _class_names(manifest: dict) -> dict:
     return names
 
 
-def _norm3(x) -> np.ndarray:
-    """|x| over the last axis of (..., 3) (= np.linalg.norm(x, axis=-1), the same sums, without its temporaries)."""
-    return np.sqrt(x[..., 0] * x[..., 0] + x[..., 1] * x[..., 1] + x[..., 2] * x[..., 2])
-
-
 def _finite_on(mask, images) -> bool:
     """Whether every image (H, W) or (H, W, C) is finite at every `mask` pixel, from its sum over the mask (a sum of
     finite values that overflows also gives False, which only sends the caller down its general path)."""
@@ -419,13 +414,13 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     d = ray_directions(K, u, v) if lens is None else image_rays(lens, W, H).reshape(-1, 3)[pix]
     keys = {"distance": z, "radius": _radius(K, W, H, u, v), "klass": a["semantic_id"].ravel()[pix],
             "speed": motion.camera_speeds(ev, a, pix, d)}   # sliced by class id; res.class_names names them
-    factor = _norm3(d)             # range / camera_z on each pixel-centre ray
+    factor = norm(d)             # range / camera_z on each pixel-centre ray
     res.add("camera.z_range_m", "m", np.abs(a["range"].ravel()[pix] - z * factor),
             "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys, count=count)
     d = d / factor[..., None]
     for n in normals:
         nv = a[n].reshape(-1, 3)[pix].astype(np.float64)
-        res.add(f"camera.{n}_unit", "1", np.abs(_norm3(nv) - 1), f"| |{n}| - 1 | per valid pixel", **keys, count=count)
+        res.add(f"camera.{n}_unit", "1", np.abs(norm(nv) - 1), f"| |{n}| - 1 | per valid pixel", **keys, count=count)
         if n == "normal_geometric":
             res.add("camera.geometric_facing", "1", np.maximum(0.0, (nv * d).sum(-1)),
                     "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys,
