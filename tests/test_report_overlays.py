@@ -488,3 +488,26 @@ def test_normal_colour_by_blocks_is_the_whole_image_formula():
         want = (np.clip(n, -1.0, 1.0) * np.float32(127.5) + np.float32(128.0)).astype(np.uint8)
     want[~ok] = colour.NO_DATA
     assert np.array_equal(colour.normal_colour(n), want)
+
+
+def test_report_writer_writes_every_image_and_thumbnail_from_its_threads_and_raises_their_errors(tmp_path):
+    from contracts.report.build import THUMB_SIDE, Writer
+
+    rng = np.random.default_rng(3)
+    shapes = [(720, 1280, 3), (45, 80, 3), (321, 7, 3), (16, 256, 3), (700, 700, 4)] * 5   # more than MAX_PENDING
+    images = [rng.integers(0, 256, s, dtype=np.uint8) for s in shapes]
+    (tmp_path / "pages").mkdir()                             # the paths image() returns are relative to pages/
+    with Writer(tmp_path, workers=2) as w:
+        got = [w.image(f"sub/im{i}", img) for i, img in enumerate(images)]
+        assert not images[0].flags.writeable                 # being encoded elsewhere: the caller cannot change it
+    for i, (img, g) in enumerate(zip(images, got, strict=True)):
+        full = cv2.imread(str(tmp_path / "img/sub" / f"im{i}.png"), cv2.IMREAD_UNCHANGED)
+        assert np.array_equal(full[..., [2, 1, 0, 3][:img.shape[2]]], img)
+        thumb_file = tmp_path / "pages" / g["thumb"]
+        thumb = cv2.imread(str(thumb_file), cv2.IMREAD_UNCHANGED)
+        assert np.array_equal(thumb[..., [2, 1, 0, 3][:img.shape[2]]], png.thumbnail(img, THUMB_SIDE))
+        assert (g["thumb"] == g["full"]) == (max(img.shape[:2]) <= THUMB_SIDE)
+        assert g["height"] * thumb.shape[1] == g["width"] * thumb.shape[0]          # the thumbnail's aspect
+    (tmp_path / "img/bad.png").mkdir()                      # the worker's write fails: leaving the block raises it
+    with pytest.raises(IsADirectoryError), Writer(tmp_path, workers=1) as w:
+        w.image("bad", images[1])

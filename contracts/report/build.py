@@ -14,6 +14,8 @@ import os
 import re
 import shutil
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +29,7 @@ from ..files import atomic_write_json, fsync_path, load_json
 from ..flow_checks import cycle_residuals
 from ..lens import image_rays
 from . import colour, html, motion, overlays
-from .png import encode_png, thumbnail
+from .png import encode_png, thumbnail, thumbnail_factor
 from .radar_page import radar_page
 from .stats import Residuals, drift, histogram, sample_pixels, sorted_quantiles
 
@@ -95,25 +97,59 @@ def load_baseline(path) -> dict:
 
 
 class Writer:
-    """Writes PNGs (full resolution + thumbnail) under the staging root; returns paths relative to pages/."""
+    """Writes PNGs (full resolution + thumbnail) under the staging root; image() returns their paths relative to
+    pages/ at once. The thumbnail, the zlib encoding and the file writes of each image run on worker threads (numpy
+    and zlib release the GIL on whole images, so they overlap the pages' own work on another core; never bpy): an
+    image given to image() is made read-only, and must not be changed afterwards. Use as a context manager: leaving
+    it waits for every file and raises the first error (after an error it cancels what has not started)."""
 
-    def __init__(self, root: Path):
+    MAX_PENDING = 16            # images queued at most (their memory) before image() waits for the oldest
+
+    def __init__(self, root: Path, workers: int | None = None):
         self.root = root
+        self._pool = ThreadPoolExecutor(max_workers=workers or image_workers(), thread_name_prefix="report-png")
+        self._pending: deque = deque()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            return
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def image(self, rel: str, img: np.ndarray) -> dict:
         full = self.root / "img" / f"{rel}.png"
         full.parent.mkdir(parents=True, exist_ok=True)
-        full.write_bytes(encode_png(img, level=1))
-        th = thumbnail(img, THUMB_SIDE)
-        if th is img:
-            thumb_rel = f"{rel}.png"
-        else:
-            thumb_rel = f"{rel}.thumb.png"
-            (self.root / "img" / thumb_rel).write_bytes(encode_png(th, level=1))
-        h, w = th.shape[:2]
+        H, W = img.shape[:2]
+        f = thumbnail_factor(H, W, THUMB_SIDE)
+        thumb_rel = f"{rel}.png" if f == 1 else f"{rel}.thumb.png"
+        img.flags.writeable = False
+        if len(self._pending) >= self.MAX_PENDING:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(_write_png, full, None if f == 1 else self.root / "img" / thumb_rel, img))
+        h, w = H // f, W // f
         scale = max(1, -(-MIN_DISPLAY_WIDTH // w))
         return {"full": f"../img/{rel}.png", "thumb": f"../img/{thumb_rel}", "width": w * scale,
                 "height": h * scale}
+
+
+def image_workers() -> int:
+    """Threads that encode the report's images: the cores this process may use less one (the pages' own), 1 to 4."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    return max(1, min(4, cores - 1))
+
+
+def _write_png(full: Path, thumb: Path | None, img: np.ndarray) -> None:
+    """Write img as PNG to `full` and, unless thumb is None, its thumbnail (png.thumbnail, THUMB_SIDE) to `thumb`."""
+    full.write_bytes(encode_png(img, level=1))
+    if thumb is not None:
+        thumb.write_bytes(encode_png(thumbnail(img, THUMB_SIDE), level=1))
 
 
 def build_report(source, out, baseline=None, progress=None) -> dict:
@@ -161,18 +197,18 @@ def _key(path: Path) -> str:
 
 
 def _build(bundles, source, staging, progress) -> dict:
-    w = Writer(staging)
     res = Residuals()
     stats = _Stats()
     bundle_docs = []
-    for b in bundles:
-        key = _key(b) if len(bundles) > 1 else "bundle"
-        progress.start_job(f"report {b.name}")
-        progress.stage("checking", unit="")
-        kept = {}                      # the checker's decoded, verified arrays: every payload is decoded once
-        qa = check_bundle(b, keep_arrays=kept)
-        bundle_docs.append(_report_bundle(b, key, qa, w, res, stats, progress, kept))
-        kept.clear()
+    with Writer(staging) as w:
+        for b in bundles:
+            key = _key(b) if len(bundles) > 1 else "bundle"
+            progress.start_job(f"report {b.name}")
+            progress.stage("checking", unit="")
+            kept = {}                      # the checker's decoded, verified arrays: every payload is decoded once
+            qa = check_bundle(b, keep_arrays=kept)
+            bundle_docs.append(_report_bundle(b, key, qa, w, res, stats, progress, kept))
+            kept.clear()
     doc = {"schema": SCHEMA, "source": str(source), "generated_ns": time.time_ns(),
            "status": "fail" if any(d["qa_status"] == "fail" for d in bundle_docs) else "pass",
            "bundles": bundle_docs, "residuals": res.summary(), "statistics": stats.summary(bundle_docs)}

@@ -45,10 +45,16 @@ def decode_png(data: bytes) -> np.ndarray:
     return raw[:, 1:].reshape(H, W, C)
 
 
+def thumbnail_factor(height: int, width: int, max_side: int = 320) -> int:
+    """The integer downscale factor f of thumbnail(): the smallest with max(height, width) / f <= max_side; the
+    thumbnail is (height // f, width // f) px (the image itself when f is 1)."""
+    return max(1, -(-max(height, width) // max_side))
+
+
 def thumbnail(image: np.ndarray, max_side: int = 320) -> np.ndarray:
     """Downscale (H, W, C) uint8 by an integer factor (area average) so the longer side is <= max_side."""
     H, W = image.shape[:2]
-    f = max(1, -(-max(H, W) // max_side))
+    f = thumbnail_factor(H, W, max_side)
     if f == 1:
         return image
     h, w = H // f, W // f
