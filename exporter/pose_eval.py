@@ -153,6 +153,17 @@ def _quat_to_mat3(q: np.ndarray) -> np.ndarray:
     return M.astype(F32)
 
 
+def _per_distinct_value(fn, values: np.ndarray) -> np.ndarray:
+    """fn(values) for a row-wise function fn of (N, k) float32 rows: evaluated once and repeated when every row has
+    the bits of the first (an unanimated channel, e.g. the rotation of a translating rig), else on every row. The
+    result is the same either way; it saves the per-row trigonometry of long time series (2049 LiDAR firing
+    times)."""
+    bits = values.view(np.uint32)
+    if values.shape[0] > 1 and (bits == bits[:1]).all():
+        return np.repeat(fn(values[:1]), values.shape[0], axis=0)
+    return fn(values)
+
+
 def _mul_m3(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """mul_m3_m3m3(R, A, B) = A @ B in Blender's [col][row] layout, float32, Blender's summation order."""
     R = np.empty_like(A)
@@ -180,11 +191,13 @@ def _local_matrices(obj, ctime: np.ndarray) -> np.ndarray:
     for a in range(3):
         smat[:, a, a] = size[:, a]
     if obj.rotation_mode == "QUATERNION":
-        rmat = _quat_to_mat3(ch["rotation_quaternion"])
-        dmat = _quat_to_mat3(ch["delta_rotation_quaternion"])
+        rmat = _per_distinct_value(_quat_to_mat3, ch["rotation_quaternion"])
+        dmat = _per_distinct_value(_quat_to_mat3, ch["delta_rotation_quaternion"])
     else:
-        rmat = _euler_to_mat3(ch["rotation_euler"], obj.rotation_mode)
-        dmat = _euler_to_mat3(ch["delta_rotation_euler"], obj.rotation_mode)
+        def to_mat3(eul):
+            return _euler_to_mat3(eul, obj.rotation_mode)
+        rmat = _per_distinct_value(to_mat3, ch["rotation_euler"])
+        dmat = _per_distinct_value(to_mat3, ch["delta_rotation_euler"])
     m3 = _mul_m3(_mul_m3(dmat, rmat), smat)
     M = np.zeros((n, 4, 4), dtype=F32)
     M[:, :3, :3] = m3

@@ -169,3 +169,21 @@ def test_certainly_static_only_when_nothing_can_move_the_object():
     assert certainly_static(still) and certainly_static(hidden_only)
     for obj in (keyed, child, constrained, driven):
         assert not certainly_static(obj), obj.name
+
+
+def test_constant_rotation_channels_give_the_bits_of_the_row_by_row_evaluation():
+    """A rotation channel whose rows are all bit-identical is converted once and repeated; rows equal as numbers but
+    not as bits (-0.0 vs 0.0, whose sine differs in sign) or different anywhere take the row-by-row path. Either way
+    the matrices are those of converting every row."""
+    from exporter.pose_eval import _euler_to_mat3, _per_distinct_value, _quat_to_mat3
+
+    rng = np.random.default_rng(3)
+    eul = np.repeat(rng.uniform(-3, 3, (1, 3)).astype(np.float32), 50, axis=0)
+    quat = np.repeat(np.array([[0.9, 0.1, 0.3, -0.2]], dtype=np.float32), 50, axis=0)
+    signed_zero = np.zeros((50, 3), dtype=np.float32)
+    signed_zero[7] = -0.0
+    varying = rng.uniform(-3, 3, (50, 3)).astype(np.float32)
+    for fn, values in ((lambda e: _euler_to_mat3(e, "YZX"), eul), (_quat_to_mat3, quat),
+                       (lambda e: _euler_to_mat3(e, "XYZ"), signed_zero), (lambda e: _euler_to_mat3(e, "ZXY"), varying)):
+        assert _per_distinct_value(fn, values).tobytes() == fn(values).tobytes()
+    assert np.signbit(_per_distinct_value(lambda e: _euler_to_mat3(e, "XYZ"), signed_zero)[7]).any()
