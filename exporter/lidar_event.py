@@ -13,6 +13,7 @@ beam's exact time.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -75,18 +76,28 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> BeamEventOutput:
     directions = sensor.directions(timing)
 
     renders = layout.renders()
+    beam_times = timing.beam_times_ns()
     t0 = time.perf_counter()
     with beam_renders(ctx, sensor, timing, layout, lidar_shader_source) as (beams, device):
         seconds["render"] = time.perf_counter() - t0
+
+        def derive():
+            t0 = time.perf_counter()
+            labels, stats = labels_from_beams(beams, beam_poses, directions, (sensor.min_range_m, sensor.max_range_m),
+                                              ctx.lut)
+            points, compensated = point_tables(labels, beam_times, invert_rigid(ref_pose))
+            seconds["derive"] = time.perf_counter() - t0
+            return labels, stats, points, compensated
+
+        # numpy derivation in a worker thread while the main thread casts the verification rays (bpy stays on the
+        # main thread); the same arithmetic either way, so the same bits
         t0 = time.perf_counter()
-        labels, stats = labels_from_beams(beams, beam_poses, directions, (sensor.min_range_m, sensor.max_range_m),
-                                          ctx.lut)
-        beam_times = timing.beam_times_ns()
-        points, compensated = point_tables(labels, beam_times, invert_rigid(ref_pose))
-        seconds["derive"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        verification = _verify(ctx, sensor, timing, labels, poses, directions, offsets, group_of_channel)
-        seconds["verify"] = time.perf_counter() - t0
+        with ThreadPoolExecutor(1, thread_name_prefix="rowbeam_lidar_derive") as pool:
+            derived = pool.submit(derive)
+            casts = _cast_verification_firings(ctx, sensor, timing, poses, directions, offsets, group_of_channel)
+            labels, stats, points, compensated = derived.result()
+        verification = _compare_verification(casts, labels)
+        seconds["verify"] = time.perf_counter() - t0     # casts and comparison, overlapping `derive`
 
     arrays = {k: v for k, v in labels.items() if not k.startswith("_")}
     arrays.update(time_offset_ns=(beam_times - timing.sweep_start_ns).astype(np.uint32),
@@ -166,15 +177,23 @@ def _render_part(p, ctx, sensor, timing, layout, part, objects, shader=lidar_sha
 
 def _verify(ctx, sensor, timing, labels, poses, directions, offsets, group_of_channel) -> dict:
     """Cast sampled firings with Blender's BVH at their exact time and compare object and range."""
+    return _compare_verification(
+        _cast_verification_firings(ctx, sensor, timing, poses, directions, offsets, group_of_channel), labels)
+
+
+def _cast_verification_firings(ctx, sensor, timing, poses, directions, offsets, group_of_channel) -> list:
+    """The verification's Blender part (main thread only): each sampled firing k's beams cast with scene.ray_cast
+    after frame_set to each time group's exact time, from the exact mount pose (poses (F, G, 4, 4) T_world_lidar)
+    along the declared direction (LiDAR frame). Returns [(k, [(channel c, expected instance id, range m, ok)])]: ok
+    when the beam hits within [min_range_m, max_range_m] (range inf without a hit); the expected id is 0 where not
+    ok, -1 for an object outside the object table."""
     import bpy
 
     scene = ctx.scene
     name_to_index = {e.obj_name: e.render_index for e in ctx.table}
-    firings = verify_rows(sensor.azimuth_steps, sensor.verify_firings)
-    worst_range, mismatched, compared = 0.0, 0, 0
-    per_firing = []
-    for k in firings:
-        f_worst, f_mismatch = 0.0, 0
+    out = []
+    for k in verify_rows(sensor.azimuth_steps, sensor.verify_firings):
+        beams = []
         for g, offset in enumerate(offsets):
             set_time(scene, ctx.clock, timing.firing_time_exact(k) + offset)
             depsgraph = bpy.context.evaluated_depsgraph_get()
@@ -183,20 +202,32 @@ def _verify(ctx, sensor, timing, labels, poses, directions, offsets, group_of_ch
                 hit, loc, _, _, obj, _ = scene.ray_cast(depsgraph, o.tolist(), (R @ directions[k, c]).tolist())
                 rng = float(np.linalg.norm(np.array(loc) - o)) if hit else np.inf
                 ok = hit and sensor.min_range_m <= rng <= sensor.max_range_m
-                expected = name_to_index.get(obj.name, -1) if ok else 0
-                compared += 1
-                if int(labels["instance_id"][k, c]) != expected:
-                    f_mismatch += 1
-                elif ok:
-                    f_worst = max(f_worst, abs(rng - float(labels["range"][k, c])))
+                beams.append((c, name_to_index.get(obj.name, -1) if ok else 0, rng, ok))
+        out.append((k, beams))
+    return out
+
+
+def _compare_verification(casts: list, labels: dict) -> dict:
+    """The verification record: the cast beams (`_cast_verification_firings`) against the exported instance id
+    (every beam) and range (beams whose id agrees and that hit within the limits)."""
+    worst_range, mismatched, compared = 0.0, 0, 0
+    per_firing = []
+    for k, beams in casts:
+        f_worst, f_mismatch = 0.0, 0
+        for c, expected, rng, ok in beams:
+            compared += 1
+            if int(labels["instance_id"][k, c]) != expected:
+                f_mismatch += 1
+            elif ok:
+                f_worst = max(f_worst, abs(rng - float(labels["range"][k, c])))
         per_firing.append({"firing": k, "range_error_m": f_worst, "id_mismatch_beams": f_mismatch})
         worst_range = max(worst_range, f_worst)
         mismatched += f_mismatch
     return {
         "method": "bvh_ray_cast_exact_time: each listed firing re-cast with scene.ray_cast (Blender BVH) after "
                   "frame_set to each beam's exact time, from the exact mount pose along the declared beam direction",
-        "firings_checked": len(firings),
-        "rows_checked": len(firings),
+        "firings_checked": len(casts),
+        "rows_checked": len(casts),
         "firings": per_firing,
         "beams_compared": compared,
         "worst_range_error_m": worst_range,
