@@ -12,6 +12,8 @@ import numpy as np
 from contracts.camera_model import norm, range_factor
 from contracts.ontology import BACKGROUND_ID, VOID_ID
 
+from .worker_threads import thread_map
+
 BACKGROUND_DEPTH = 1e9  # Cycles' Depth pass reads 1e10 where nothing was hit
 
 
@@ -72,8 +74,9 @@ def empty_labels(h: int, w: int) -> dict:
 def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut: np.ndarray,
                   first_row: int = 0, rays: np.ndarray | None = None) -> tuple[dict, dict]:
     """Label arrays for rows first_row.. of an image (passes may hold a band of rows), derived in bands of
-    about BAND_PIXELS pixels straight into the final float32/uint arrays (`derive_band` per band; the result
-    does not depend on the banding: every label is per pixel).
+    about BAND_PIXELS pixels straight into the final float32/uint arrays (`derive_band` per band, on worker
+    threads: numpy releases the GIL; the result does not depend on the banding or the threads: every label is
+    per pixel, each band is written by one call, and the stats are merged in band order).
 
     Returns (arrays, stats) as `derive_band`.
     """
@@ -82,13 +85,15 @@ def derive_labels(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, l
     if h <= step:
         return derive_band(passes, row_T_world_camera, K, lut, first_row, rays)
     arrays = empty_labels(h, w)
-    stats: dict = {}
-    for r0 in range(0, h, step):
+
+    def band(r0: int) -> dict:
         r1 = min(h, r0 + step)
-        band = {k: v[r0:r1] for k, v in passes.items()}
-        _, st = derive_band(band, row_T_world_camera[r0:r1], K, lut, first_row + r0,
-                            None if rays is None else rays[r0:r1], out={k: a[r0:r1] for k, a in arrays.items()})
-        del band
+        return derive_band({k: v[r0:r1] for k, v in passes.items()}, row_T_world_camera[r0:r1], K, lut,
+                           first_row + r0, None if rays is None else rays[r0:r1],
+                           out={k: a[r0:r1] for k, a in arrays.items()})[1]
+
+    stats: dict = {}
+    for st in thread_map(band, range(0, h, step)):
         merge_stats(stats, st)
     return arrays, stats
 

@@ -1,8 +1,6 @@
 """Write an event's payloads and assemble its `rowbeam/sample@1` manifest."""
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from contracts.arrays import write_exr, write_npy
@@ -11,6 +9,8 @@ from contracts.modalities import MODALITIES
 from contracts.files import atomic_write_json, sha256_file
 from contracts.frames import Transform, invert_rigid
 from contracts.schema import schema_errors
+
+from .worker_threads import thread_map
 
 CONVENTIONS = {
     "clock": "scene_monotonic_ns: integer ns, t = 0 at the scene's frame_start; "
@@ -33,29 +33,20 @@ CONVENTIONS = {
 }
 
 
-# Payload files written at once (`write_payloads`): each file's writer (OpenEXR's ZIP compression, numpy copies,
-# fsync) runs outside the GIL, so a second core works on the next file; at most 4 so a large image holds at most
-# four files' transient plane copies and compression buffers.
-PAYLOAD_WRITE_THREADS = max(1, min(4, os.cpu_count() or 1))
-
-
 def write_payloads(event_dir: Path, arrays: dict, kind: str, sensor_id: str, dims: dict,
                    exposure_ns: int | None = None) -> dict:
     """Write each array as the modality contract of `kind` (a sensor type, or "flow") says;
     return the manifest `modalities` table (in `arrays`' order).
 
-    Files are written on up to PAYLOAD_WRITE_THREADS threads, largest first. Each file is independent (its own
-    temporary name, fsync and rename: contracts.arrays), so its bytes are those a sequential write gives; when
-    one fails, the others are finished before its error is raised (all inside the staging folder)."""
+    Files are written on worker threads (worker_threads.thread_map; OpenEXR's ZIP compression, numpy copies and
+    fsync release the GIL), largest first. Each file is independent (its own temporary name, fsync and rename:
+    contracts.arrays), so its bytes are those a sequential write gives; when one fails, the others are finished
+    before its error is raised (all inside the staging folder)."""
     order = sorted(arrays, key=lambda name: -getattr(arrays[name], "nbytes", 0))
-    workers = min(PAYLOAD_WRITE_THREADS, len(order))
-    if workers <= 1:
-        return {name: write_payload(event_dir, name, arrays[name], kind, sensor_id, dims, exposure_ns)
-                for name in arrays}
-    with ThreadPoolExecutor(workers, thread_name_prefix="rowbeam-payload") as pool:
-        futures = {name: pool.submit(write_payload, event_dir, name, arrays[name], kind, sensor_id, dims, exposure_ns)
-                   for name in order}
-    return {name: futures[name].result() for name in arrays}
+    entries = thread_map(lambda name: write_payload(event_dir, name, arrays[name], kind, sensor_id, dims, exposure_ns),
+                         order)
+    table = dict(zip(order, entries, strict=True))
+    return {name: table[name] for name in arrays}
 
 
 def write_payload(event_dir: Path, name: str, array, kind: str, sensor_id: str, dims: dict,

@@ -136,3 +136,27 @@ def test_label_render_in_bands_equals_one_render(tmp_path, monkeypatch, directio
         assert np.array_equal(a3[k], a1[k]), k
     assert np.abs(a3["range"] - a1["range"]).max() < Z_TOL
     assert m3["method"]["verification"]["worst_range_error_m"] < Z_TOL
+
+
+def test_thread_map_keeps_order_and_finishes_every_call_before_raising():
+    """worker_threads.thread_map: results in item order whatever finishes first; a failure is raised only after
+    every other call has finished (a writer never leaves a call running into a removed staging folder)."""
+    import threading
+    import time
+
+    from exporter.worker_threads import thread_map
+
+    assert thread_map(lambda i: (time.sleep(0.02 * (3 - i)), i * i)[1], range(4), workers=3) == [0, 1, 4, 9]
+    finished, lock = [], threading.Lock()
+
+    def work(i):
+        if i == 0:
+            raise ValueError("first")
+        time.sleep(0.05)
+        with lock:
+            finished.append(i)
+        return i
+
+    with pytest.raises(ValueError, match="first"):
+        thread_map(work, range(4), workers=2)
+    assert sorted(finished) == [1, 2, 3]

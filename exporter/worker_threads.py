@@ -1,0 +1,26 @@
+"""Post-render work on the machine's other cores: a thread map for numpy, OpenEXR/zlib and fsync calls.
+
+These release the GIL for the length of each large call, so while Cycles is idle (after the render) a second
+thread uses the second core. Results never depend on the threads: each item is computed by one call, whole, and
+collected in item order. Never call bpy from these threads (Blender's API is not thread-safe).
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+# At most 4: one camera event's post-render work has 7-11 payload files and ~30 derive bands at 1280x720, and each
+# running item holds its own transient buffers (a large image's plane copies, a band's float64 temporaries).
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
+def thread_map(fn, items, workers: int = WORKERS) -> list:
+    """[fn(item) for item in items], computed on up to `workers` threads; in item order. When calls fail, every
+    call still finishes before the first failure (in item order) is raised."""
+    items = list(items)
+    workers = min(workers, len(items))
+    if workers <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(workers, thread_name_prefix="rowbeam-worker") as pool:
+        futures = [pool.submit(fn, item) for item in items]
+    return [f.result() for f in futures]
