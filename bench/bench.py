@@ -153,6 +153,32 @@ def one_time_sweep(ctx, sensor, timing):
     return point_tables(labels, timing.beam_times_ns(), np.linalg.inv(pose))
 
 
+class CyclesPhases:
+    """Process CPU seconds of a render's phases by Cycles' own status text (bpy.app.handlers.render_stats), while
+    active: `sync` (the text 'Initializing': scene sync, with motion blur one frame_set and object sync per motion
+    time), `bvh` (BVH builds), `sample` (path tracing), `other` (kernels, film, writing). Summed over the renders in
+    the block; `seconds` = {phase: CPU s}."""
+
+    def __init__(self):
+        self.seconds, self._last = {}, None
+
+    def _hook(self, *args):
+        now, text = time.process_time(), str(args)
+        if self._last is not None:
+            phase = self._last[1]
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last[0]
+        kind = ("sync" if "Initializing" in text else "bvh" if "BVH" in text else "sample" if "Sample" in text
+                else "other")
+        self._last = None if "Finished" in text else (now, kind)
+
+    def __enter__(self):
+        bpy.app.handlers.render_stats.append(self._hook)
+        return self
+
+    def __exit__(self, *exc):
+        bpy.app.handlers.render_stats.remove(self._hook)
+
+
 def lidar_benchmark(work: Path, repeat: int, sample_firings: int) -> dict:
     """64 x 2048 sweep: rowbeam per-firing sweep vs (i) every beam at one time on the same engine and
     (ii) frame_set + scene.ray_cast per firing (extrapolated from sample firings)."""
@@ -161,10 +187,14 @@ def lidar_benchmark(work: Path, repeat: int, sample_firings: int) -> dict:
                                   first_event=SWEEP, count=1, device="cpu"))
     sensor, ctx = p.jobs[0].sensor, p.context
     scene, timing = ctx.scene, sensor.timing(SWEEP)
-    per_firing, one_time, cpu, cpu_l, cpu_i = [], [], [], [], []
+    per_firing, one_time, cpu, cpu_l, cpu_i, phases_l, phases_i = [], [], [], [], [], [], []
     for _ in range(repeat):
-        w_l, c_l, _ = cpu_timed(lambda: export_lidar_event(ctx, sensor, SWEEP))
-        w_i, c_i, _ = cpu_timed(lambda: one_time_sweep(ctx, sensor, timing))
+        with CyclesPhases() as ph_l:
+            w_l, c_l, _ = cpu_timed(lambda: export_lidar_event(ctx, sensor, SWEEP))
+        with CyclesPhases() as ph_i:
+            w_i, c_i, _ = cpu_timed(lambda: one_time_sweep(ctx, sensor, timing))
+        phases_l.append(ph_l.seconds)
+        phases_i.append(ph_i.seconds)
         per_firing.append(w_l)
         one_time.append(w_i)
         cpu.append(c_l / c_i)
@@ -191,7 +221,10 @@ def lidar_benchmark(work: Path, repeat: int, sample_firings: int) -> dict:
             "naive_s": naive,
             "naive_over_rowbeam": naive / a, "naive_per_firing_ms": naive_per_firing * 1e3,
             "sample_firings": len(firings), "shape": (sensor.azimuth_steps, sensor.channels),
-            "export_s": export_s, "export_cpu_s": export_cpu, "breakdown": breakdown}
+            "export_s": export_s, "export_cpu_s": export_cpu, "breakdown": breakdown,
+            "render_phases_cpu": {name: {k: round(statistics.median(p.get(k, 0.0) for p in runs), 3)
+                                         for k in ("sync", "bvh", "sample", "other")}
+                                  for name, runs in (("L", phases_l), ("i", phases_i))}}
 
 
 def radar_benchmark(work: Path, repeat: int) -> dict:
@@ -863,6 +896,8 @@ def main() -> int:
               f"writing and QA: {lidar['export_s']:.3f} s; {lidar['breakdown']})")
         print(f"(i) same engine, every beam at one time          {lidar['one_time_s']:8.3f} s   (L)/(i) = "
               f"{lidar['over_one_time']:.2f}  [target <= 1.5]")
+        ph = lidar["render_phases_cpu"]
+        print(f"    Cycles phases, CPU s (median): (L) {ph['L']}  (i) {ph['i']}")
         print(f"(ii) naive frame_set + scene.ray_cast per firing {lidar['naive_s']:8.3f} s   "
               f"({lidar['naive_per_firing_ms']:.2f} ms/firing x {F}, from {lidar['sample_firings']} firings; "
               f"(ii)/(L) = {lidar['naive_over_rowbeam']:.1f}  [target >= 50])")
