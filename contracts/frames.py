@@ -35,10 +35,18 @@ def rigid_part(matrix) -> np.ndarray:
 
 
 def rigid_parts(matrices) -> np.ndarray:
-    """`rigid_part` of each of (N, 4, 4) matrices in one batched SVD: (N, 4, 4) float64."""
+    """`rigid_part` of each of (N, 4, 4) matrices in one batched SVD: (N, 4, 4) float64. When every 3x3 part has the
+    bits of the first (a translating rig sampled at many times) its rotation is computed once and repeated: the SVD
+    and product of each matrix are independent of the others, so the result is the same."""
     m = np.asarray(matrices, dtype=np.float64)
-    u, _, vt = np.linalg.svd(m[:, :3, :3])
-    r = u @ vt
+    linear = m[:, :3, :3]
+    bits = linear.view(np.uint64)
+    if m.shape[0] > 1 and (bits == bits[:1]).all():
+        u, _, vt = np.linalg.svd(linear[:1])
+        r = np.repeat(u @ vt, m.shape[0], axis=0)
+    else:
+        u, _, vt = np.linalg.svd(linear)
+        r = u @ vt
     if m.shape[0] and (np.linalg.det(r) < 0).any():
         raise ValueError("transform has a mirroring (negative determinant) rotation part")
     out = np.zeros_like(m)

@@ -7,7 +7,8 @@ import pytest
 from contracts.camera_model import (BlenderCameraParams, backproject, camera_z_from_range, intrinsics_from_blender,
                                     project, range_from_camera_z)
 from contracts.frames import (T_BLENDER_CAMERA_OPENCV, Transform, apply, interpolate_rigid, invert_rigid,
-                              matrix_from_quat_wxyz, quat_wxyz_from_matrix, rigid_part, world_from_opencv_camera)
+                              matrix_from_quat_wxyz, quat_wxyz_from_matrix, rigid_part, rigid_parts,
+                              world_from_opencv_camera)
 from scenes.calibration import seed_pose
 
 SEED_K = np.array([[800.0, 0, 640], [0, 800.0, 360], [0, 0, 1]])
@@ -69,6 +70,27 @@ def test_scale_removed_from_camera_pose():
     M[:3, 3] = (1, 2, 3)
     T = rigid_part(M)
     assert np.allclose(T[:3, :3], np.eye(3)) and np.allclose(T[:3, 3], (1, 2, 3))
+
+
+def test_rigid_parts_of_a_constant_rotation_are_those_of_each_matrix():
+    """A stack whose 3x3 parts all have the same bits (rotation computed once) gives the bits of rigid_part of each
+    matrix; -0.0 against 0.0 or one differing matrix takes the per-matrix path; a mirroring is refused either way."""
+    rng = np.random.default_rng(5)
+    M = np.tile(np.eye(4), (40, 1, 1))
+    M[:, :3, :3] = np.linalg.qr(rng.normal(size=(3, 3)))[0] * np.array([1.5, 0.7, 2.0])
+    if np.linalg.det(M[0, :3, :3]) < 0:
+        M[:, :3, 0] *= -1
+    M[:, :3, 3] = rng.normal(size=(40, 3))
+    signed_zero = M.copy()
+    signed_zero[:, 0, 1], signed_zero[9, 0, 1] = 0.0, -0.0
+    one_off = M.copy()
+    one_off[17, 1, 1] = np.nextafter(one_off[17, 1, 1], 9.0)
+    for stack in (M, signed_zero, one_off):
+        assert rigid_parts(stack).tobytes() == np.stack([rigid_part(m) for m in stack]).tobytes()
+    mirrored = M.copy()
+    mirrored[:, :3, 0] *= -1
+    with pytest.raises(ValueError, match="mirroring"):
+        rigid_parts(mirrored)
 
 
 def _params(**kw):
