@@ -498,8 +498,9 @@ def test_report_writer_writes_every_image_and_thumbnail_from_its_threads_and_rai
     images = [rng.integers(0, 256, s, dtype=np.uint8) for s in shapes]
     (tmp_path / "pages").mkdir()                             # the paths image() returns are relative to pages/
     with Writer(tmp_path, workers=2) as w:
-        got = [w.image(f"sub/im{i}", img) for i, img in enumerate(images)]
-        assert not images[0].flags.writeable                 # being encoded elsewhere: the caller cannot change it
+        got = [w.image(f"sub/im{i}", img) if i % 2 else w.image(f"sub/im{i}", lambda img=img: img, shape=img.shape[:2])
+               for i, img in enumerate(images)]                # odd: an image; even: the function that makes it
+        assert not images[1].flags.writeable                 # being encoded elsewhere: the caller cannot change it
     for i, (img, g) in enumerate(zip(images, got, strict=True)):
         full = cv2.imread(str(tmp_path / "img/sub" / f"im{i}.png"), cv2.IMREAD_UNCHANGED)
         assert np.array_equal(full[..., [2, 1, 0, 3][:img.shape[2]]], img)
@@ -511,3 +512,5 @@ def test_report_writer_writes_every_image_and_thumbnail_from_its_threads_and_rai
     (tmp_path / "img/bad.png").mkdir()                      # the worker's write fails: leaving the block raises it
     with pytest.raises(IsADirectoryError), Writer(tmp_path, workers=1) as w:
         w.image("bad", images[1])
+    with pytest.raises(ValueError, match="not the declared"), Writer(tmp_path, workers=1) as w:
+        w.image("made", lambda: images[1], shape=(46, 80))   # the page would show it with the wrong size

@@ -98,10 +98,11 @@ def load_baseline(path) -> dict:
 
 class Writer:
     """Writes PNGs (full resolution + thumbnail) under the staging root; image() returns their paths relative to
-    pages/ at once. The thumbnail, the zlib encoding and the file writes of each image run on worker threads (numpy
-    and zlib release the GIL on whole images, so they overlap the pages' own work on another core; never bpy): an
-    image given to image() is made read-only, and must not be changed afterwards. Use as a context manager: leaving
-    it waits for every file and raises the first error (after an error it cancels what has not started)."""
+    pages/ at once. Making the image (when given a function), its thumbnail, the zlib encoding and the file writes
+    run on worker threads (numpy and zlib release the GIL on whole images, so they overlap the pages' own work on
+    other cores; never bpy): an image given to image() is made read-only, and must not be changed afterwards. Use as
+    a context manager: leaving it waits for every file and raises the first error (after an error it cancels what
+    has not started)."""
 
     MAX_PENDING = 16            # images queued at most (their memory) before image() waits for the oldest
 
@@ -123,16 +124,20 @@ class Writer:
         finally:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def image(self, rel: str, img: np.ndarray) -> dict:
+    def image(self, rel: str, img, shape=None) -> dict:
+        """Write img, an (H, W, C) uint8 image, or a function of no arguments that makes it on a worker thread (it
+        must only read arrays nobody changes meanwhile, and never call bpy), then shape = its (H, W)."""
         full = self.root / "img" / f"{rel}.png"
         full.parent.mkdir(parents=True, exist_ok=True)
-        H, W = img.shape[:2]
+        H, W = shape if callable(img) else img.shape[:2]
         f = thumbnail_factor(H, W, THUMB_SIDE)
         thumb_rel = f"{rel}.png" if f == 1 else f"{rel}.thumb.png"
-        img.flags.writeable = False
+        if not callable(img):
+            img.flags.writeable = False
         if len(self._pending) >= self.MAX_PENDING:
             self._pending.popleft().result()
-        self._pending.append(self._pool.submit(_write_png, full, None if f == 1 else self.root / "img" / thumb_rel, img))
+        self._pending.append(self._pool.submit(_write_png, full, None if f == 1 else self.root / "img" / thumb_rel, img,
+                                                  (H, W)))
         h, w = H // f, W // f
         scale = max(1, -(-MIN_DISPLAY_WIDTH // w))
         return {"full": f"../img/{rel}.png", "thumb": f"../img/{thumb_rel}", "width": w * scale,
@@ -140,13 +145,18 @@ class Writer:
 
 
 def image_workers() -> int:
-    """Threads that encode the report's images: the cores this process may use less one (the pages' own), 1 to 4."""
+    """Threads that make and encode the report's images: the cores this process may use, 1 to 4."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    return max(1, min(4, cores - 1))
+    return max(1, min(4, cores))
 
 
-def _write_png(full: Path, thumb: Path | None, img: np.ndarray) -> None:
-    """Write img as PNG to `full` and, unless thumb is None, its thumbnail (png.thumbnail, THUMB_SIDE) to `thumb`."""
+def _write_png(full: Path, thumb: Path | None, img, shape) -> None:
+    """Write img (an image, or the function that makes an image of `shape` (H, W)) as PNG to `full` and, unless
+    thumb is None, its thumbnail (png.thumbnail, THUMB_SIDE) to `thumb`."""
+    if callable(img):
+        img = img()
+        if img.shape[:2] != tuple(shape):
+            raise ValueError(f"{full.name}: made a {img.shape[:2]} image, not the declared {tuple(shape)}")
     full.write_bytes(encode_png(img, level=1))
     if thumb is not None:
         thumb.write_bytes(encode_png(thumbnail(img, THUMB_SIDE), level=1))
@@ -349,9 +359,9 @@ def _radius(K, W, H, u=None, v=None) -> np.ndarray:
 
 
 def _scalar_block(w, rel, name, values, valid, unit, caption, images=None, valid_sorted=None):
-    """Linear and log figures of a scalar image; the log image goes into `images[name]` when given. The 1..99 %
-    range is computed once when every valid value is positive (the log range is then the same percentiles).
-    valid_sorted: the caller's np.sort(values[valid]), when it has it."""
+    """Linear and log figures of a scalar image (made on the Writer's threads; the log image is made here and goes
+    into `images[name]` when given). The 1..99 % range is computed once when every valid value is positive (the log
+    range is then the same percentiles). valid_sorted: the caller's np.sort(values[valid]), when it has it."""
     out = []
     v = np.asarray(values)
     lo = hi = None
@@ -359,10 +369,13 @@ def _scalar_block(w, rel, name, values, valid, unit, caption, images=None, valid
     if vv.size and vv[0] > 0 and vv[-1] > 0:         # ascending, NaN last: every valid value is positive
         lo, hi = colour.robust_range(vv, is_sorted=True)
     for log in (False, True):
-        img, leg = overlays.scalar(values, valid, log=log, lo=lo, hi=hi)
+        leg = overlays.scalar_legend(vv, None, log, lo, hi, is_sorted=True)     # = scalar()'s of values[valid]
+        def make(log=log, leg=leg):
+            return overlays.scalar(values, valid, log=log, lo=leg["lo"], hi=leg["hi"])[0]
+        img = make
         if log and images is not None:
-            images[name] = img
-        fig = w.image(f"{rel}/{name}{'_log' if log else ''}", img)
+            images[name] = img = make()
+        fig = w.image(f"{rel}/{name}{'_log' if log else ''}", img, shape=v.shape[:2])
         bar = w.image(f"{rel}/{name}{'_log' if log else ''}_bar", colour.colour_bar())
         out.append(html.figure(fig, f"{caption}{' (log)' if log else ''}", html.colour_bar(bar, leg, unit)))
     return "".join(out)
@@ -391,17 +404,19 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
                                  f"rgb (scene linear × {gain:.3g} → sRGB, clipped)"))
     else:
         parts.append("<p>no rgb exported (rgb_samples 0)</p>")
-    logs = {}
+    logs = {} if ev.object_labels or lidars else None     # the camera_z (log) image, when a backdrop needs it
     z_valid = np.sort(a["camera_z"][valid])        # its percentiles (colour range) and the depth statistics
     parts.append(_scalar_block(w, rel, "camera_z", a["camera_z"], valid, "camera_z [m]", "camera_z", logs, z_valid))
     parts.append(_scalar_block(w, rel, "range", a["range"], valid, "range [m]", "range"))
-    for n in ("normal_geometric", "normal_shading"):
+    for n in ("normal_geometric", "normal_shading"):       # images made on the Writer's threads from `a`
         if n in a:
-            parts.append(html.figure(w.image(f"{rel}/{n}", colour.normal_colour(a[n], valid if checked_valid else None)),
+            img = lambda n=n: colour.normal_colour(a[n], valid if checked_valid else None)  # noqa: E731
+            parts.append(html.figure(w.image(f"{rel}/{n}", img, shape=(H, W)),
                                      f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
-    parts.append(html.figure(w.image(f"{rel}/instance_id", overlays.id_image(a["instance_id"], m["objects"])),
-                             "instance_id (colour of the stable 64-bit id)"))
-    parts.append(html.figure(w.image(f"{rel}/semantic_id", overlays.semantic_image(a["semantic_id"])), "semantic_id"))
+    parts.append(html.figure(w.image(f"{rel}/instance_id", lambda: overlays.id_image(a["instance_id"], m["objects"]),
+                                     shape=(H, W)), "instance_id (colour of the stable 64-bit id)"))
+    parts.append(html.figure(w.image(f"{rel}/semantic_id", lambda: overlays.semantic_image(a["semantic_id"]),
+                                     shape=(H, W)), "semantic_id"))
     present, counts = np.unique(a["semantic_id"], return_counts=True)
     parts.append("<h3>Class legend</h3>" + html.table(
         ["", "semantic id", "class", "pixels"],

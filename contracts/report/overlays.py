@@ -31,13 +31,22 @@ FLAG_LEVELS = (("no source surface", (0, 0, 0)), ("source_valid only", (90, 90, 
 
 
 def scalar(values, valid=None, log: bool = False, lo=None, hi=None) -> tuple[np.ndarray, dict]:
-    """Colourised scalar image and its legend {lo, hi, log}: range = robust 1..99 % of the valid values."""
+    """Colourised scalar image and its legend {lo, hi, log} (scalar_legend: range = robust 1..99 % of the valid
+    values unless given)."""
     v = np.asarray(values)
     mask = None if valid is None else np.asarray(valid, dtype=bool)
+    legend = scalar_legend(v, mask, log, lo, hi)
+    return colour.colourise(v, legend["lo"], legend["hi"], log, mask), legend
+
+
+def scalar_legend(values, valid=None, log: bool = False, lo=None, hi=None, is_sorted: bool = False) -> dict:
+    """The legend {lo, hi, log} of scalar(): lo and hi as given, else the robust 1..99 % range (colour.robust_range)
+    of the valid values; is_sorted: `values` are already the valid values in ascending order (valid is None)."""
     if lo is None or hi is None:                    # the percentiles only when the caller did not give them
-        rlo, rhi = colour.robust_range(v if mask is None else v[mask], log)
+        v = np.asarray(values)
+        rlo, rhi = colour.robust_range(v if valid is None else v[valid], log, is_sorted=is_sorted)
         lo, hi = (rlo if lo is None else lo), (rhi if hi is None else hi)
-    return colour.colourise(v, lo, hi, log, mask), {"lo": lo, "hi": hi, "log": log}
+    return {"lo": lo, "hi": hi, "log": log}
 
 
 def greyscale(image_u8: np.ndarray, dim: float = 0.6) -> np.ndarray:
