@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -69,8 +70,9 @@ def read_exr_parts(path) -> dict:
         raise RowbeamError(f"{path}: unreadable OpenEXR file ({exc})") from None
 
 
-def decode_exr(path, channels: list[str], dtype: str) -> np.ndarray:
-    """Stack the named channels into (H, W) or (H, W, C) with the declared logical dtype.
+def decode_exr_planes(path, channels: list[str], dtype: str) -> list[np.ndarray]:
+    """The named channels as (H, W) planes with the declared logical dtype, in `channels` order (each plane as
+    the file stores it: contiguous, no copy into an interleaved array).
 
     Raises RowbeamError naming a missing channel or a stored pixel type that differs from the
     one the declared dtype requires.
@@ -88,12 +90,17 @@ def decode_exr(path, channels: list[str], dtype: str) -> np.ndarray:
     extra = sorted(set(data) - set(channels))
     if extra:
         raise RowbeamError(f"{path}: undeclared channel(s) {extra}")
-    a = planes[0] if len(planes) == 1 else np.stack(planes, axis=-1)
     if dtype == "uint8":
-        if a.max(initial=0) > 255:
+        if any(p.max(initial=0) > 255 for p in planes):
             raise RowbeamError(f"{path}: values above 255 in a uint8 plane")
-        a = a.astype(np.uint8)
-    return a
+        planes = [p.astype(np.uint8) for p in planes]
+    return planes
+
+
+def decode_exr(path, channels: list[str], dtype: str) -> np.ndarray:
+    """Stack the named channels into (H, W) or (H, W, C) with the declared logical dtype (decode_exr_planes)."""
+    planes = decode_exr_planes(path, channels, dtype)
+    return planes[0] if len(planes) == 1 else np.stack(planes, axis=-1)
 
 
 def write_npy(path, array: np.ndarray) -> dict:
@@ -134,3 +141,47 @@ def decode_payload(path, entry: dict) -> np.ndarray:
     if entry["format"] == "openexr":
         return decode_exr(path, entry["channels"], entry["dtype"])
     return decode_npy(path, declared_numpy_dtype(entry))
+
+
+class DecodedArrays(Mapping):
+    """{modality name: decoded array} as the checker holds an event's payloads. A multi-channel image can be added
+    as its channel planes (decode_exr_planes); it is stacked into its declared (H, W, C) array, once, only when
+    first read as `arrays[name]`, so checks that work channel by channel (`planes`) never pay for that copy.
+    Reading a name gives exactly what decode_payload returns for it."""
+
+    def __init__(self):
+        self._items: dict = {}              # name: ndarray, or tuple of (H, W) planes not stacked yet
+
+    def add(self, name: str, value) -> None:
+        """value: the decoded array, or a list of >= 2 channel planes (declared channel order)."""
+        self._items[name] = tuple(value) if isinstance(value, list) else value
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        value = self._items[name]
+        if isinstance(value, tuple):
+            value = self._items[name] = np.stack(value, axis=-1)
+        return value
+
+    def __contains__(self, name) -> bool:        # Mapping's default would read (stack) the array
+        return name in self._items
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def held_planes(self, name: str) -> list[np.ndarray] | None:
+        """The channel planes of `name` while it is held unstacked (contiguous (H, W) arrays), else None."""
+        value = self._items[name]
+        return list(value) if isinstance(value, tuple) else None
+
+
+def channel_planes(arrays, name: str) -> list[np.ndarray]:
+    """The C planes (H, W) of the (H, W, C) array arrays[name]: the held planes of a DecodedArrays that has not
+    stacked it, else views of the array's channels. Same values either way."""
+    held = arrays.held_planes(name) if isinstance(arrays, DecodedArrays) else None
+    if held is not None:
+        return held
+    a = arrays[name]
+    return [a[..., c] for c in range(a.shape[-1])]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .arrays import decode_payload
+from .arrays import decode_exr_planes, decode_payload
 from .errors import RowbeamError
 from .files import load_json, regular_file, resolve_inside, sha256_file
 
@@ -32,12 +32,14 @@ _EVENT_FOLDER = re.compile(r"^[0-9]+$")
 _FLOW_FOLDER = re.compile(r"^([0-9]+)-([0-9]+)$")
 
 
-def read_payload(folder, entry: dict, root=None, verify: bool = True) -> np.ndarray:
+def read_payload(folder, entry: dict, root=None, verify: bool = True, planes: bool = False):
     """Decode one manifest modality entry of the document in `folder` into its declared array.
 
     The uri must resolve inside `root` (default `folder`); with `verify`, the file's size and sha256
     must equal the entry's `bytes`/`sha256`. The decoded dtype (contracts.arrays) and shape must match
     the entry. Every failure is one RowbeamError naming the uri.
+    planes: a multi-channel OpenEXR image is returned as its list of (H, W) channel planes (declared order, shape
+    checked as the stacked (H, W, C)); np.stack(planes, axis=-1) is the array read_payload returns without it.
     """
     uri = entry["uri"]
     path = resolve_inside(folder, uri, root)
@@ -52,10 +54,17 @@ def read_payload(folder, entry: dict, root=None, verify: bool = True) -> np.ndar
         if digest != entry["sha256"]:
             raise RowbeamError(f"{uri}: sha256 does not match the manifest ({digest[:12]}…, declared "
                                f"{entry['sha256'][:12]}…)")
-    array = decode_payload(path, entry)
-    if "shape" in entry and list(array.shape) != list(entry["shape"]):
-        raise RowbeamError(f"{uri}: decoded shape {list(array.shape)}, manifest declares {entry['shape']}")
-    return array
+    if planes and entry["format"] == "openexr" and len(entry["channels"]) > 1:
+        value = decode_exr_planes(path, entry["channels"], entry["dtype"])
+        if any(p.shape != value[0].shape for p in value):
+            raise RowbeamError(f"{uri}: channels of different sizes {[list(p.shape) for p in value]}")
+        shape = [*value[0].shape, len(value)]
+    else:
+        value = decode_payload(path, entry)
+        shape = list(value.shape)
+    if "shape" in entry and shape != list(entry["shape"]):
+        raise RowbeamError(f"{uri}: decoded shape {shape}, manifest declares {entry['shape']}")
+    return value
 
 
 class _Document:

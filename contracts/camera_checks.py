@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from . import qa_profile as tol
+from .arrays import channel_planes
 from .camera_model import BlenderCameraParams, intrinsics_from_blender, normalized
 from .errors import RowbeamError
 from .frames import is_rigid, rigid_mask
@@ -255,27 +256,30 @@ def _check_z_range(factor, valid, arrays, add, clean=frozenset()):
         "range = camera_z*sqrt(1+x_n^2+y_n^2) at every valid pixel", worst_residual_m=worst)
 
 
-def squared_norm(n: np.ndarray) -> np.ndarray:
-    """|n|^2 = (n_0^2 + n_1^2) + n_2^2 per pixel of (..., 3) float32, summed in that order in float32 (the order
-    numpy's einsum("hwc,hwc->hw") takes on these arrays; tested equal). sqrt is monotone: the worst | |n| - 1 | of
-    an image is at the extremes of |n|^2."""
-    sq = n[..., 0] * n[..., 0]
-    sq += n[..., 1] * n[..., 1]
-    sq += n[..., 2] * n[..., 2]
+def squared_norm(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """|n|^2 = (x^2 + y^2) + z^2 per pixel of the channel planes (x, y, z) of a float32 normal image, summed in that
+    order in float32 (the order numpy's einsum("hwc,hwc->hw") takes on the stacked array; tested equal). sqrt is
+    monotone: the worst | |n| - 1 | of an image is at the extremes of |n|^2."""
+    sq = x * x
+    sq += y * y
+    sq += z * z
     return sq
 
 
-def _normal_stats(n, hit, clean: bool, rays=None):
-    """One read of normal image n, row block by row block: ((min, max) of |n|^2 over the valid pixels where it is
-    finite, None when there is none; facing), where facing, given rays = (x_n, y_n, |ray|), is (valid pixels whose
-    n . ray / |ray| > tol, the largest n . ray / |ray| over valid pixels, float64) and None without rays.
+def _normal_stats(planes, hit, clean: bool, rays=None):
+    """One read of the normal image with channel planes `planes` (x, y, z), row block by row block: ((min, max) of
+    |n|^2 over the valid pixels where it is finite, None when there is none; facing), where facing, given
+    rays = (x_n, y_n, |ray|), is (valid pixels whose n . ray / |ray| > tol, the largest n . ray / |ray| over valid
+    pixels, float64) and None without rays. Contiguous planes (contracts.arrays.channel_planes of a DecodedArrays)
+    are read at full speed; views of a stacked image's channels give the same values.
     clean: n is NaN exactly off the valid pixels (then the NaN-skipping reductions are the masked ones, unless
     |n|^2 overflowed to inf: then the masked extremes are computed)."""
-    H = n.shape[0]
+    x, y, z = planes
+    H = x.shape[0]
     los, his, n_away, worsts = [], [], 0, []
-    for rows in row_blocks(*n.shape[:2]):
-        nb = n[rows]
-        sq = squared_norm(nb)
+    for rows in row_blocks(*x.shape[:2]):
+        xb, yb, zb = x[rows], y[rows], z[rows]
+        sq = squared_norm(xb, yb, zb)
         if clean:
             los.append(np.fmin.reduce(sq, axis=None))
             his.append(np.fmax.reduce(sq, axis=None))
@@ -286,9 +290,9 @@ def _normal_stats(n, hit, clean: bool, rays=None):
         if rays is None:
             continue
         xn, yn, factor = rays
-        cos = nb[..., 0] * _rows(xn, rows, H)              # (n . (x_n, y_n, 1)) / |(x_n, y_n, 1)|, float64
-        cos += nb[..., 1] * _rows(yn, rows, H)
-        cos += nb[..., 2]
+        cos = xb * _rows(xn, rows, H)                       # (n . (x_n, y_n, 1)) / |(x_n, y_n, 1)|, float64
+        cos += yb * _rows(yn, rows, H)
+        cos += zb
         cos /= _rows(factor, rows, H)
         if clean:                                          # NaN exactly off the valid pixels
             n_away += int(np.count_nonzero(cos > tol.GEOMETRIC_FACING_TOL))
@@ -301,7 +305,7 @@ def _normal_stats(n, hit, clean: bool, rays=None):
         lo, hi = np.fmin.reduce(los), np.fmax.reduce(his)
         if np.isfinite(hi):                                # no overflow to inf, at least one valid pixel
             return (lo, hi), facing
-        return _normal_stats(n, hit, False)[0], facing
+        return _normal_stats(planes, hit, False)[0], facing
     lo, hi = min(los), max(his)                            # finite values only: no NaN to propagate
     return (None if hi == -np.inf else (lo, hi)), facing
 
@@ -315,7 +319,8 @@ def _check_normals(xn, yn, factor, valid, arrays, add, clean=frozenset()):
         if name not in arrays:
             continue
         geometric = name == "normal_geometric"
-        ext, stats = _normal_stats(arrays[name], hit, name in clean, (xn, yn, factor) if geometric else None)
+        ext, stats = _normal_stats(channel_planes(arrays, name), hit, name in clean,
+                                   (xn, yn, factor) if geometric else None)
         facing = stats if geometric else facing
         worst = 0.0 if ext is None else float(max(np.sqrt(ext[1]) - 1.0, 1.0 - np.sqrt(ext[0]), 0.0))
         add(f"{name}_unit", worst <= tol.NORMAL_UNIT_TOL,

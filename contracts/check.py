@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from . import CONTRACTS_VERSION
+from .arrays import DecodedArrays
 from .bundle_reader import read_payload
 from .camera_checks import check_camera_event
 from .cross_modal import check_lidar_camera
@@ -227,7 +228,8 @@ def _load_endpoints(manifest: dict, root: Path, report: EventReport, kept: dict 
 
 
 def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventReport) -> dict:
-    """Integrity and declared-contract checks for every modality; returns the decoded arrays."""
+    """Integrity and declared-contract checks for every modality; returns the decoded arrays (a DecodedArrays:
+    multi-channel images stay channel planes until a check reads the stacked array)."""
     specs = MODALITIES[kind]
     mods = manifest["modalities"]
     missing = [m for m in required(kind) if m not in mods]
@@ -237,7 +239,7 @@ def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventRe
                or "every required modality is declared")
     dims = manifest_dims(manifest)
     exposure = manifest.get("event", {}).get("exposure_ns")
-    arrays = {}
+    arrays = DecodedArrays()
     for name, entry in mods.items():
         if name not in specs:
             continue
@@ -247,7 +249,7 @@ def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventRe
             report.add(f"contract:{name}", False, f"{name}: declared " + ", ".join(diffs))
             continue
         try:
-            array = read_payload(base, entry, root)       # inside the bundle, size, sha256, dtype, shape
+            array = read_payload(base, entry, root, planes=True)   # inside the bundle, size, sha256, dtype, shape
         except RowbeamError as exc:
             report.add(f"payload:{name}", False, str(exc))
             continue
@@ -255,7 +257,7 @@ def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventRe
             report.add(f"payload:{name}", False, f"{entry['uri']}: cannot be read ({exc.strerror or exc})")
             continue
         report.add(f"payload:{name}", True, f"{name}: present, sha256 verified, decodes as declared")
-        arrays[name] = array
+        arrays.add(name, array)
     return arrays
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import DecodedArrays
 from .ontology import BACKGROUND_ID, VOID_ID
 
 
@@ -51,6 +52,15 @@ def nan_exactly_off(a: np.ndarray, miss: np.ndarray) -> bool:
     return finite == channels * (miss.size - np.count_nonzero(miss))      # the non-NaN values are all finite
 
 
+def _label_nan_exactly_off(arrays, name: str, miss: np.ndarray) -> bool:
+    """nan_exactly_off(arrays[name], miss), taken channel plane by channel plane while a DecodedArrays holds the
+    label unstacked (every plane NaN exactly where miss and finite elsewhere: the same verdict, no stacking)."""
+    held = arrays.held_planes(name) if isinstance(arrays, DecodedArrays) else None
+    if held is None:
+        return nan_exactly_off(arrays[name], miss)
+    return len(held) <= 255 and all(p.shape == miss.shape and nan_exactly_off(p, miss) for p in held)
+
+
 def check_validity(arrays: dict, float_names, add) -> set:
     """NaN exactly where invalid in every float label; valid 0/1; object ids exactly where valid.
     Returns the names in float_names that are finite exactly where valid == 1 and NaN elsewhere (every channel)."""
@@ -64,13 +74,13 @@ def check_validity(arrays: dict, float_names, add) -> set:
     for name in float_names:
         if name not in arrays:
             continue
-        a = arrays[name]
-        if nan_exactly_off(a, miss):
+        if _label_nan_exactly_off(arrays, name, miss):
             # no non-finite value where valid, nothing but NaN where invalid
             clean.add(name)
             n_bad_valid = n_bad_invalid = 0
-            nonpos = (a <= 0) if name in ("camera_z", "range") else None     # NaN compares False: valid only
+            nonpos = (arrays[name] <= 0) if name in ("camera_z", "range") else None     # NaN compares False: valid only
         else:
+            a = arrays[name]
             finite, nan = finite_and_nan(a)
             n_bad_valid = int(np.count_nonzero(hit & ~finite))
             n_bad_invalid = int(np.count_nonzero(miss & ~nan))
@@ -126,7 +136,9 @@ def check_ids(manifest: dict, arrays: dict, add) -> None:
     semantic = arrays["semantic_id"]
     if top >= size:                                        # ids outside the table take the last slot
         instance = np.minimum(instance, size)
-    n_bad = int(np.count_nonzero(np.take(lut, instance) != semantic))
+    n_bad = 0                                              # every index is in the table now: "clip" clips nothing
+    for rows in row_blocks(len(instance), instance[0].size) if instance.ndim > 1 and len(instance) else [slice(None)]:
+        n_bad += int(np.count_nonzero(np.take(lut, instance[rows], mode="clip") != semantic[rows]))
     add("semantic_matches_instance", n_bad == 0,
         f"semantic_id disagrees with the object table's class at {n_bad} pixels" if n_bad else
         "semantic_id equals the class of the instance at every pixel")

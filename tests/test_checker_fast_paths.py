@@ -4,7 +4,9 @@ bit-packed mask extent against unpacking the whole mask. No Blender needed."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from contracts.errors import RowbeamError
 from contracts.object_checks import canvas_mask_box, packed_extent, tight_box, unpack
 from contracts.rasterize import rasterize_rows, rasterize_rows_box
 
@@ -162,7 +164,9 @@ def test_squared_norm_equals_einsum():
 
     rng = np.random.default_rng(5)
     n = (rng.normal(size=(64, 96, 3)) * 10.0 ** rng.integers(-3, 3, size=(64, 96, 1))).astype(np.float32)
-    assert np.array_equal(squared_norm(n), np.einsum("hwc,hwc->hw", n, n))
+    assert np.array_equal(squared_norm(n[..., 0], n[..., 1], n[..., 2]), np.einsum("hwc,hwc->hw", n, n))
+    x, y, z = (np.ascontiguousarray(n[..., c]) for c in range(3))            # the planes a DecodedArrays holds
+    assert np.array_equal(squared_norm(x, y, z), np.einsum("hwc,hwc->hw", n, n))
 
 
 def test_camera_fast_paths_equal_masked_paths(monkeypatch):
@@ -260,3 +264,99 @@ def test_camera_fast_paths_with_a_lens_domain_equal_masked_paths():
             cc._check_normals(rays.xn, rays.yn, rays.factor, labels["valid"], labels, out, c)
             res.append(repr(out))
         assert res[0] == res[1]
+
+
+def _planes_of(arrays):
+    """The DecodedArrays the checker builds for `arrays`: multi-channel images held as contiguous channel planes."""
+    from contracts.arrays import DecodedArrays
+
+    out = DecodedArrays()
+    for name, a in arrays.items():
+        out.add(name, [np.ascontiguousarray(a[..., c]) for c in range(a.shape[-1])] if a.ndim == 3 else a)
+    return out
+
+
+def test_validity_and_normals_on_held_planes_equal_the_stacked_arrays(monkeypatch):
+    """check_validity, z_range and normals on a DecodedArrays that holds the normals as channel planes give the
+    results (and the clean set) of the plain dict of stacked arrays, on a clean event and on every planted fault,
+    without stacking the planes."""
+    import contracts.label_checks as lc
+    from contracts import camera_checks as cc
+
+    rng = np.random.default_rng(13)
+    K, arrays = _labels(rng)
+    H, W = arrays["valid"].shape
+    rays = cc.ray_grid(K, W, H)
+    names = ("camera_z", "range", "normal_geometric", "normal_shading")
+    verdicts = set()
+    for label, a in [("clean", arrays)] + _faults(rng, arrays):
+        for block in (1 << 30, 5 * W + 2):
+            monkeypatch.setattr(lc, "BLOCK_PIXELS", block)
+            runs = []
+            for held in (a, _planes_of(a)):
+                out = _Collect()
+                clean = lc.check_validity(held, names, out)
+                cc._check_z_range(rays.factor, held["valid"], held, out, clean)
+                cc._check_normals(rays.xn, rays.yn, rays.factor, held["valid"], held, out, clean)
+                runs.append((sorted(clean), repr(out)))       # repr: a NaN worst equals a NaN worst
+                if held is not a and "normal_geometric" in clean:          # only a fallback reads the stacked array
+                    assert held.held_planes("normal_geometric") is not None, "the planes were stacked"
+            assert runs[0] == runs[1], (label, block)
+            verdicts.add(runs[0][0] == sorted(names))
+    assert verdicts == {True, False}
+
+
+def test_decoded_arrays_stack_on_read_as_decode_payload(tmp_path):
+    """read_payload(planes=True) of a multi-channel EXR, held by a DecodedArrays, reads back bit for bit as
+    decode_payload's (H, W, C) array; membership and iteration never stack; single-channel payloads stay arrays."""
+    from contracts.arrays import DecodedArrays, channel_planes, decode_payload, write_exr
+    from contracts.bundle_reader import read_payload
+    from contracts.files import sha256_file
+
+    rng = np.random.default_rng(1)
+    n = rng.normal(size=(6, 9, 3)).astype(np.float32)
+    n[2, 3] = np.nan
+    entries = {}
+    for name, a, channels in (("normal_geometric", n, ["X", "Y", "Z"]), ("camera_z", n[..., 0].copy(), ["Z"])):
+        path = tmp_path / f"{name}.exr"
+        write_exr(path, a, channels, "float32")
+        entries[name] = {"uri": path.name, "format": "openexr", "channels": channels, "dtype": "float32",
+                         "shape": list(a.shape), "sha256": sha256_file(path), "bytes": path.stat().st_size}
+    held = DecodedArrays()
+    for name, e in entries.items():
+        held.add(name, read_payload(tmp_path, e, planes=True))
+    assert isinstance(read_payload(tmp_path, entries["camera_z"], planes=True), np.ndarray)
+    assert "normal_geometric" in held and list(held) == list(entries) and len(held) == 2
+    planes = channel_planes(held, "normal_geometric")
+    assert all(p.flags.c_contiguous for p in planes) and held.held_planes("normal_geometric") is not None
+    for name, e in entries.items():
+        want = decode_payload(tmp_path / e["uri"], e)
+        assert held[name].dtype == want.dtype and np.array_equal(held[name], want, equal_nan=True)
+    assert held.held_planes("normal_geometric") is None                      # stacked once, on the first read
+    assert all(np.array_equal(p, n[..., c], equal_nan=True) for c, p in enumerate(channel_planes(held, "normal_geometric")))
+    bad = {**entries["normal_geometric"], "shape": [6, 9, 4]}
+    with pytest.raises(RowbeamError, match="decoded shape"):
+        read_payload(tmp_path, bad, planes=True)
+
+
+def test_semantic_mismatch_count_by_row_blocks_equals_the_whole_image(monkeypatch):
+    """semantic_matches_instance counts the same mismatching pixels in row blocks as a whole-image lookup, with ids
+    inside and beyond the object table."""
+    import contracts.label_checks as lc
+    from contracts.ontology import VOID_ID
+
+    rng = np.random.default_rng(9)
+    objects = [{"id": f"o{i}", "render_index": i, "class_id": 10 + i} for i in (1, 2, 3)]
+    manifest = {"objects": objects, "ontology": {"classes": [{"id": 10 + i} for i in range(5)]}}
+    instance = rng.choice(np.array((0, 1, 2, 3, 9), np.uint32), size=(23, 17))
+    lut = np.array([0, 11, 12, 13, VOID_ID], np.uint32)                  # id 9: beyond the table
+    semantic = lut[np.minimum(instance, 4)]
+    semantic[rng.random(semantic.shape) < 0.1] = 12
+    want = int(np.count_nonzero(lut[np.minimum(instance, 4)] != semantic))
+    assert want > 0
+    for block in (1 << 30, 3 * 17, 17):
+        monkeypatch.setattr(lc, "BLOCK_PIXELS", block)
+        out = _Collect()
+        lc.check_ids(manifest, {"instance_id": instance, "semantic_id": semantic}, out)
+        msg = {name: m for name, _, m, _ in out}["semantic_matches_instance"]
+        assert f"at {want} pixels" in msg, (block, msg)
