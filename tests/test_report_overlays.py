@@ -514,3 +514,22 @@ def test_report_writer_writes_every_image_and_thumbnail_from_its_threads_and_rai
         w.image("bad", images[1])
     with pytest.raises(ValueError, match="not the declared"), Writer(tmp_path, workers=1) as w:
         w.image("made", lambda: images[1], shape=(46, 80))   # the page would show it with the wrong size
+
+
+def test_indexed_image_png_decodes_to_its_rgb_with_opencv():
+    rng = np.random.default_rng(4)
+    for colours in (1, 7, 256, 300):                     # 300: more than a PNG palette holds -> written as RGB
+        palette = rng.integers(0, 256, (colours, 3), dtype=np.uint8)
+        img = png.Indexed(rng.integers(0, colours, (9, 14)).astype(np.uint32), palette)
+        data = png.encode_png(img)
+        assert data[25] == (3 if colours <= 256 else 2)      # IHDR colour type: palette, else truecolour
+        back = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[..., ::-1]
+        assert np.array_equal(back, palette[img.index]) and np.array_equal(png.decode_png(data), palette[img.index])
+        assert np.array_equal(png.thumbnail(img, 7), png.thumbnail(palette[img.index], 7))
+    z = np.geomspace(1.0, 60.0, 60 * 80).reshape(60, 80)          # a log ramp: every colour of the map
+    z[::7, ::3] = np.nan
+    mask = rng.random((60, 80)) < 0.95
+    idx = colour.colour_indices(z, 1.0, 60.0, log=True, mask=mask)
+    assert len(idx.palette) <= 256 and png.encode_png(idx)[25] == 3
+    assert np.array_equal(idx.rgb(), _colourise_whole(z, 1.0, 60.0, True, mask))
+    assert len(np.unique(idx.rgb().reshape(-1, 3), axis=0)) == 256                    # the 255 map colours + NO_DATA

@@ -29,7 +29,7 @@ from ..files import atomic_write_json, fsync_path, load_json
 from ..flow_checks import cycle_residuals
 from ..lens import image_rays
 from . import colour, html, motion, overlays
-from .png import encode_png, thumbnail, thumbnail_factor
+from .png import Indexed, encode_png, thumbnail, thumbnail_factor
 from .radar_page import radar_page
 from .stats import Residuals, drift, histogram, sample_pixels, sorted_quantiles
 
@@ -125,15 +125,15 @@ class Writer:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
     def image(self, rel: str, img, shape=None) -> dict:
-        """Write img, an (H, W, C) uint8 image, or a function of no arguments that makes it on a worker thread (it
-        must only read arrays nobody changes meanwhile, and never call bpy), then shape = its (H, W)."""
+        """Write img, an (H, W, C) uint8 image or an Indexed image, or a function of no arguments that makes one on a
+        worker thread (it must only read arrays nobody changes meanwhile, and never call bpy), then shape = (H, W)."""
         full = self.root / "img" / f"{rel}.png"
         full.parent.mkdir(parents=True, exist_ok=True)
         H, W = shape if callable(img) else img.shape[:2]
         f = thumbnail_factor(H, W, THUMB_SIDE)
         thumb_rel = f"{rel}.png" if f == 1 else f"{rel}.thumb.png"
         if not callable(img):
-            img.flags.writeable = False
+            (img.index if isinstance(img, Indexed) else img).flags.writeable = False
         if len(self._pending) >= self.MAX_PENDING:
             self._pending.popleft().result()
         self._pending.append(self._pool.submit(_write_png, full, None if f == 1 else self.root / "img" / thumb_rel, img,
@@ -370,11 +370,12 @@ def _scalar_block(w, rel, name, values, valid, unit, caption, images=None, valid
         lo, hi = colour.robust_range(vv, is_sorted=True)
     for log in (False, True):
         leg = overlays.scalar_legend(vv, None, log, lo, hi, is_sorted=True)     # = scalar()'s of values[valid]
-        def make(log=log, leg=leg):
-            return overlays.scalar(values, valid, log=log, lo=leg["lo"], hi=leg["hi"])[0]
+        def make(log=log, leg=leg):                                              # = scalar(...)[0] as Indexed
+            return colour.colour_indices(values, leg["lo"], leg["hi"], log, valid)
         img = make
         if log and images is not None:
-            images[name] = img = make()
+            img = make()
+            images[name] = img.rgb()
         fig = w.image(f"{rel}/{name}{'_log' if log else ''}", img, shape=v.shape[:2])
         bar = w.image(f"{rel}/{name}{'_log' if log else ''}_bar", colour.colour_bar())
         out.append(html.figure(fig, f"{caption}{' (log)' if log else ''}", html.colour_bar(bar, leg, unit)))
@@ -413,9 +414,9 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
             img = lambda n=n: colour.normal_colour(a[n], valid if checked_valid else None)  # noqa: E731
             parts.append(html.figure(w.image(f"{rel}/{n}", img, shape=(H, W)),
                                      f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
-    parts.append(html.figure(w.image(f"{rel}/instance_id", lambda: overlays.id_image(a["instance_id"], m["objects"]),
+    parts.append(html.figure(w.image(f"{rel}/instance_id", lambda: overlays.id_indexed(a["instance_id"], m["objects"]),
                                      shape=(H, W)), "instance_id (colour of the stable 64-bit id)"))
-    parts.append(html.figure(w.image(f"{rel}/semantic_id", lambda: overlays.semantic_image(a["semantic_id"]),
+    parts.append(html.figure(w.image(f"{rel}/semantic_id", lambda: overlays.semantic_indexed(a["semantic_id"]),
                                      shape=(H, W)), "semantic_id"))
     present, counts = np.unique(a["semantic_id"], return_counts=True)
     parts.append("<h3>Class legend</h3>" + html.table(

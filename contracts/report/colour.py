@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .png import Indexed
+
 # viridis sampled at 0, 1/9, ..., 1 (matplotlib's published table); interpolated linearly in RGB
 VIRIDIS = np.array([[68, 1, 84], [72, 40, 120], [62, 73, 137], [49, 104, 142], [38, 130, 142],
                     [31, 158, 137], [53, 183, 121], [110, 206, 88], [181, 222, 43], [253, 231, 37]], dtype=np.float64)
@@ -30,6 +32,20 @@ _LUT = lut()
 _LUT_NO_DATA = np.concatenate([_LUT, NO_DATA[None]])     # index 256 = no data: one lookup colours every pixel
 
 
+def _distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(palette, to_palette): the distinct rows of table in first-seen order, and each row's index among them
+    (uint8: at most 256 distinct rows), so palette[to_palette] == table."""
+    _, first, inverse = np.unique(table, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return table[first[order]], rank[inverse.ravel()].astype(np.uint8)
+
+
+# the 257 colours of _LUT_NO_DATA as a palette of distinct colours (rounding makes two neighbours of lut() equal)
+_PALETTE, _TO_PALETTE = _distinct_rows(_LUT_NO_DATA)
+
+
 def normalise(values, lo: float, hi: float, log: bool = False) -> np.ndarray:
     """values -> [0, 1] (clipped), linearly or in log10 (lo > 0); NaN stays NaN."""
     v = np.asarray(values, dtype=np.float64)
@@ -45,16 +61,22 @@ BLOCK = 1 << 16      # pixels per block of colourise: its float64 working copy s
 
 
 def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.ndarray:
-    """Scalar image (H, W) -> (H, W, 3) uint8 with the colour map over [lo, hi] (the 256-entry table of lut(),
-    index rint(255 t), t = normalise(values)); NaN, values <= 0 with log, or ~mask -> NO_DATA. Computed block by
-    block of BLOCK pixels in one reused float64 buffer (element by element: the same bytes as the whole image)."""
+    """Scalar image (H, W) -> (H, W, 3) uint8 with the colour map over [lo, hi]: colour_indices(...).rgb()."""
+    return colour_indices(values, lo, hi, log, mask).rgb()
+
+
+def colour_indices(values, lo: float, hi: float, log: bool = False, mask=None) -> Indexed:
+    """Scalar image (H, W) -> Indexed image (palette of the 256 distinct colours of the map and NO_DATA) with the
+    colour map over [lo, hi] (the 256-entry table of lut(), index rint(255 t), t = normalise(values)); NaN, values
+    <= 0 with log, or ~mask -> NO_DATA. Computed block by block of BLOCK pixels in one reused float64 buffer
+    (element by element: the same indices as the whole image)."""
     v = np.asarray(values)
     flat = v.reshape(-1)
     keep = None if mask is None else np.asarray(mask, dtype=bool).reshape(-1)
     if log:
         lo, hi = np.log10(max(lo, 1e-12)), np.log10(max(hi, lo * (1 + 1e-9), 1e-12))
     scale = 255.0 / (hi - lo) if hi > lo else 0.0
-    out = np.empty((flat.size, 3), dtype=np.uint8)
+    out = np.empty(flat.size, dtype=np.uint8)
     t_buf, ok_buf = np.empty(min(BLOCK, flat.size)), np.empty(min(BLOCK, flat.size), dtype=bool)
     index_buf = np.empty(min(BLOCK, flat.size), dtype=np.uint16)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -77,8 +99,8 @@ def colourise(values, lo: float, hi: float, log: bool = False, mask=None) -> np.
             index[...] = t                          # (no-data pixels: any index here, NO_DATA's below)
             np.logical_not(ok, out=ok)
             index[ok] = len(_LUT)
-            np.take(_LUT_NO_DATA, index, axis=0, out=out[part], mode="clip")   # one (3,) table row per pixel (index <= 256)
-    return out.reshape(*v.shape, 3)
+            np.take(_TO_PALETTE, index, out=out[part], mode="clip")   # _LUT_NO_DATA row -> palette entry (<= 256)
+    return Indexed(out.reshape(v.shape), _PALETTE)
 
 
 def percentiles(values, q, is_sorted: bool = False) -> np.ndarray:

@@ -15,7 +15,7 @@ from ..lens import lens_from_calibration, project_uv
 from ..lens import project as lens_project
 from ..object_checks import packed_extent, unpack
 from ..pixel_sampling import bilinear_corners
-from . import colour
+from . import colour, png
 
 AXIS_COLOURS = {"x": (255, 40, 40), "y": (40, 230, 40), "z": (60, 120, 255)}
 # 20 distinct colours (Trubetskoy's list) for semantic classes 1, 2, ... (cycling)
@@ -64,22 +64,32 @@ def backdrop(arrays: dict) -> np.ndarray:
 
 def id_image(instance_id, objects: list[dict]) -> np.ndarray:
     """instance_id (render index) -> colours of the stable 64-bit ids (same object, same colour in every event)."""
+    return id_indexed(instance_id, objects).rgb()
+
+
+def id_indexed(instance_id, objects: list[dict]) -> png.Indexed:
+    """id_image as an Indexed image: index = the render index, palette = the colour of each render index's id."""
     ids = np.asarray(instance_id)
     table = np.zeros(int(ids.max(initial=0)) + 1, dtype=np.uint64)
     for o in objects:
         if 0 <= int(o["render_index"]) < len(table):
             table[int(o["render_index"])] = int(o["id"]) & 0xFFFFFFFFFFFFFFFF
-    return np.take(colour.id_colours(table), ids, axis=0)     # colour each render index once, then look up
+    return png.Indexed(ids, colour.id_colours(table))     # colour each render index once, then look up
 
 
 def semantic_image(semantic_id) -> np.ndarray:
     """semantic_id -> one colour per class (background 0 black, void 0xFFFFFFFF white)."""
+    return semantic_indexed(semantic_id).rgb()
+
+
+def semantic_indexed(semantic_id) -> png.Indexed:
+    """semantic_image as an Indexed image (a palette of the class colours)."""
     s = np.asarray(semantic_id)
     top = int(s.max(initial=0))
     if s.dtype.kind == "u" and top < 1 << 16:       # small ids (no void): a table row for every id up to the largest
-        return np.take(_class_colours(np.arange(top + 1)), s, axis=0)
+        return png.Indexed(s, _class_colours(np.arange(top + 1)))
     present = np.unique(s)                          # colour each class once, then look every pixel up
-    return np.take(_class_colours(present), np.searchsorted(present, s), axis=0)
+    return png.Indexed(np.searchsorted(present, s), _class_colours(present))
 
 
 def _class_colours(ids) -> np.ndarray:

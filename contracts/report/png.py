@@ -1,48 +1,78 @@
-"""PNG encoding with zlib (8-bit RGB/RGBA, no filter) and area-averaged thumbnails."""
+"""PNG encoding with zlib (8-bit RGB/RGBA/grey, or palette for an Indexed image; no filter) and area-averaged
+thumbnails."""
 from __future__ import annotations
 
 import struct
 import zlib
+from typing import NamedTuple
 
 import numpy as np
+
+
+class Indexed(NamedTuple):
+    """An RGB image kept as indices into a colour table: rgb() = palette[index]. index (H, W) integers in
+    [0, len(palette)), palette (N, 3) uint8 (any N; PNG stores a palette of at most 256 colours: one byte a pixel,
+    a third of the RGB bytes to compress)."""
+    index: np.ndarray
+    palette: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (*self.index.shape, 3)
+
+    def rgb(self) -> np.ndarray:
+        """(H, W, 3) uint8."""
+        return np.take(self.palette, self.index, axis=0)
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
 
-def encode_png(image: np.ndarray, level: int = 3) -> bytes:
-    """(H, W, 3|4) or (H, W) uint8 -> PNG bytes (colour type 2, 6 or 0; filter 'None' on every row)."""
-    img = np.ascontiguousarray(image, dtype=np.uint8)
+def encode_png(image, level: int = 3) -> bytes:
+    """(H, W, 3|4) or (H, W) uint8 -> PNG bytes (colour type 2, 6 or 0); an Indexed image with at most 256 colours ->
+    colour type 3 (palette; more colours: as its RGB). Filter 'None' on every row."""
+    palette = b""
+    if isinstance(image, Indexed):
+        if len(image.palette) > 256:
+            return encode_png(image.rgb(), level)
+        palette = np.ascontiguousarray(image.palette, dtype=np.uint8).tobytes()
+        img = image.index.astype(np.uint8, copy=False)[..., None]
+    else:
+        img = np.ascontiguousarray(image, dtype=np.uint8)
     if img.ndim == 2:
         img = img[..., None]
     H, W, C = img.shape
-    colour_type = {1: 0, 3: 2, 4: 6}[C]
+    colour_type = 3 if palette else {1: 0, 3: 2, 4: 6}[C]
     raw = np.empty((H, W * C + 1), dtype=np.uint8)
     raw[:, 0] = 0                                   # filter type 0 (None) before each row
     raw[:, 1:] = img.reshape(H, W * C)
     header = struct.pack(">IIBBBBB", W, H, 8, colour_type, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(raw, level))
-            + _chunk(b"IEND", b""))
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + (_chunk(b"PLTE", palette) if palette else b"")
+            + _chunk(b"IDAT", zlib.compress(raw, level)) + _chunk(b"IEND", b""))
 
 
 def decode_png(data: bytes) -> np.ndarray:
-    """Inverse of encode_png for unfiltered 8-bit images (tests and round trips); (H, W, C) uint8."""
+    """Inverse of encode_png for unfiltered 8-bit images (tests and round trips); (H, W, C) uint8 (a palette image:
+    its RGB)."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, W = 8, b"", 0
+    pos, idat, W, palette = 8, b"", 0, None
     while pos < len(data):
         n = struct.unpack(">I", data[pos:pos + 4])[0]
         kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
         if kind == b"IHDR":
             W, H, _, ct = struct.unpack(">IIBB", body[:10])
-            C = {0: 1, 2: 3, 6: 4}[ct]
+            C = {0: 1, 2: 3, 3: 1, 6: 4}[ct]
+        elif kind == b"PLTE":
+            palette = np.frombuffer(body, dtype=np.uint8).reshape(-1, 3)
         elif kind == b"IDAT":
             idat += body
         pos += 12 + n
     raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(H, W * C + 1)
     if raw[:, 0].any():
         raise ValueError("filtered PNG rows are not supported by this decoder")
-    return raw[:, 1:].reshape(H, W, C)
+    img = raw[:, 1:].reshape(H, W, C)
+    return palette[img[..., 0]] if ct == 3 else img
 
 
 def thumbnail_factor(height: int, width: int, max_side: int = 320) -> int:
@@ -51,8 +81,11 @@ def thumbnail_factor(height: int, width: int, max_side: int = 320) -> int:
     return max(1, -(-max(height, width) // max_side))
 
 
-def thumbnail(image: np.ndarray, max_side: int = 320) -> np.ndarray:
-    """Downscale (H, W, C) uint8 by an integer factor (area average) so the longer side is <= max_side."""
+def thumbnail(image, max_side: int = 320) -> np.ndarray:
+    """Downscale (H, W, C) uint8 (or an Indexed image's RGB) by an integer factor (area average) so the longer side
+    is <= max_side."""
+    if isinstance(image, Indexed):
+        image = image.rgb()
     H, W = image.shape[:2]
     f = thumbnail_factor(H, W, max_side)
     if f == 1:
