@@ -42,13 +42,24 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
             pixels_outside_domain=rays.outside)
     clean = nan_skipping(clean, rays, valid)
     _check_z_range(rays.factor, valid, arrays, add, clean)
-    _check_normals(rays.xn, rays.yn, rays.factor, valid, arrays, add, clean)
+    _check_normals(rays.xn, rays.yn, rays.factor, valid, arrays, add, clean, rays.f32)
     check_ids(manifest, arrays, add)
     _check_verification(manifest, add)
     if "rgb" in arrays:
         finite = bool(np.isfinite(arrays["rgb"]).all())
         add("rgb_finite", finite, "rgb has non-finite values" if not finite else "rgb finite")
         _check_rgb_seed(manifest, add)
+
+
+# The facing test of a clean normal image first runs in float32, then recomputes in float64 only the pixels that
+# could decide its count or its maximum. Bound: the float32 n . ray / F (rays cast to float32, five rounded
+# operations) differs from the float64 value by at most 6u (|n_x x_n| + |n_y y_n| + |n_z|) / F <= 6u |n| |ray| / F
+# (Cauchy-Schwarz; u = 2^-24, the float64 value's own error ~1e-15 of that), and |n| <= sqrt(max |n|^2)(1 + 2u);
+# F = |ray| (RayGrid.factor, float64, within a few 1e-16), so FACING_EPS = 16u sqrt(max |n|^2) bounds it with
+# margin 2.6.
+FACING_EPS_U = 16.0 * 2.0 ** -24
+FACING_EPS_ABS = 2.0 ** -120      # float32 subnormal rounding, a few 2^-150 per operation (F = |ray| >= 1)
+F32_SAFE = 2.0 ** 30              # |x_n|, |y_n| and |n| below this: no float32 product or sum overflows
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,9 @@ class RayGrid:
     xn, yn: normalized coordinates, broadcastable to (H, W) ((1, W) and (H, 1) for a plain pinhole);
     factor: |(x_n, y_n, 1)| = range / camera_z, (H, W) float64; in_domain: (H, W) bool, the lens's valid
     domain (None for a plain pinhole); outside: pixels outside it; finite: every ray is finite (NaN rays lie
-    outside a lens domain). Read-only: one grid is shared by every check of the same camera."""
+    outside a lens domain); f32: (x_n, y_n, factor) as float32 for the facing test's estimate (_normal_stats), None
+    when a finite |x_n| or |y_n| exceeds F32_SAFE or one is infinite. Read-only: one grid is shared by every check
+    of the same camera."""
 
     xn: np.ndarray
     yn: np.ndarray
@@ -66,6 +79,7 @@ class RayGrid:
     in_domain: np.ndarray | None
     outside: int
     finite: bool
+    f32: tuple | None = None
 
 
 _RAY_GRID: dict = {}          # {camera key: RayGrid}, the last camera only (memory: 8-33 bytes per pixel)
@@ -95,10 +109,12 @@ def ray_grid(K: np.ndarray, W: int, H: int, lens=None) -> RayGrid:
         xn, yn = rays[..., 0], rays[..., 1]
         factor = unit_ray_grid(lens)[1]                    # |ray|, kept with the grid (shared with the exporter)
         outside = int((~in_domain).sum())
-    for a in (xn, yn, factor, in_domain):
+    safe = not any(np.count_nonzero(np.abs(a) > F32_SAFE) for a in (xn, yn))     # inf too; NaN compares False
+    f32 = tuple(a.astype(np.float32) for a in (xn, yn, factor)) if safe else None
+    for a in (xn, yn, factor, in_domain, *(f32 or ())):
         if a is not None:
             a.flags.writeable = False
-    grid = RayGrid(xn, yn, factor, in_domain, outside, bool(np.isfinite(factor).all()))
+    grid = RayGrid(xn, yn, factor, in_domain, outside, bool(np.isfinite(factor).all()), f32)
     _RAY_GRID.clear()
     _RAY_GRID[key] = grid
     return grid
@@ -266,14 +282,44 @@ def squared_norm(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     return sq
 
 
-def _normal_stats(planes, hit, clean: bool, rays=None):
+def _facing_exact(xb, yb, zb, X, Y, F, idx) -> np.ndarray:
+    """float64 n . (X, Y, 1) / F at the flat pixel indices idx of a block: the operations of the whole-block
+    computation, element by element (the same bits)."""
+    shape = xb.shape
+    r, c = np.divmod(idx, shape[1])
+    cos = xb.reshape(-1)[idx] * np.broadcast_to(X, shape)[r, c]
+    cos += yb.reshape(-1)[idx] * np.broadcast_to(Y, shape)[r, c]
+    cos += zb.reshape(-1)[idx]
+    cos /= np.broadcast_to(F, shape)[r, c]
+    return cos
+
+
+def _facing_clean_block(xb, yb, zb, X, Y, F, f32, hi):
+    """(pixels with cos > tol, max(-1, largest cos)) of one block of a clean normal image (NaN exactly off the valid
+    pixels), cos = n . (X, Y, 1) / F in float64 as the plain computation gives it. f32: the block rows of
+    RayGrid.f32; hi: the block's max |n|^2. Every pixel not recomputed has a float32 estimate below
+    min(tol, top) - eps: its float64 cos is below tol and below the block's largest (within eps of the float32 top)."""
+    X32, Y32, F32 = f32
+    eps = FACING_EPS_U * float(np.sqrt(hi)) + FACING_EPS_ABS
+    e = xb * X32
+    e += yb * Y32
+    e += zb
+    e /= F32
+    top = float(np.fmax.reduce(e, axis=None, initial=-np.inf))
+    idx = np.flatnonzero(e >= min(tol.GEOMETRIC_FACING_TOL - eps, top - 2.0 * eps))
+    cos = _facing_exact(xb, yb, zb, X, Y, F, idx)
+    return int(np.count_nonzero(cos > tol.GEOMETRIC_FACING_TOL)), np.fmax.reduce(cos, axis=None, initial=-1.0)
+
+
+def _normal_stats(planes, hit, clean: bool, rays=None, f32=None):
     """One read of the normal image with channel planes `planes` (x, y, z), row block by row block: ((min, max) of
     |n|^2 over the valid pixels where it is finite, None when there is none; facing), where facing, given
     rays = (x_n, y_n, |ray|), is (valid pixels whose n . ray / |ray| > tol, the largest n . ray / |ray| over valid
     pixels, float64) and None without rays. Contiguous planes (contracts.arrays.channel_planes of a DecodedArrays)
     are read at full speed; views of a stacked image's channels give the same values.
     clean: n is NaN exactly off the valid pixels (then the NaN-skipping reductions are the masked ones, unless
-    |n|^2 overflowed to inf: then the masked extremes are computed)."""
+    |n|^2 overflowed to inf: then the masked extremes are computed). f32: RayGrid.f32 of the rays (then a clean
+    image's facing is estimated in float32 and recomputed in float64 where it could decide; same results)."""
     x, y, z = planes
     H = x.shape[0]
     los, his, n_away, worsts = [], [], 0, []
@@ -290,6 +336,12 @@ def _normal_stats(planes, hit, clean: bool, rays=None):
         if rays is None:
             continue
         xn, yn, factor = rays
+        if clean and f32 is not None and his[-1] <= F32_SAFE ** 2:          # float32 first, exact where it matters
+            away, worst = _facing_clean_block(xb, yb, zb, _rows(xn, rows, H), _rows(yn, rows, H),
+                                              _rows(factor, rows, H), [_rows(a, rows, H) for a in f32], his[-1])
+            n_away += away
+            worsts.append(worst)
+            continue
         cos = xb * _rows(xn, rows, H)                       # (n . (x_n, y_n, 1)) / |(x_n, y_n, 1)|, float64
         cos += yb * _rows(yn, rows, H)
         cos += zb
@@ -310,9 +362,9 @@ def _normal_stats(planes, hit, clean: bool, rays=None):
     return (None if hi == -np.inf else (lo, hi)), facing
 
 
-def _check_normals(xn, yn, factor, valid, arrays, add, clean=frozenset()):
+def _check_normals(xn, yn, factor, valid, arrays, add, clean=frozenset(), f32=None):
     """Unit length of both normals; the geometric normal faces the camera (n . ray <= tol) at every valid pixel.
-    clean as in _check_z_range."""
+    clean as in _check_z_range; f32: RayGrid.f32 of (xn, yn, factor), or None (float64 only)."""
     hit = valid == 1
     facing = None
     for name in ("normal_geometric", "normal_shading"):
@@ -320,7 +372,7 @@ def _check_normals(xn, yn, factor, valid, arrays, add, clean=frozenset()):
             continue
         geometric = name == "normal_geometric"
         ext, stats = _normal_stats(channel_planes(arrays, name), hit, name in clean,
-                                   (xn, yn, factor) if geometric else None)
+                                   (xn, yn, factor) if geometric else None, f32)
         facing = stats if geometric else facing
         worst = 0.0 if ext is None else float(max(np.sqrt(ext[1]) - 1.0, 1.0 - np.sqrt(ext[0]), 0.0))
         add(f"{name}_unit", worst <= tol.NORMAL_UNIT_TOL,

@@ -188,7 +188,7 @@ def test_camera_fast_paths_equal_masked_paths(monkeypatch):
             for fast in (clean, set()):
                 out = _Collect()
                 cc._check_z_range(rays.factor, a["valid"], a, out, fast)
-                cc._check_normals(rays.xn, rays.yn, rays.factor, a["valid"], a, out, fast)
+                cc._check_normals(rays.xn, rays.yn, rays.factor, a["valid"], a, out, fast, rays.f32)
                 res.append(repr(out))                      # repr: a NaN worst equals a NaN worst
         assert all(r == res[0] for r in res), label
         failed |= {name for name, ok, _, _ in out if not ok}
@@ -261,7 +261,7 @@ def test_camera_fast_paths_with_a_lens_domain_equal_masked_paths():
         for c in (cc.nan_skipping(clean, rays, labels["valid"]), set()):
             out = _Collect()
             cc._check_z_range(rays.factor, labels["valid"], labels, out, c)
-            cc._check_normals(rays.xn, rays.yn, rays.factor, labels["valid"], labels, out, c)
+            cc._check_normals(rays.xn, rays.yn, rays.factor, labels["valid"], labels, out, c, rays.f32)
             res.append(repr(out))
         assert res[0] == res[1]
 
@@ -297,7 +297,7 @@ def test_validity_and_normals_on_held_planes_equal_the_stacked_arrays(monkeypatc
                 out = _Collect()
                 clean = lc.check_validity(held, names, out)
                 cc._check_z_range(rays.factor, held["valid"], held, out, clean)
-                cc._check_normals(rays.xn, rays.yn, rays.factor, held["valid"], held, out, clean)
+                cc._check_normals(rays.xn, rays.yn, rays.factor, held["valid"], held, out, clean, rays.f32)
                 runs.append((sorted(clean), repr(out)))       # repr: a NaN worst equals a NaN worst
                 if held is not a and "normal_geometric" in clean:          # only a fallback reads the stacked array
                     assert held.held_planes("normal_geometric") is not None, "the planes were stacked"
@@ -360,3 +360,43 @@ def test_semantic_mismatch_count_by_row_blocks_equals_the_whole_image(monkeypatc
         lc.check_ids(manifest, {"instance_id": instance, "semantic_id": semantic}, out)
         msg = {name: m for name, _, m, _ in out}["semantic_matches_instance"]
         assert f"at {want} pixels" in msg, (block, msg)
+
+
+def test_float32_facing_with_exact_recompute_equals_float64(monkeypatch):
+    """The facing count and worst cos of a clean normal image (float32 estimate, float64 recomputed where it could
+    decide) equal the float64 computation bit for bit: normals facing the camera, grazing within a few float32 ulps
+    of the tolerance (every pixel ambiguous), and normals of lengths 1e-3..1e2."""
+    import contracts.label_checks as lc
+    from contracts import camera_checks as cc
+    from contracts import qa_profile as tol
+
+    H, W = 30, 70
+    K = np.array([[45.0, 0.0, W / 2 - 0.3], [0.0, 47.0, H / 2 + 0.4], [0.0, 0.0, 1.0]])
+    g = cc.ray_grid(K, W, H)
+    assert g.f32 is not None and all(a.dtype == np.float32 for a in g.f32)   # the float32 path is taken
+    ray = np.stack(np.broadcast_arrays(g.xn, g.yn, np.ones((H, W))), -1) / g.factor[..., None]
+    rng = np.random.default_rng(21)
+    for trial in range(24):
+        n = rng.normal(size=(H, W, 3))
+        kind = trial % 4
+        if kind == 0:                                                       # facing the camera
+            n[..., 2] = -np.abs(n[..., 2]) - 0.3
+        n /= np.linalg.norm(n, axis=-1, keepdims=True)
+        if kind in (1, 2):                                                  # cos within ~1e-7 / 1e-9 of tol
+            n -= (n * ray).sum(-1, keepdims=True) * ray
+            n /= np.linalg.norm(n, axis=-1, keepdims=True)
+            n += ray * (tol.GEOMETRIC_FACING_TOL + rng.normal(size=(H, W, 1)) * (1e-7 if kind == 1 else 1e-9))
+        n = n.astype(np.float32)
+        if kind == 3:
+            n *= (10.0 ** rng.integers(-3, 3, size=(H, W, 1))).astype(np.float32)
+        hit = rng.random((H, W)) > 0.2
+        n[~hit] = np.nan
+        cos = n[..., 0] * g.xn
+        cos += n[..., 1] * g.yn
+        cos += n[..., 2]
+        cos /= g.factor
+        want = (int(np.count_nonzero(cos > tol.GEOMETRIC_FACING_TOL)), float(np.fmax.reduce(cos, axis=None, initial=-1.0)))
+        planes = [np.ascontiguousarray(n[..., c]) for c in range(3)]
+        for block in (1 << 30, 4 * W + 5):
+            monkeypatch.setattr(lc, "BLOCK_PIXELS", block)
+            assert cc._normal_stats(planes, hit, True, (g.xn, g.yn, g.factor), g.f32)[1] == want, (trial, block)
