@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import qa_profile as tol
-from .camera_model import pixel_grid
 from .errors import RowbeamError
-from .lens import image_rays, lens_from_calibration, project_uv
-from .frames import apply_per_row, apply_rows_grid
+from .event_points import camera_points, world_points
+from .frames import apply_per_row
+from .lens import lens_from_calibration, project_uv
 from .pixel_sampling import bilinear_corners, camera_z_at
 from .modalities import FLAG_NAMES
 
@@ -74,8 +74,8 @@ def _check_flags(direction, arrays, source_event, add):
         problems.append(f"flow finite at {int(np.count_nonzero(finite != defined))} pixels where "
                         "correspondence_defined says otherwise")
     H, W = flow.shape[:2]
-    u, v = pixel_grid(W, H)
-    ud, vd = u + flow[..., 0], v + flow[..., 1]
+    ud = np.arange(W, dtype=np.float64) + flow[..., 0]               # pixel centre + flow, (H, W) float64
+    vd = np.arange(H, dtype=np.float64)[:, None] + flow[..., 1]
     inside = (ud >= -0.5) & (ud < W - 0.5) & (vd >= -0.5) & (vd < H - 0.5)
     n = int(np.count_nonzero(defined & (inside != in_bounds)))
     if n:
@@ -89,12 +89,9 @@ def _reproject(K, arrays, src, dst, add):
     """Source point + scene flow, seen by the destination camera at the landing row, must land at p + flow."""
     defined = arrays["flow_forward_correspondence_defined"].astype(bool)
     H, W = defined.shape
-    u, v = pixel_grid(W, H)
-    z_grid = src["camera_z"].astype(np.float64)
-    P_grid = apply_rows_grid(src["row_T_world_camera"], image_rays(K, W, H) * z_grid[..., None])
     idx = np.flatnonzero(defined.ravel())
-    u, v = u.ravel()[idx], v.ravel()[idx]
-    P = P_grid.reshape(-1, 3)[idx]
+    v, u = (x.astype(np.float64) for x in np.divmod(idx, W))          # pixel centres of the defined pixels
+    P = world_points(K, src["camera_z"], src["row_T_world_camera"]).reshape(-1, 3)[idx]
     d = arrays["scene_flow_world"].reshape(-1, 3)[idx].astype(np.float64)
     flow = arrays["flow_forward"].reshape(-1, 2)[idx].astype(np.float64)
     landing = np.clip(v + flow[:, 1], 0.0, H - 1.0)
@@ -109,7 +106,7 @@ def _reproject(K, arrays, src, dst, add):
         "source point + scene_flow_world, seen at the landing row, lands at pixel + flow_forward", worst_px=worst)
     if "scene_flow_source_camera" in arrays:
         R_cw = np.transpose(src["row_T_world_camera"][:, :3, :3], (0, 2, 1))
-        sfw = np.nan_to_num(d)                      # the scene_flow_world values at idx, NaN -> 0
+        sfw = d if np.isfinite(d).all() else np.nan_to_num(d)    # the scene_flow_world values at idx, NaN -> 0
         rotated = rotate_per_row(R_cw, sfw, idx // W)
         sfc = arrays["scene_flow_source_camera"].reshape(-1, 3)[idx].astype(np.float64)
         worst_c = float(np.abs(rotated - sfc).max(initial=0.0))
@@ -185,44 +182,45 @@ def cycle_residuals(arrays, src, dst, K=None) -> tuple[np.ndarray, np.ndarray]:
     offset (`_plane_offsets`)."""
     vis_f, vis_b = arrays["flow_forward_dest_visible"].astype(bool), arrays["flow_backward_dest_visible"].astype(bool)
     H, W = vis_f.shape
-    u, v = pixel_grid(W, H)
-    fwd = arrays["flow_forward"][vis_f].astype(np.float64)           # (N, 2): only the forward-visible pixels
-    pu, pv = u[vis_f], v[vis_f]
+    sel = np.flatnonzero(vis_f)                                      # the N forward-visible pixels (flat index)
+    pv, pu = (x.astype(np.float64) for x in np.divmod(sel, W))
+    fwd = arrays["flow_forward"].reshape(-1, 2)[sel].astype(np.float64)
     qu, qv = pu + fwd[:, 0], pv + fwd[:, 1]
-    obj = src["instance_id"][vis_f]
+    obj = src["instance_id"].ravel()[sel]
     corners = [(r * W + c, w) for r, c, w in bilinear_corners(qu, qv, W, H)]      # flat pixel index, weight
     face = _face_keys(dst).ravel()
     plane = _plane_offsets(K, dst).ravel() if K is not None else np.zeros(face.shape, np.int64)
-    first = face[corners[0][0]]
-    first_plane = plane[corners[0][0]]
-    usable = dst["instance_id"].ravel()[corners[0][0]] == obj
+    first = face.take(corners[0][0])
+    first_plane = plane.take(corners[0][0])
+    usable = dst["instance_id"].ravel().take(corners[0][0]) == obj
     # bilinear interpolates only between pixel centres; beyond the outer centres it would hold the edge value,
     # wrong by the flow's gradient (large near the corners of a distorted image)
     usable &= (qu >= 0) & (qu <= W - 1) & (qv >= 0) & (qv <= H - 1)
-    bwd, vis_b = arrays["flow_backward"].reshape(-1, 2), vis_b.ravel()
+    bwd = np.nan_to_num(arrays["flow_backward"].reshape(-1, 2).astype(np.float64))    # NaN -> 0 once, per pixel
+    bwd_u, bwd_v, vis_b = np.ascontiguousarray(bwd[:, 0]), np.ascontiguousarray(bwd[:, 1]), vis_b.ravel()
     back_u, back_v = np.zeros_like(qu), np.zeros_like(qv)
-    for f, w in corners:
-        usable &= vis_b[f] & (face[f] == first) & (plane[f] == first_plane)
-        b = np.nan_to_num(bwd[f].astype(np.float64))
-        back_u += w * b[:, 0]
-        back_v += w * b[:, 1]
+    for k, (f, w) in enumerate(corners):
+        usable &= vis_b.take(f)
+        if k:                                                        # the first corner is its own face and plane
+            usable &= (face.take(f) == first) & (plane.take(f) == first_plane)
+        back_u += w * bwd_u.take(f)
+        back_v += w * bwd_v.take(f)
     err = np.hypot((qu + back_u - pu)[usable], (qv + back_v - pv)[usable]) if usable.any() else np.zeros(0)
-    pixels = np.zeros((H, W), dtype=bool)
-    pixels[vis_f] = usable
-    return err, pixels
+    pixels = np.zeros(H * W, dtype=bool)
+    pixels[sel] = usable
+    return err, pixels.reshape(H, W)
 
 
 def _plane_offsets(K, event) -> np.ndarray:
     """(H, W) int64: the plane offset n_w . P_w of the pixel's surface (world frame, m, so a moving camera does
     not change it from row to row) quantised to 1 mm (-1 where invalid)."""
-    H, W = event["camera_z"].shape
-    u, v = pixel_grid(W, H)
-    X = image_rays(K, W, H) * event["camera_z"].astype(np.float64)[..., None]    # camera-frame points
+    X = camera_points(K, event["camera_z"], event["row_T_world_camera"])
     n = event["normal_geometric"].astype(np.float64)
     T = event["row_T_world_camera"]
     origin_c = np.einsum("hji,hj->hi", T[:, :3, :3], T[:, :3, 3])          # R^T t per row
     d = np.einsum("hwi,hwi->hw", n, X) + np.einsum("hwi,hi->hw", n, origin_c)
-    return np.where(np.isfinite(d), np.rint(np.nan_to_num(d) / 1e-3), -1).astype(np.int64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.isfinite(d), np.rint(d / 1e-3), -1).astype(np.int64)
 
 
 def _face_keys(event) -> np.ndarray:

@@ -5,9 +5,10 @@ import numpy as np
 
 
 def _finite(x) -> np.ndarray:
-    """float64 copy of pixel coordinates with NaN -> 0 and +-inf -> +-max float (np.nan_to_num): non-finite
-    coordinates sample a corner pixel."""
-    return np.nan_to_num(np.asarray(x, dtype=np.float64))
+    """float64 pixel coordinates with NaN -> 0 and +-inf -> +-max float (np.nan_to_num): non-finite coordinates
+    sample a corner pixel. Coordinates already float64 and finite are returned as they are (not copied)."""
+    x = np.asarray(x, dtype=np.float64)
+    return x if np.isfinite(x).all() else np.nan_to_num(x)
 
 
 def _corner_terms(u, v, width: int, height: int):

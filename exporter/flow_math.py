@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contracts.camera_model import pixel_grid
 from contracts.flow_checks import rotate_per_row
-from contracts.lens import image_rays, project_uv
-from contracts.frames import apply_per_row, apply_rows_grid
+from contracts.event_points import world_points
+from contracts.frames import apply_per_row
+from contracts.lens import project_uv
 from contracts.ontology import BACKGROUND_ID
 from contracts.pixel_sampling import camera_z_at
 
@@ -61,22 +61,24 @@ class FlowResult:
     dest_in_bounds: np.ndarray
     dest_visible: np.ndarray
     correspondence_defined: np.ndarray
-    scene_flow_world: np.ndarray      # (H, W, 3) float32 m
-    scene_flow_source_camera: np.ndarray
+    scene_flow_world: np.ndarray | None      # (H, W, 3) float32 m (None: not asked for)
+    scene_flow_source_camera: np.ndarray | None
     stats: dict
 
 
 def source_points(src: EventGeometry):
     """(pixel indices (N,), u, v, world points (N, 3)) of every valid source pixel."""
     H, W = src.shape
-    u, v = pixel_grid(W, H)
-    z = src.camera_z.astype(np.float64)
-    world = apply_rows_grid(src.row_T_world_camera, image_rays(src.camera, W, H) * z[..., None]).reshape(-1, 3)
-    idx = np.flatnonzero(np.isfinite(z).ravel())
-    return idx, u.ravel()[idx], v.ravel()[idx], world[idx]
+    world = world_points(src.camera, src.camera_z, src.row_T_world_camera).reshape(-1, 3)
+    idx = np.flatnonzero(np.isfinite(src.camera_z).ravel())
+    v, u = np.divmod(idx, W)
+    return idx, u.astype(np.float64), v.astype(np.float64), world[idx]
 
 
-def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, depth_rel: float) -> FlowResult:
+def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, depth_rel: float,
+                   scene_flow: bool = True) -> FlowResult:
+    """Flow from `src`'s pixel grid to `dst` (and, with scene_flow, the scene flow on `src`'s grid; a pair writes
+    the forward direction's only, so the backward solve leaves it None)."""
     H, W = src.shape
     idx, u, v, P = source_points(src)
     rows = v.astype(np.int64)
@@ -152,17 +154,24 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     in_front = (Xc[:, 2] > 0) & np.isfinite(ud) & np.isfinite(vn)     # a lens projects only inside its domain
     defined = ~undefined & (render != BACKGROUND_ID) & in_front
     in_bounds = defined & (ud >= -0.5) & (ud < W - 0.5) & (vn >= -0.5) & (vn < H - 0.5)
-    visible = in_bounds & _depth_test(dst, ud, vn, Xc[:, 2], render, depth_abs_m, depth_rel)
+    visible = in_bounds.copy()
+    tested = np.flatnonzero(in_bounds)             # the depth test decides only inside the image
+    visible[tested] = _depth_test(dst, ud[tested], vn[tested], Xc[tested, 2], render[tested], depth_abs_m, depth_rel)
 
+    kept = np.flatnonzero(defined)
+    at = idx[kept]                                 # flat pixel index of each defined source pixel
     flow = np.full((H * W, 2), np.nan, np.float32)
-    flow[idx[defined], 0] = (ud - u)[defined]
-    flow[idx[defined], 1] = (vn - v)[defined]
-    sf = np.full((H * W, 3), np.nan, np.float32)
-    sfc = np.full((H * W, 3), np.nan, np.float32)
-    d = (Pd - P)[defined]
-    sf[idx[defined]] = d
-    R_cw = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))          # camera <- world, per row
-    sfc[idx[defined]] = rotate_per_row(R_cw, d, rows[defined])
+    flow[at, 0] = ud[kept] - u[kept]
+    flow[at, 1] = vn[kept] - v[kept]
+    sf = sfc = None
+    if scene_flow:
+        sf = np.full((H * W, 3), np.nan, np.float32)
+        sfc = np.full((H * W, 3), np.nan, np.float32)
+        d = Pd[kept] - P[kept]
+        sf[at] = d
+        R_cw = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))          # camera <- world, per row
+        sfc[at] = rotate_per_row(R_cw, d, rows[kept])
+        sf, sfc = sf.reshape(H, W, 3), sfc.reshape(H, W, 3)
 
     def plane(mask_pixels):
         out = np.zeros(H * W, np.uint8)
@@ -174,32 +183,49 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
         stats["deforming_pixels"] = int(sum(sel.size for _, sel in deforming))
         stats["max_material_point_distance_m"] = worst_locate
     return FlowResult(flow.reshape(H, W, 2), plane(np.ones_like(defined)), plane(in_bounds), plane(visible),
-                      plane(defined), sf.reshape(H, W, 3), sfc.reshape(H, W, 3), stats)
+                      plane(defined), sf, sfc, stats)
 
 
 class RowTerms:
     """apply_per_row(T_rows, points, rows, frac) of fixed points, bit for bit, for a solve that asks again and again
     with rows that mostly repeat: T[r] X and (T[r+1] - T[r]) X are kept per point with the row r they were formed
-    at, and formed again only for the points whose row changed since the last call."""
+    at, and formed again only for the points whose row changed since they were formed. The step term is formed
+    only where frac != 0: where frac == 0 the sum is T[r] X itself (apply_per_row's T[r] X ends in + 0.0, so it is
+    never -0, and adding frac * step = +-0 to it keeps its bits; the terms of finite points are finite)."""
 
     def __init__(self, T_rows: np.ndarray, points: np.ndarray):
         self.T = np.asarray(T_rows, np.float64)                     # (K, 4, 4)
         self.D = np.zeros_like(self.T)                              # next row minus this row; the last row has none
         self.D[:-1] = self.T[1:] - self.T[:-1]
         self.points = points                                        # (N, 3)
-        self.rows = None
+        n = len(points)
+        self.base, self.base_rows = np.zeros((n, 3)), np.full(n, -1, np.int64)   # T[r] X and its r (-1: none yet)
+        self.step, self.step_rows = np.zeros((n, 3)), np.full(n, -1, np.int64)   # (T[r+1] - T[r]) X and its r
 
     def at(self, rows: np.ndarray, frac: np.ndarray) -> np.ndarray:
         """(N, 3): T[rows] X + frac (T[rows + 1] - T[rows]) X, as apply_per_row sums it."""
-        changed = None if self.rows is None else np.flatnonzero(rows != self.rows)
-        if changed is None or changed.size > rows.size // 2:       # most rows moved: all at once (no gather)
-            self.base, self.step = apply_per_row(self.T, self.points, rows), apply_per_row(self.D, self.points, rows)
-        elif changed.size:
-            X = self.points[changed]
-            self.base[changed] = apply_per_row(self.T, X, rows[changed])
-            self.step[changed] = apply_per_row(self.D, X, rows[changed])
-        self.rows = rows
+        _refresh(self.T, self.points, self.base, self.base_rows, rows, None)
+        stepped = frac != 0
+        if not stepped.any():
+            return self.base.copy()
+        _refresh(self.D, self.points, self.step, self.step_rows, rows, stepped)
         return self.base + frac[:, None] * self.step
+
+
+def _refresh(M, points, kept, kept_rows, rows, needed) -> None:
+    """Make kept[i] = apply_per_row(M, points, rows)[i] wherever `needed` (None: everywhere), in place: formed
+    again only where kept_rows differs from rows (all at once, without a gather of the points, when that is most
+    of them)."""
+    stale = rows != kept_rows
+    if needed is not None:
+        stale &= needed
+    changed = np.flatnonzero(stale)
+    if changed.size > rows.size // 2:
+        kept[:] = apply_per_row(M, points, rows)
+        kept_rows[:] = rows
+    elif changed.size:
+        kept[changed] = apply_per_row(M, points[changed], rows[changed])
+        kept_rows[changed] = rows[changed]
 
 
 def _depth_test(dst: EventGeometry, ud, vd, z, render, abs_m, rel) -> np.ndarray:

@@ -157,7 +157,7 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, tu
         todo_dirs = [d for d in (0, 1) if results[d] is None]
         missing = []
         with ThreadPoolExecutor(max_workers=2) as pool:        # numpy releases the GIL: both directions at once
-            jobs = {d: pool.submit(geometric_flow, geoms[d], geoms[1 - d], *tol) for d in todo_dirs}
+            jobs = {d: pool.submit(geometric_flow, geoms[d], geoms[1 - d], *tol, d == 0) for d in todo_dirs}
             for d, job in jobs.items():
                 try:
                     results[d] = job.result()

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from contracts.event_points import camera_points, world_points
 from contracts.flow_checks import rotate_per_row
-from contracts.frames import apply_per_row
+from contracts.frames import apply_per_row, apply_rows_grid
+from contracts.lens import image_rays
 from contracts.pixel_sampling import camera_z_at
 from exporter.flow_math import RowTerms
 
@@ -25,10 +28,11 @@ def test_row_terms_equal_apply_per_row_bit_for_bit_while_rows_change():
     X = rng.normal(scale=20.0, size=(N, 3))
     terms = RowTerms(T, X)
     rows = rng.integers(0, H, N)
-    for changed in (1.0, 0.9, 0.05, 0.0, 0.3):   # all rows new, most, a few (kept terms), none, some
+    # the solve's first call has frac == 0 everywhere (no step term formed), later ones mostly frac != 0
+    for changed, zero in ((1.0, 1.0), (0.9, 0.0), (0.05, 0.0), (0.0, 0.5), (0.3, 0.1), (0.0, 0.0)):
         move = rng.random(N) < changed
         rows = np.where(move, rng.integers(0, H, N), rows)
-        frac = np.where(rows == H - 1, 0.0, rng.random(N))
+        frac = np.where((rows == H - 1) | (rng.random(N) < zero), 0.0, rng.random(N))
         got = terms.at(rows, frac)
         want = apply_per_row(T, X, rows, frac)
         assert got.tobytes() == want.tobytes(), f"differs after {changed:.0%} of the rows changed"
@@ -47,14 +51,16 @@ def test_rotate_per_row_equals_the_einsum_it_replaces():
                               want[pick])                     # the transpose matters (the test can fail)
 
 
-def test_camera_z_at_matches_plain_two_d_indexing():
+@pytest.mark.parametrize("finite", [False, True])
+def test_camera_z_at_matches_plain_two_d_indexing(finite):
     rng = np.random.default_rng(5)
     H, W = 9, 13
     z = rng.uniform(1.0, 5.0, (H, W)).astype(np.float32)
     z[2, 3] = np.nan
     ids = rng.integers(1, 3, (H, W)).astype(np.uint32)
     u, v = rng.uniform(-1.0, W, 200), rng.uniform(-1.0, H, 200)
-    u[0] = np.nan
+    if not finite:                      # a NaN coordinate samples the corner pixel (finite ones are used as they are)
+        u[0] = np.nan
     obj = ids[np.clip(np.rint(np.nan_to_num(v)), 0, H - 1).astype(int), np.clip(np.rint(np.nan_to_num(u)), 0, W - 1)
               .astype(int)].astype(np.int64)
     got_z, got_id = camera_z_at(z, ids, u, v, obj)
@@ -74,3 +80,27 @@ def test_camera_z_at_matches_plain_two_d_indexing():
     assert got_z.tobytes() == want_z.tobytes()
     assert np.array_equal(got_id, ids[rn, cn].astype(np.int64))
     assert same.any() and not same.all()            # both branches are exercised
+
+
+def test_event_points_are_the_plain_formulas_and_kept_only_for_read_only_events():
+    rng = np.random.default_rng(11)
+    H, W = 6, 8
+    K = np.array([[50.0, 0.0, 3.5], [0.0, 50.0, 2.5], [0.0, 0.0, 1.0]])
+    z = rng.uniform(1.0, 9.0, (H, W)).astype(np.float32)
+    z[1, 2] = np.nan
+    T = _row_poses(rng, H)
+    want_camera = image_rays(K, W, H) * z.astype(np.float64)[..., None]
+    want_world = apply_rows_grid(T, want_camera)
+    assert world_points(K, z, T).tobytes() == want_world.tobytes()        # writeable: formed each time, not kept
+    assert world_points(K, z, T) is not world_points(K, z, T)
+    z.flags.writeable = False
+    T.flags.writeable = False
+    world = world_points(K, z, T)
+    assert world.tobytes() == want_world.tobytes() and not world.flags.writeable
+    assert world_points(K, z, T) is world and camera_points(K, z, T).tobytes() == want_camera.tobytes()
+    K2 = K.copy()
+    K2[0, 0] = 60.0                                   # another camera or other row poses: formed again, not reused
+    assert world_points(K2, z, T).tobytes() == apply_rows_grid(T, image_rays(K2, W, H) * z[..., None]).tobytes()
+    T2 = T.copy()
+    T2[:, 0, 3] += 1.0
+    assert world_points(K, z, T2).tobytes() == apply_rows_grid(T2, want_camera).tobytes()
