@@ -112,7 +112,10 @@ def unflip(passes: dict, direction: str) -> dict:
     return {k: np.ascontiguousarray(v[::-1, ::-1]) for k, v in passes.items()}
 
 
-def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOutput:
+def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None) -> CameraEventOutput:
+    """Render and derive one camera event. write_early(arrays): called with the event's arrays that are final
+    before verification (labels, row times and poses, rgb), so the caller may write them (off the main thread,
+    manifest.PayloadWriter.submit) while the verification rows render; they are the same arrays in the output."""
     scene, clock = ctx.scene, ctx.clock
     cam = scene.objects[sensor.object]
     W, H = ctx.image_size(sensor)
@@ -171,11 +174,13 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int) -> CameraEventOut
         cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, moving + [rcam], static)
         _deform_motion_steps(p, scene, deform_steps)
         labels, stats = _render_and_derive(ctx, sensor, row_poses, K, rays, W, H, seconds, t0)
+        arrays.update(labels)
+        if write_early is not None:
+            write_early(dict(arrays))
         t0 = time.perf_counter()
         ctx.progress.stage(f"verify ({sensor.verify_rows} exact rows)")
         verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H, rays)
         seconds["verify"] = time.perf_counter() - t0
-    arrays.update(labels)
     object_block, assets = None, {}
     if sensor.object_labels:
         from .object_labels import compute_object_labels

@@ -1,7 +1,10 @@
 """Write an event's payloads and assemble its `rowbeam/sample@1` manifest."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import numpy as np
 
 from contracts.arrays import write_exr, write_npy
 from contracts.camera_model import PIXEL_CONVENTION, PIXEL_CONVENTION_TEXT
@@ -10,7 +13,7 @@ from contracts.files import atomic_write_json, sha256_file
 from contracts.frames import Transform, invert_rigid
 from contracts.schema import schema_errors
 
-from .worker_threads import thread_map
+from .worker_threads import WORKERS
 
 CONVENTIONS = {
     "clock": "scene_monotonic_ns: integer ns, t = 0 at the scene's frame_start; "
@@ -34,26 +37,74 @@ CONVENTIONS = {
 
 
 def write_payloads(event_dir: Path, arrays: dict, kind: str, sensor_id: str, dims: dict,
-                   exposure_ns: int | None = None) -> dict:
+                   exposure_ns: int | None = None, started: PayloadWriter | None = None) -> dict:
     """Write each array as the modality contract of `kind` (a sensor type, or "flow") says;
     return the manifest `modalities` table (in `arrays`' order).
 
-    Files are written on worker threads (worker_threads.thread_map; OpenEXR's ZIP compression, numpy copies and
-    fsync release the GIL), largest first. Each file is independent (its own temporary name, fsync and rename:
-    contracts.arrays), so its bytes are those a sequential write gives; when one fails, the others are finished
-    before its error is raised (all inside the staging folder)."""
-    order = sorted(arrays, key=lambda name: -getattr(arrays[name], "nbytes", 0))
-    entries = thread_map(lambda name: write_payload(event_dir, name, arrays[name], kind, sensor_id, dims, exposure_ns),
-                         order)
-    table = dict(zip(order, entries, strict=True))
-    return {name: table[name] for name in arrays}
+    started: the PayloadWriter of event_dir already writing some of `arrays` (handed over early, e.g. a camera
+    event's labels while its verification renders); it writes the rest and waits for all. Else one is made here."""
+    if started is not None:
+        return started.finish(arrays, sensor_id, dims, exposure_ns)
+    with PayloadWriter(event_dir, kind) as writer:
+        return writer.finish(arrays, sensor_id, dims, exposure_ns)
 
 
-def write_payload(event_dir: Path, name: str, array, kind: str, sensor_id: str, dims: dict,
-                  exposure_ns: int | None = None) -> dict:
-    """Write one array as modality `name` of `kind` into event_dir; return its manifest `modalities` entry."""
+class PayloadWriter:
+    """Payload files of one folder written on worker threads while the caller goes on (bpy work stays in the
+    caller's thread): OpenEXR's ZIP compression, numpy copies and fsync release the GIL.
+
+    `submit(arrays)` starts files early (largest first); `finish(...)` starts the rest, waits and returns the
+    modalities table. Each file is independent (its own temporary name, fsync and rename: contracts.arrays), so
+    its bytes are those a sequential write gives. Leaving the `with` block waits for every started file (also
+    on an error), so nothing is still written into a staging folder being removed; a write's error is raised
+    by `finish`."""
+
+    def __init__(self, event_dir: Path, kind: str, workers: int = WORKERS):
+        self.event_dir, self.kind = Path(event_dir), kind
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rowbeam-payload")
+        self._started: dict = {}          # name -> (array, future of write_payload_file's fields)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._pool.shutdown(wait=True)
+
+    def submit(self, arrays: dict) -> None:
+        """Start writing these arrays (modality name -> array) of `kind` while the caller goes on; they are made
+        read-only, so what is written is what the event holds."""
+        for array in arrays.values():
+            if isinstance(array, np.ndarray):
+                array.flags.writeable = False
+        self._start(arrays)
+
+    def _start(self, arrays: dict) -> None:
+        for name in sorted(arrays, key=lambda k: -getattr(arrays[k], "nbytes", 0)):
+            if name in self._started:
+                raise ValueError(f"payload {name!r} handed over twice")
+            self._started[name] = (arrays[name], self._pool.submit(write_payload_file, self.event_dir, name,
+                                                                   arrays[name], self.kind))
+
+    def finish(self, arrays: dict, sensor_id: str, dims: dict, exposure_ns: int | None = None) -> dict:
+        """The manifest `modalities` table of `arrays` (in their order), once every file is written; arrays not
+        handed over yet are written now. Each handed-over name must be in `arrays` with the same array."""
+        for name, (array, _) in self._started.items():
+            if arrays.get(name) is not array:
+                raise ValueError(f"payload {name!r} was written early but is not the event's array {name!r}")
+        self._start({k: a for k, a in arrays.items() if k not in self._started})
+        done = {name: future.result() for name, (_, future) in self._started.items()}
+        table = {}
+        for name in arrays:
+            entry = MODALITIES[self.kind][name].entry(sensor_id, dims, exposure_ns)
+            entry.update(done[name])
+            table[name] = entry
+        return table
+
+
+def write_payload_file(event_dir: Path, name: str, array, kind: str) -> dict:
+    """Write one array as modality `name` of `kind` into event_dir; return its manifest entry's file fields
+    (uri, sha256, bytes, storage)."""
     spec = MODALITIES[kind][name]
-    entry = spec.entry(sensor_id, dims, exposure_ns)
     filename = f"{name}.exr" if spec.channels else f"{name}.npy"
     path = event_dir / filename
     if spec.channels:
@@ -61,8 +112,7 @@ def write_payload(event_dir: Path, name: str, array, kind: str, sensor_id: str, 
                             {"rowbeam_modality": name, "rowbeam_units": spec.units})
     else:
         storage = write_npy(path, array.astype(spec.numpy_dtype(), copy=False))
-    entry.update(uri=filename, sha256=sha256_file(path), bytes=path.stat().st_size, storage=storage)
-    return entry
+    return {"uri": filename, "sha256": sha256_file(path), "bytes": path.stat().st_size, "storage": storage}
 
 
 def camera_core(out, sensor, index: int) -> dict:

@@ -35,7 +35,8 @@ from .camera_event import export_camera_event
 from .camera_labels import semantic_lut
 from .flow_pair import compute_flow_pair, endpoint, flow_manifest
 from .lidar_event import export_lidar_event
-from .manifest import assemble_manifest, camera_core, lidar_core, radar_core, write_manifest, write_payloads
+from .manifest import (PayloadWriter, assemble_manifest, camera_core, lidar_core, radar_core, write_manifest,
+                       write_payloads)
 from .object_labels import check_object_scales, write_assets
 from .object_table import build_object_table
 from .progress import Progress
@@ -472,11 +473,15 @@ def _export_event(plan: ExportPlan, job: Job):
     ctx, sensor, index = plan.context, job.sensor, job.index
     t0 = time.perf_counter()
     export_event, core = SENSOR_EXPORTERS[sensor.type]
-    out = export_event(ctx, sensor, index)
     staged = plan.writer.stage(job.location)
-    if getattr(out, "assets", None):
-        write_assets(plan.writer.root, out.assets)       # content-addressed meshes the manifest refers to
-    modalities = write_payloads(staged, out.arrays, sensor.type, sensor.id, out.dims, out.exposure_ns)
+    with PayloadWriter(staged, sensor.type) as payloads:
+        # a camera event's labels are written on worker threads while its verification rows render (bpy)
+        early = {"write_early": payloads.submit} if export_event is export_camera_event else {}
+        out = export_event(ctx, sensor, index, **early)
+        if getattr(out, "assets", None):
+            write_assets(plan.writer.root, out.assets)       # content-addressed meshes the manifest refers to
+        modalities = write_payloads(staged, out.arrays, sensor.type, sensor.id, out.dims, out.exposure_ns,
+                                    started=payloads)
     manifest = assemble_manifest(
         core(out, sensor, index), sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
         sensor=sensor, modalities=modalities, objects=ctx.table, ontology=ctx.ontology,
