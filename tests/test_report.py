@@ -178,6 +178,11 @@ def test_every_overlay_of_the_issue_is_on_its_page(report):
     assert set(OVERLAYS) <= kinds
     page = (report / "pages/bundle_events_radar_front_000020.html").read_text()
     assert "radial velocity [m/s] (blue = approaching, red = receding)" in page       # colour bar with units
+    camera = (report / "pages/bundle_events_camera_front_000030.html").read_text()
+    table = camera.index("object table: ")                  # the long object table is folded, its rows all there
+    n = int(camera[table:].split()[2])
+    assert n > 20 and camera.rfind("<details>", 0, table) > camera.rfind("</details>", 0, table)
+    assert camera.count("<tr>", table, camera.index("</details>", table)) == n + 1
 
 
 def _browser():

@@ -533,3 +533,13 @@ def test_indexed_image_png_decodes_to_its_rgb_with_opencv():
     assert len(idx.palette) <= 256 and png.encode_png(idx)[25] == 3
     assert np.array_equal(idx.rgb(), _colourise_whole(z, 1.0, 60.0, True, mask))
     assert len(np.unique(idx.rgb().reshape(-1, 3), axis=0)) == 256                    # the 255 map colours + NO_DATA
+
+
+def test_histogram_svg_labels_end_inside_the_svg():
+    import re
+
+    from contracts.report import html
+
+    svg = html.histogram_svg(stats.histogram(np.geomspace(1e-9, 2.5e-8, 50)), "m", width=300)
+    right = re.findall(r'<text x="([0-9.]+)"[^>]*?( text-anchor="end")?>([^<]*)</text>', svg)[-1]
+    assert right[2] == "2.5e-08 m" and float(right[0]) == 300 and right[1]     # its end at the right edge

@@ -37,6 +37,7 @@ SCHEMA = "rowbeam/report@1"
 REPORT_JSON = "report.json"
 THUMB_SIDE = 320
 MIN_DISPLAY_WIDTH = 240
+OPEN_TABLE_ROWS = 20            # a camera page's object table longer than this starts folded (<details>)
 
 
 class _Silent:
@@ -441,10 +442,13 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
         parts.append("<h2>Objects</h2>" + html.figure(w.image(f"{rel}/objects", img),
                      "modal contour + box (cyan), amodal contour + clipped box (yellow), axes at "
                      "T_camera_object_reference (x red, y green, z blue)"))
-        parts.append(html.table(["id", "name", "class", "px visible", "px all", "visib_fract", "truncation", "occlusion"],
-                                [[html.fmt(r[k]) for k in ("id", "name", "class", "px_count_visib", "px_count_all",
-                                                            "visib_fract", "truncation_fraction", "occlusion_fraction")]
-                                 for r in rows]))
+        table = html.table(["id", "name", "class", "px visible", "px all", "visib_fract", "truncation", "occlusion"],
+                           [[html.fmt(r[k]) for k in ("id", "name", "class", "px_count_visib", "px_count_all",
+                                                       "visib_fract", "truncation_fraction", "occlusion_fraction")]
+                            for r in rows])
+        shown = " open" if len(rows) <= OPEN_TABLE_ROWS else ""   # a long table: folded, the overlays below stay near
+        parts.append(f"<details{shown}><summary>object table: {len(rows)} objects (pixel counts, visib_fract, "
+                     f"truncation, occlusion)</summary>{table}</details>")
         stats.visib += [r["visib_fract"] for r in rows if r["visib_fract"] is not None]
         for o in ev.object_labels:
             sha = (o.get("asset") or {}).get("sha256")

@@ -66,8 +66,8 @@ def histogram_svg(h: dict, unit: str, width: int = 300, height: int = 70) -> str
                    f"height=\"{c / top * (height - 14):.1f}\"><title>{c}</title></rect>" for i, c in enumerate(counts))
     e = h["edges"]
     return (f"<svg class=\"hist\" width=\"{width}\" height=\"{height}\" role=\"img\">{bars}"
-            f"<text x=\"0\" y=\"{height - 1}\">{e[0]:.2g}</text><text x=\"{width - 40}\" y=\"{height - 1}\">"
-            f"{e[-1]:.2g} {esc(unit)}</text></svg>")
+            f"<text x=\"0\" y=\"{height - 1}\">{e[0]:.2g}</text><text x=\"{width}\" y=\"{height - 1}\" "
+            f"text-anchor=\"end\">{e[-1]:.2g} {esc(unit)}</text></svg>")     # (ends at the right edge, unclipped)
 
 
 def fmt(x) -> str:
