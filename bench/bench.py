@@ -155,9 +155,9 @@ def one_time_sweep(ctx, sensor, timing):
 
 class CyclesPhases:
     """Process CPU seconds of a render's phases by Cycles' own status text (bpy.app.handlers.render_stats), while
-    active: `sync` (the text 'Initializing': scene sync, with motion blur one frame_set and object sync per motion
-    time), `bvh` (BVH builds), `sample` (path tracing), `other` (kernels, film, writing). Summed over the renders in
-    the block; `seconds` = {phase: CPU s}."""
+    active: `sync` ('Initializing' and 'Synchronizing ...': scene sync, with motion blur one frame_set and object
+    sync per motion time), `bvh` (BVH builds), `sample` (path tracing), `other` (kernels, lookup tables, film).
+    Summed over the renders in the block; `seconds` = {phase: CPU s}."""
 
     def __init__(self):
         self.seconds, self._last = {}, None
@@ -167,8 +167,8 @@ class CyclesPhases:
         if self._last is not None:
             phase = self._last[1]
             self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last[0]
-        kind = ("sync" if "Initializing" in text else "bvh" if "BVH" in text else "sample" if "Sample" in text
-                else "other")
+        kind = ("sync" if "Initializing" in text or "Synchroniz" in text else "bvh" if "BVH" in text
+                else "sample" if "Sample" in text else "other")
         self._last = None if "Finished" in text else (now, kind)
 
     def __enter__(self):
