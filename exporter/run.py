@@ -45,6 +45,7 @@ from .run_temp import run_temp
 from .scene_clock import scene_clock
 from .scene_patch import ScenePatch
 from .state_log import check_state_log_config, write_state_log
+from .worker_threads import openexr_threads
 
 RIG_PROPERTY = "rowbeam_rig"          # rig JSON stored on the scene by the add-on
 SCENARIO_PROPERTY = "rowbeam_scenario"
@@ -376,7 +377,7 @@ def iter_export(plan: ExportPlan, summary: dict):
     ctx, writer = plan.context, plan.writer
     frame = (ctx.scene.frame_current, ctx.scene.frame_subframe)
     total, job = len(plan.jobs), None
-    with run_temp():
+    with run_temp(), openexr_threads():
         try:
             writer.open()
             summary["reclaimed"] = list(writer.reclaimed)

@@ -12,14 +12,14 @@ from exporter.manifest import PayloadWriter, write_payload_file, write_payloads
 KIND, SENSOR, DIMS = "rolling_shutter_camera", "cam", {"W": 40, "H": 24}
 
 
-def _arrays(seed=5):
+def _arrays(seed=5, h=24, w=40):
     rng = np.random.default_rng(seed)
-    z = rng.uniform(1.0, 80.0, (24, 40)).astype(np.float32)
-    z[rng.random((24, 40)) < 0.2] = np.nan
-    n = rng.normal(size=(24, 40, 3)).astype(np.float32)
-    return {"row_time_ns": np.arange(24, dtype=np.int64) * 1000, "camera_z": z, "range": z * np.float32(1.1),
+    z = rng.uniform(1.0, 80.0, (h, w)).astype(np.float32)
+    z[rng.random((h, w)) < 0.2] = np.nan
+    n = rng.normal(size=(h, w, 3)).astype(np.float32)
+    return {"row_time_ns": np.arange(h, dtype=np.int64) * 1000, "camera_z": z, "range": z * np.float32(1.1),
             "normal_geometric": n, "valid": (~np.isnan(z)).astype(np.uint8),
-            "instance_id": rng.integers(0, 9, (24, 40)).astype(np.uint32)}
+            "instance_id": rng.integers(0, 9, (h, w)).astype(np.uint32)}
 
 
 def _sha(path):
@@ -71,3 +71,24 @@ def test_an_array_replaced_after_handover_or_a_failed_write_is_refused(tmp_path,
     with pytest.raises(RuntimeError, match="No space left"):
         write_payloads(out, _arrays(), KIND, SENSOR, DIMS, 7)
     assert (out / "camera_z.exr").is_file()          # the other files were finished before the error was raised
+
+
+def test_openexr_threads_decode_the_same_arrays_and_restore_the_pool(tmp_path):
+    import OpenEXR
+
+    from contracts.arrays import read_exr_channels
+    from exporter.worker_threads import openexr_threads
+
+    arrays = _arrays(h=200, w=64)           # 13 ZIP line blocks per plane: decoded on the pool's threads
+    table = write_payloads(tmp_path, arrays, KIND, SENSOR, {"W": 64, "H": 200}, 7)
+    before = OpenEXR.global_thread_count()
+    plain = {k: read_exr_channels(tmp_path / e["uri"])[0] for k, e in table.items() if e["uri"].endswith(".exr")}
+    with openexr_threads(3):
+        assert OpenEXR.global_thread_count() == 3
+        threaded = {k: read_exr_channels(tmp_path / e["uri"])[0] for k, e in table.items() if e["uri"].endswith(".exr")}
+    assert OpenEXR.global_thread_count() == before
+    for k in plain:
+        assert plain[k].keys() == threaded[k].keys()
+        for c in plain[k]:
+            assert plain[k][c].dtype == threaded[k][c].dtype
+            assert np.array_equal(plain[k][c], threaded[k][c], equal_nan=True), (k, c)
