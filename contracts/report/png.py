@@ -24,6 +24,13 @@ class Indexed(NamedTuple):
         """(H, W, 3) uint8."""
         return np.take(self.palette, self.index, axis=0)
 
+    def rgbx(self) -> np.ndarray:
+        """(H, W, 4) uint8: the RGB and a zero byte per pixel, from one 4-byte lookup per pixel (a gather of whole
+        words: faster than rgb()'s 3-byte rows where every channel is read again anyway, as by thumbnail())."""
+        words = np.zeros(len(self.palette), dtype=np.uint32)
+        words.view(np.uint8).reshape(-1, 4)[:, :3] = self.palette
+        return np.take(words, self.index).view(np.uint8).reshape(*self.index.shape, 4)
+
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
@@ -84,8 +91,8 @@ def thumbnail_factor(height: int, width: int, max_side: int = 320) -> int:
 def thumbnail(image, max_side: int = 320) -> np.ndarray:
     """Downscale (H, W, C) uint8 (or an Indexed image's RGB) by an integer factor (area average) so the longer side
     is <= max_side."""
-    if isinstance(image, Indexed):
-        image = image.rgb()
+    if isinstance(image, Indexed):                  # (the area average of each channel: the zero 4th one dropped)
+        return thumbnail(image.rgbx(), max_side)[..., :3]
     H, W = image.shape[:2]
     f = thumbnail_factor(H, W, max_side)
     if f == 1:
