@@ -59,8 +59,24 @@ def camera_points(camera, camera_z: np.ndarray, row_T_world_camera: np.ndarray) 
     """(H, W, 3) float64 m, camera frame: each pixel's ray through `camera` (a Lens or pinhole K) times its
     camera_z. row_T_world_camera only identifies the event (the points do not depend on it)."""
     H, W = camera_z.shape
-    return _points("camera", camera, camera_z, row_T_world_camera,
-                   lambda: image_rays(camera, W, H) * camera_z.astype(np.float64)[..., None])
+    if isinstance(camera, Lens):
+        return _points("camera", camera, camera_z, row_T_world_camera,
+                       lambda: image_rays(camera, W, H) * camera_z.astype(np.float64)[..., None])
+    return _points("camera", camera, camera_z, row_T_world_camera, lambda: _pinhole_points(camera, camera_z))
+
+
+def _pinhole_points(K, camera_z: np.ndarray) -> np.ndarray:
+    """image_rays(K) * camera_z bit for bit without the (H, W, 3) ray grid: a pinhole ray is
+    ((u - c_x) / f_x, (v - c_y) / f_y, 1), its first component depends on the column only, its second on the row
+    only, and z * 1 = z."""
+    K = np.asarray(K, np.float64)
+    H, W = camera_z.shape
+    z = camera_z.astype(np.float64)
+    out = np.empty((H, W, 3))
+    np.multiply((np.arange(W, dtype=np.float64) - K[0, 2]) / K[0, 0], z, out=out[..., 0])
+    np.multiply(((np.arange(H, dtype=np.float64) - K[1, 2]) / K[1, 1])[:, None], z, out=out[..., 1])
+    out[..., 2] = z
+    return out
 
 
 def world_points(camera, camera_z: np.ndarray, row_T_world_camera: np.ndarray) -> np.ndarray:

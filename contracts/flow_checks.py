@@ -1,6 +1,8 @@
 """Invariants of a flow pair (`rowbeam/flow@1`) against its two endpoint camera events."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from . import qa_profile as tol
@@ -27,15 +29,21 @@ def check_flow(manifest: dict, arrays: dict, src: dict, dst: dict, add) -> None:
         add("flow_lens", False, f"the declared lens is unusable: {exc}")
         return
     K = K if lens is None else lens           # what projects: pinhole K or the lens (contracts.lens)
-    for direction, source_event in (("forward", src), ("backward", dst)):
-        _check_flags(direction, arrays, source_event, add)
-    _check_object_reasons(manifest, arrays, src, dst, add)
-    if not REPROJECT_NEEDS <= arrays.keys():      # a payload that failed its contract is reported, not re-used
-        return
-    moved_z, landing = _reproject(K, arrays, src, dst, add)
-    _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add)
-    if CYCLE_NEEDS <= arrays.keys():
-        _check_cycle(K, arrays, src, dst, add)
+    # a payload that failed its contract is reported, not re-used; the cycle residuals (independent of the other
+    # invariants) are formed on a second thread (numpy releases the GIL) and reported last, as before
+    cycle = REPROJECT_NEEDS <= arrays.keys() and CYCLE_NEEDS <= arrays.keys()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # its payloads read here, once (a DecodedArrays stacks a held image on first read)
+        residuals = pool.submit(cycle_residuals, {n: arrays[n] for n in CYCLE_NEEDS}, src, dst, K) if cycle else None
+        for direction, source_event in (("forward", src), ("backward", dst)):
+            _check_flags(direction, arrays, source_event, add)
+        _check_object_reasons(manifest, arrays, src, dst, add)
+        if not REPROJECT_NEEDS <= arrays.keys():
+            return
+        moved_z, landing = _reproject(K, arrays, src, dst, add)
+        _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add)
+        if residuals is not None:
+            _check_cycle(residuals.result()[0], add)
 
 
 def _check_object_reasons(manifest, arrays, src, dst, add):
@@ -160,12 +168,11 @@ def _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add):
         worst_m=float(err.max()))
 
 
-def _check_cycle(K, arrays, src, dst, add):
+def _check_cycle(err, add):
     """Forward then backward (bilinear over four destination pixels on the source pixel's object and
     one planar face: same normal and same plane offset, so parallel faces of two limbs of an articulated
     object are not mixed) returns to the start where both directions are visible and the landing point lies
-    between pixel centres."""
-    err = cycle_residuals(arrays, src, dst, K)[0]
+    between pixel centres: `err` = cycle_residuals(...)[0], px."""
     bad = int(np.count_nonzero(err > tol.FLOW_CYCLE_TOL_PX))
     add("flow_cycle_consistency", bad == 0,
         f"forward+backward misses the start by more than {tol.FLOW_CYCLE_TOL_PX} px at {bad} of {err.size} pixels "

@@ -112,7 +112,7 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
 
     def destination(vd):
         vc = np.clip(vd, 0.0, H - 1.0)
-        r0 = np.minimum(np.floor(vc).astype(np.int64), H - 1)
+        r0 = np.floor(vc).astype(np.int64)                   # <= H - 1: vc is clipped
         a = vc - r0
         if moving_idx.size:
             m = moving_idx
@@ -141,22 +141,27 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
             break
         with np.errstate(divide="ignore", invalid="ignore"):
             slope = np.where(np.abs(v1 - v0) > 1e-12, (g1 - g0) / (v1 - v0), 0.0)
-        v2 = v1 + (g1 - v1) / (1.0 - np.clip(np.nan_to_num(slope), -0.9, 0.9))
+        if not np.isfinite(slope).all():
+            slope = np.nan_to_num(slope)
+        v2 = v1 + (g1 - v1) / (1.0 - np.clip(slope, -0.9, 0.9))
         v0, g0 = v1, g1
         v1, (g1, out) = v2, landing_row(v2)
         iterations += 1
     vd = v1
     Pd, Xc, ud, vn = out
-    # residual: rows between the row whose time was used and the row the point lands on
-    resid = np.abs(np.nan_to_num(np.clip(vn, 0.0, H - 1.0) - np.clip(vd, 0.0, H - 1.0)))
-
-    undefined = dst.undefined[render].astype(bool) | src.undefined[render].astype(bool)
+    if src.undefined.shape == dst.undefined.shape:
+        undefined = (src.undefined.astype(bool) | dst.undefined.astype(bool))[render]
+    else:
+        undefined = dst.undefined[render].astype(bool) | src.undefined[render].astype(bool)
     in_front = (Xc[:, 2] > 0) & np.isfinite(ud) & np.isfinite(vn)     # a lens projects only inside its domain
     defined = ~undefined & (render != BACKGROUND_ID) & in_front
     in_bounds = defined & (ud >= -0.5) & (ud < W - 0.5) & (vn >= -0.5) & (vn < H - 0.5)
     visible = in_bounds.copy()
     tested = np.flatnonzero(in_bounds)             # the depth test decides only inside the image
     visible[tested] = _depth_test(dst, ud[tested], vn[tested], Xc[tested, 2], render[tested], depth_abs_m, depth_rel)
+    # residual, where it is reported (in bounds: vn finite): rows between the row whose time was used and the row
+    # the point lands on
+    resid = np.abs(np.clip(vn[tested], 0.0, H - 1.0) - np.clip(vd[tested], 0.0, H - 1.0))
 
     kept = np.flatnonzero(defined)
     at = idx[kept]                                 # flat pixel index of each defined source pixel
@@ -177,12 +182,13 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
         out = np.zeros(H * W, np.uint8)
         out[idx[mask_pixels]] = 1
         return out.reshape(H, W)
-    stats = {"iterations": iterations, "max_row_residual": float(resid[in_bounds].max(initial=0.0)),
+    stats = {"iterations": iterations, "max_row_residual": float(resid.max(initial=0.0)),
              "defined_pixels": int(defined.sum()), "visible_pixels": int(visible.sum())}
     if deforming:
         stats["deforming_pixels"] = int(sum(sel.size for _, sel in deforming))
         stats["max_material_point_distance_m"] = worst_locate
-    return FlowResult(flow.reshape(H, W, 2), plane(np.ones_like(defined)), plane(in_bounds), plane(visible),
+    source_valid = np.isfinite(src.camera_z).astype(np.uint8)      # = plane(every valid source pixel)
+    return FlowResult(flow.reshape(H, W, 2), source_valid, plane(in_bounds), plane(visible),
                       plane(defined), sf, sfc, stats)
 
 
@@ -197,7 +203,7 @@ class RowTerms:
         self.T = np.asarray(T_rows, np.float64)                     # (K, 4, 4)
         self.D = np.zeros_like(self.T)                              # next row minus this row; the last row has none
         self.D[:-1] = self.T[1:] - self.T[:-1]
-        self.points = points                                        # (N, 3)
+        self.points = np.asfortranarray(points, np.float64)        # (N, 3), columns contiguous (apply_per_row)
         n = len(points)
         self.base, self.base_rows = np.zeros((n, 3)), np.full(n, -1, np.int64)   # T[r] X and its r (-1: none yet)
         self.step, self.step_rows = np.zeros((n, 3)), np.full(n, -1, np.int64)   # (T[r+1] - T[r]) X and its r
