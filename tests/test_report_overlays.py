@@ -488,6 +488,8 @@ def test_normal_colour_by_blocks_is_the_whole_image_formula():
         want = (np.clip(n, -1.0, 1.0) * np.float32(127.5) + np.float32(128.0)).astype(np.uint8)
     want[~ok] = colour.NO_DATA
     assert np.array_equal(colour.normal_colour(n), want)
+    planes = [np.ascontiguousarray(n[..., c]) for c in range(3)]     # the checker's held planes (no stacked copy)
+    assert np.array_equal(colour.normal_colour(planes), want) and np.array_equal(colour.normal_colour(planes, ok), want)
 
 
 def test_report_writer_writes_every_image_and_thumbnail_from_its_threads_and_raises_their_errors(tmp_path):

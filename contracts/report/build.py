@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..arrays import channel_planes
 from ..bundle_reader import Bundle, Event, Flow
 from ..camera_checks import manifest_lens
 from ..camera_model import norm, pixel_grid, ray_directions
@@ -239,7 +240,7 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
     types = {id(e): _safe(lambda e=e: e.sensor_type) for e in events}
     lidars = [e for e in events if types[id(e)] == "spinning_lidar"]
     cameras = [e for e in events if types[id(e)] == "rolling_shutter_camera"]
-    ctx = {"lidars": lidars, "cameras": cameras}
+    ctx = {"lidars": lidars, "cameras": cameras, "checked": bundle.preloaded}
     items = []
     progress.stage("overlays", total=len(events) + len(flows), unit="folders")
     for i, doc in enumerate([*events, *flows]):
@@ -294,7 +295,8 @@ def _item_page(doc, key, rel, status, checks, item, w, res, stats, ctx, verify, 
         elif doc.sensor_type == "rolling_shutter_camera":
             item["kind"] = "camera_event"
             body = _camera_page(doc, w, f"{key}/{rel}", res, stats, ctx["lidars"], verify,
-                                checked_valid=not verify and _passed(checks, "validity_consistency"))
+                                checked_valid=not verify and _passed(checks, "validity_consistency"),
+                                checked=None if verify else ctx["checked"].get(doc.path.resolve()))
         elif doc.sensor_type == "radar":
             item["kind"] = "radar_frame"
             body = radar_page(doc, w, f"{key}/{rel}", res, stats, ctx["cameras"], verify)
@@ -389,11 +391,13 @@ def _passed(checks, name: str) -> bool:
 
 
 def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, verify=False,
-                 checked_valid=False) -> str:
+                 checked_valid=False, checked=None) -> str:
     """checked_valid: the checker's validity_consistency passed on these arrays (every float label finite exactly
-    where valid, camera_z and range positive there), so the page need not test it again."""
+    where valid, camera_z and range positive there), so the page need not test it again. checked: the checker's
+    decoded arrays of this event (contracts.arrays.DecodedArrays, sha256 verified), read as they are: the normals
+    stay channel planes unless an overlay reads them whole (LiDAR pairing)."""
     m = ev.manifest
-    a = ev.arrays(verify=verify)
+    a = checked if checked is not None and all(n in checked for n in ev.names) else ev.arrays(verify=verify)
     K = np.array(m["calibration"]["K"], dtype=np.float64)
     H, W = a["camera_z"].shape
     valid = a["valid"] == 1
@@ -412,7 +416,8 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     parts.append(_scalar_block(w, rel, "range", a["range"], valid, "range [m]", "range"))
     for n in ("normal_geometric", "normal_shading"):       # images made on the Writer's threads from `a`
         if n in a:
-            img = lambda n=n: colour.normal_colour(a[n], valid if checked_valid else None)  # noqa: E731
+            planes = channel_planes(a, n)                 # (taken here: the worker reads only these arrays)
+            img = lambda p=planes: colour.normal_colour(p, valid if checked_valid else None)  # noqa: E731
             parts.append(html.figure(w.image(f"{rel}/{n}", img, shape=(H, W)),
                                      f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
     parts.append(html.figure(w.image(f"{rel}/instance_id", lambda: overlays.id_indexed(a["instance_id"], m["objects"]),
@@ -475,7 +480,9 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
             "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys, count=count)
     d = d / factor[..., None]
     for n in normals:
-        nv = a[n].reshape(-1, 3)[pix].astype(np.float64)
+        nv = np.empty((pix.size, 3))                # float64 normals at the sampled pixels, channel by channel
+        for c, plane in enumerate(channel_planes(a, n)):
+            nv[:, c] = plane.reshape(-1)[pix]
         res.add(f"camera.{n}_unit", "1", np.abs(norm(nv) - 1), f"| |{n}| - 1 | per valid pixel", **keys, count=count)
         if n == "normal_geometric":
             res.add("camera.geometric_facing", "1", np.maximum(0.0, (nv * d).sum(-1)),

@@ -258,30 +258,37 @@ def hsv_to_rgb(h, s, v) -> np.ndarray:
 
 
 def normal_colour(normals, finite=None) -> np.ndarray:
-    """(H, W, 3) unit vectors (camera frame) -> uint8 RGB = (n + 1) / 2 (x red, y green, z blue); NaN -> NO_DATA.
-    finite: the (H, W) bool mask of the pixels with every channel finite, when the caller already knows it (the
-    checker's validity contract: finite exactly where valid)."""
-    n = np.asarray(normals, dtype=np.float32)
-    flat = n.reshape(-1)
-    out = np.empty(flat.size, dtype=np.uint8)
-    buf = np.empty(min(3 * BLOCK, flat.size), dtype=np.float32)   # float32 working copy of a block, reused
+    """Unit vectors (camera frame), as an (H, W, 3) array or its 3 channel planes (H, W) (contracts.arrays.
+    channel_planes: no interleaved copy needed), -> (H, W, 3) uint8 RGB = (n + 1) / 2 (x red, y green, z blue); NaN
+    -> NO_DATA. finite: the (H, W) bool mask of the pixels with every channel finite, when the caller already knows
+    it (the checker's validity contract: finite exactly where valid)."""
+    if isinstance(normals, (list, tuple)):
+        planes = [np.asarray(p, dtype=np.float32) for p in normals]
+    else:
+        n = np.asarray(normals, dtype=np.float32)
+        planes = [n[..., c] for c in range(n.shape[-1])]
+    shape = planes[0].shape
+    flats = [p.reshape(-1) for p in planes]            # (views, strided for an interleaved array's channels)
+    size = flats[0].size
+    out = np.empty((size, len(flats)), dtype=np.uint8)
+    buf = np.empty(min(BLOCK, size), dtype=np.float32)  # float32 working copy of a block of one channel, reused
     with np.errstate(invalid="ignore"):               # NaN pixels: any byte here, NO_DATA below
-        for start in range(0, flat.size, 3 * BLOCK):
-            part = slice(start, min(start + 3 * BLOCK, flat.size))
+        for start in range(0, size, BLOCK):
+            part = slice(start, min(start + BLOCK, size))
             t = buf[:part.stop - part.start]
-            np.clip(flat[part], -1.0, 1.0, out=t)
-            t *= np.float32(127.5)
-            t += np.float32(128.0)
-            out[part] = t                             # rint((n+1)/2 * 255)
-    out = out.reshape(n.shape)
+            for c, flat in enumerate(flats):
+                np.clip(flat[part], -1.0, 1.0, out=t)
+                t *= np.float32(127.5)
+                t += np.float32(128.0)
+                out[part, c] = t                      # rint((n+1)/2 * 255)
     if finite is not None:
         ok = np.asarray(finite, dtype=bool)
     else:
-        ok = np.isfinite(n[..., 0])
-        for c in range(1, n.shape[-1]):
-            ok &= np.isfinite(n[..., c])
-    out.reshape(-1, 3)[np.flatnonzero(~ok)] = NO_DATA
-    return out
+        ok = np.isfinite(planes[0])
+        for p in planes[1:]:
+            ok &= np.isfinite(p)
+    out[np.flatnonzero(~ok.reshape(-1))] = NO_DATA
+    return out.reshape(*shape, len(flats))
 
 
 def srgb(linear, exposure: float = 1.0) -> np.ndarray:
