@@ -16,6 +16,7 @@ import weakref
 
 import numpy as np
 
+from .blocks import BLOCK, blockwise
 from .frames import apply_rows_grid
 from .lens import Lens, image_rays
 
@@ -81,5 +82,7 @@ def _pinhole_points(K, camera_z: np.ndarray) -> np.ndarray:
 
 def world_points(camera, camera_z: np.ndarray, row_T_world_camera: np.ndarray) -> np.ndarray:
     """(H, W, 3) float64 m, world frame: camera_points moved by each image row's pose (row_T_world_camera (H, 4, 4))."""
+    rows_per_block = max(1, BLOCK // camera_z.shape[1])          # image rows per block (contracts.blocks)
     return _points("world", camera, camera_z, row_T_world_camera,
-                   lambda: apply_rows_grid(row_T_world_camera, camera_points(camera, camera_z, row_T_world_camera)))
+                   lambda: blockwise(apply_rows_grid, row_T_world_camera,
+                                     camera_points(camera, camera_z, row_T_world_camera), block=rows_per_block))

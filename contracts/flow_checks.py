@@ -1,11 +1,10 @@
 """Invariants of a flow pair (`rowbeam/flow@1`) against its two endpoint camera events."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 from . import qa_profile as tol
+from .blocks import blockwise
 from .errors import RowbeamError
 from .event_points import camera_points, world_points
 from .frames import apply_per_row
@@ -29,21 +28,15 @@ def check_flow(manifest: dict, arrays: dict, src: dict, dst: dict, add) -> None:
         add("flow_lens", False, f"the declared lens is unusable: {exc}")
         return
     K = K if lens is None else lens           # what projects: pinhole K or the lens (contracts.lens)
-    # a payload that failed its contract is reported, not re-used; the cycle residuals (independent of the other
-    # invariants) are formed on a second thread (numpy releases the GIL) and reported last, as before
-    cycle = REPROJECT_NEEDS <= arrays.keys() and CYCLE_NEEDS <= arrays.keys()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # its payloads read here, once (a DecodedArrays stacks a held image on first read)
-        residuals = pool.submit(cycle_residuals, {n: arrays[n] for n in CYCLE_NEEDS}, src, dst, K) if cycle else None
-        for direction, source_event in (("forward", src), ("backward", dst)):
-            _check_flags(direction, arrays, source_event, add)
-        _check_object_reasons(manifest, arrays, src, dst, add)
-        if not REPROJECT_NEEDS <= arrays.keys():
-            return
-        moved_z, landing = _reproject(K, arrays, src, dst, add)
-        _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add)
-        if residuals is not None:
-            _check_cycle(residuals.result()[0], add)
+    for direction, source_event in (("forward", src), ("backward", dst)):
+        _check_flags(direction, arrays, source_event, add)
+    _check_object_reasons(manifest, arrays, src, dst, add)
+    if not REPROJECT_NEEDS <= arrays.keys():      # a payload that failed its contract is reported, not re-used
+        return
+    moved_z, landing = _reproject(K, arrays, src, dst, add)
+    _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add)
+    if CYCLE_NEEDS <= arrays.keys():
+        _check_cycle(K, arrays, src, dst, add)
 
 
 def _check_object_reasons(manifest, arrays, src, dst, add):
@@ -104,8 +97,9 @@ def _reproject(K, arrays, src, dst, add):
     flow = arrays["flow_forward"].reshape(-1, 2)[idx].astype(np.float64)
     landing = np.clip(v + flow[:, 1], 0.0, H - 1.0)
     r0 = np.minimum(np.floor(landing).astype(np.int64), H - 1)
-    X = apply_per_row(np.linalg.inv(dst["row_T_world_camera"]), P + d, r0, landing - r0)
-    uu, vv = project_uv(K, X)
+    T_cw = np.linalg.inv(dst["row_T_world_camera"])
+    X = blockwise(lambda Q, r, f: apply_per_row(T_cw, Q, r, f), P + d, r0, landing - r0)
+    uu, vv = blockwise(lambda Q: project_uv(K, Q), X)
     err = np.hypot(uu - (u + flow[:, 0]), vv - (v + flow[:, 1]))
     worst = float(err.max(initial=0.0))
     add("flow_matches_scene_flow", worst <= tol.FLOW_REPROJECTION_TOL_PX,
@@ -115,7 +109,7 @@ def _reproject(K, arrays, src, dst, add):
     if "scene_flow_source_camera" in arrays:
         R_cw = np.transpose(src["row_T_world_camera"][:, :3, :3], (0, 2, 1))
         sfw = d if np.isfinite(d).all() else np.nan_to_num(d)    # the scene_flow_world values at idx, NaN -> 0
-        rotated = rotate_per_row(R_cw, sfw, idx // W)
+        rotated = blockwise(lambda x, r: rotate_per_row(R_cw, x, r), sfw, idx // W)
         sfc = arrays["scene_flow_source_camera"].reshape(-1, 3)[idx].astype(np.float64)
         worst_c = float(np.abs(rotated - sfc).max(initial=0.0))
         add("scene_flow_frames", worst_c <= tol.FLOW_SCENE_FLOW_TOL_M,
@@ -156,8 +150,8 @@ def _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add):
         return
     uv = landing[visible]
     z = moved_z[visible]
-    warped, _ = camera_z_at(dst["camera_z"], dst["instance_id"], uv[:, 0], uv[:, 1],
-                            src["instance_id"][visible].astype(np.int64))
+    warped, _ = blockwise(lambda u, v, o: camera_z_at(dst["camera_z"], dst["instance_id"], u, v, o),
+                          uv[:, 0], uv[:, 1], src["instance_id"][visible].astype(np.int64))
     dt = manifest["method"]["depth_test"]
     err = np.abs(warped - z)
     limit = dt["abs_m"] + dt["rel"] * z + 1e-5          # 10 um slack for float32 storage
@@ -168,11 +162,12 @@ def _check_depth_warp(manifest, arrays, src, dst, moved_z, landing, add):
         worst_m=float(err.max()))
 
 
-def _check_cycle(err, add):
+def _check_cycle(K, arrays, src, dst, add):
     """Forward then backward (bilinear over four destination pixels on the source pixel's object and
     one planar face: same normal and same plane offset, so parallel faces of two limbs of an articulated
     object are not mixed) returns to the start where both directions are visible and the landing point lies
-    between pixel centres: `err` = cycle_residuals(...)[0], px."""
+    between pixel centres."""
+    err = cycle_residuals(arrays, src, dst, K)[0]
     bad = int(np.count_nonzero(err > tol.FLOW_CYCLE_TOL_PX))
     add("flow_cycle_consistency", bad == 0,
         f"forward+backward misses the start by more than {tol.FLOW_CYCLE_TOL_PX} px at {bad} of {err.size} pixels "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contracts.flow_checks import rotate_per_row
+from contracts.blocks import blockwise
 from contracts.event_points import world_points
 from contracts.frames import apply_per_row
 from contracts.lens import project_uv
@@ -123,7 +124,7 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
         Xc = fixed_in_camera.at(r0, a)
         if dynamic.size:
             Xc[dynamic] = apply_per_row(T_cw_dst, Pd[dynamic], r0[dynamic], a[dynamic])
-        ud, vn = project_uv(dst.camera, Xc)
+        ud, vn = blockwise(lambda X: project_uv(dst.camera, X), Xc)
         return Pd, Xc, ud, vn
 
     def landing_row(vd):
@@ -175,7 +176,7 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
         d = Pd[kept] - P[kept]
         sf[at] = d
         R_cw = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))          # camera <- world, per row
-        sfc[at] = rotate_per_row(R_cw, d, rows[kept])
+        sfc[at] = blockwise(lambda x, r: rotate_per_row(R_cw, x, r), d, rows[kept])
         sf, sfc = sf.reshape(H, W, 3), sfc.reshape(H, W, 3)
 
     def plane(mask_pixels):
@@ -215,7 +216,7 @@ class RowTerms:
         if not stepped.any():
             return self.base.copy()
         _refresh(self.D, self.points, self.step, self.step_rows, rows, stepped)
-        return self.base + frac[:, None] * self.step
+        return blockwise(lambda base, f, step: base + f[:, None] * step, self.base, frac, self.step)
 
 
 def _refresh(M, points, kept, kept_rows, rows, needed) -> None:
@@ -227,7 +228,7 @@ def _refresh(M, points, kept, kept_rows, rows, needed) -> None:
         stale &= needed
     changed = np.flatnonzero(stale)
     if changed.size > rows.size // 2:
-        kept[:] = apply_per_row(M, points, rows)
+        kept[:] = blockwise(lambda X, r: apply_per_row(M, X, r), points, rows)
         kept_rows[:] = rows
     elif changed.size:
         kept[changed] = apply_per_row(M, points[changed], rows[changed])
@@ -238,6 +239,6 @@ def _depth_test(dst: EventGeometry, ud, vd, z, render, abs_m, rel) -> np.ndarray
     """The moved point wins the destination's visibility: the nearest destination pixel shows the same
     object and its camera_z (`camera_z_at`: inverse-depth bilinear when all four neighbours show that
     object) is within abs_m + rel * z of the point's z."""
-    z_dst, seen = camera_z_at(dst.camera_z, dst.instance_id, ud, vd, render)
+    z_dst, seen = blockwise(lambda u, v, r: camera_z_at(dst.camera_z, dst.instance_id, u, v, r), ud, vd, render)
     ok = np.isfinite(ud) & np.isfinite(vd) & (seen == render)
     return ok & (np.abs(z_dst - z) <= abs_m + rel * np.abs(z))

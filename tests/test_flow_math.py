@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from contracts.blocks import blockwise
 from contracts.event_points import camera_points, world_points
 from contracts.flow_checks import rotate_per_row
 from contracts.frames import apply_per_row, apply_rows_grid
@@ -104,3 +105,19 @@ def test_event_points_are_the_plain_formulas_and_kept_only_for_read_only_events(
     T2 = T.copy()
     T2[:, 0, 3] += 1.0
     assert world_points(K, z, T2).tobytes() == apply_rows_grid(T2, want_camera).tobytes()
+
+
+def test_blockwise_gives_the_bits_of_one_call():
+    rng = np.random.default_rng(13)
+    H, N = 30, 1000
+    T = _row_poses(rng, H)
+    X, rows, frac = rng.normal(scale=30.0, size=(N, 3)), rng.integers(0, H, N), rng.random(N)
+    want = apply_per_row(T, X, rows, frac)
+    for block in (7, 256, N, 4 * N):             # ragged last block, one block, fewer points than a block
+        got = blockwise(lambda x, r, f: apply_per_row(T, x, r, f), X, rows, frac, block=block)
+        assert got.tobytes() == want.tobytes()
+    z = rng.uniform(1.0, 5.0, (H, 40)).astype(np.float32)
+    ids = rng.integers(1, 3, (H, 40)).astype(np.uint32)
+    u, v, obj = rng.uniform(-1, 40, N), rng.uniform(-1, H, N), rng.integers(1, 3, N)
+    got = blockwise(lambda a, b, o: camera_z_at(z, ids, a, b, o), u, v, obj, block=100)     # a tuple of arrays
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, camera_z_at(z, ids, u, v, obj), strict=True))
