@@ -87,7 +87,8 @@ class StageClock:
 def after_render_stages() -> dict:
     """StageClock targets of a camera event's stages after the label render: camera_event's derive_labels outside
     verification, verification (row renders included), row poses, payload writing (incl. fsync and sha256) and the
-    in-line check."""
+    in-line check. A camera event's labels are written on worker threads while its verification rows render
+    (manifest.PayloadWriter): verify's wall and CPU seconds include that writing, write_payloads is what is left."""
     import exporter.run as run_module
 
     return {"derive": (camera_event, "derive_labels"), "verify": (camera_event, "_verify"),
