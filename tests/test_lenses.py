@@ -448,37 +448,6 @@ def test_lens_camera_newton_exit_changes_no_label(exports, monkeypatch, tmp_path
         assert np.array_equal(a[k], a_all[k], equal_nan=a[k].dtype.kind == "f"), k
 
 
-@pytest.mark.parametrize("name", ["opencv5", "opencv8_rational", "fisheye"])
-def test_lens_camera_newton_start_table_is_exact_rays(name):
-    """The OSL camera's Newton start table holds the rays of its nodes: OpenCV projects each table ray (float32)
-    back onto its node's pixel (opencv: the GUESS_NODES grid of pixels; fisheye: theta along +x at the table's
-    distorted radii) within 1e-3 px; fisheye nodes the domain does not reach hold the plain start min(r, max theta)."""
-    from exporter import lens_camera
-
-    lens = _lens(name)
-    k = LENSES[name][1]
-    table = lens_camera.newton_start_table(lens)
-    if "theta" in table:
-        theta = table["theta"].astype(np.float64)
-        r = np.arange(theta.size) * table["step"]
-        cu, cv = np.meshgrid([0.0, W - 1.0], [0.0, H - 1.0])
-        corner = np.hypot((cu - k[0, 2]) / k[0, 0], (cv - k[1, 2]) / k[1, 1])
-        assert theta.size == lens_camera.GUESS_NODES and r[-1] == pytest.approx(corner.max(), rel=1e-12)
-        reach = r <= lens.max_distorted_radius
-        assert 0 < reach.sum() < theta.size        # K_FISH's corners lie beyond the domain
-        P = np.stack([np.tan(theta[reach]), np.zeros(reach.sum()), np.ones(reach.sum())], -1)
-        uv = _cv_project(name, P)
-        assert np.abs(uv[:, 0] - (k[0, 2] + r[reach] * k[0, 0])).max() < 1e-3
-        assert np.array_equal(theta[~reach], np.minimum(r[~reach], lens.max_theta_rad).astype(np.float32))
-        return
-    ny, nx = table["x"].shape
-    assert nx == lens_camera.GUESS_NODES and ny == round(lens_camera.GUESS_NODES * H / W)
-    u, v = np.meshgrid(np.linspace(0, W - 1, nx), np.linspace(0, H - 1, ny))
-    P = np.stack([table["x"].astype(np.float64).ravel(), table["y"].astype(np.float64).ravel(), np.ones(u.size)], -1)
-    uv = _cv_project(name, P)
-    assert np.hypot(uv[:, 0] - u.ravel(), uv[:, 1] - v.ravel()).max() < 1e-3
-
-
 def _board_builder():
     from scenes import lens_scenes
 
