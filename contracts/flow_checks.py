@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import qa_profile as tol
-from .blocks import blockwise
+from .blocks import BLOCK, blockwise
 from .errors import RowbeamError
 from .event_points import camera_points, world_points
 from .frames import apply_per_row
@@ -184,30 +184,36 @@ def cycle_residuals(arrays, src, dst, K=None) -> tuple[np.ndarray, np.ndarray]:
     offset (`_plane_offsets`)."""
     vis_f, vis_b = arrays["flow_forward_dest_visible"].astype(bool), arrays["flow_backward_dest_visible"].astype(bool)
     H, W = vis_f.shape
-    sel = np.flatnonzero(vis_f)                                      # the N forward-visible pixels (flat index)
-    pv, pu = (x.astype(np.float64) for x in np.divmod(sel, W))
-    fwd = arrays["flow_forward"].reshape(-1, 2)[sel].astype(np.float64)
-    qu, qv = pu + fwd[:, 0], pv + fwd[:, 1]
-    obj = src["instance_id"].ravel()[sel]
-    corners = [(r * W + c, w) for r, c, w in bilinear_corners(qu, qv, W, H)]      # flat pixel index, weight
     face = _face_keys(dst).ravel()
     plane = _plane_offsets(K, dst).ravel() if K is not None else np.zeros(face.shape, np.int64)
-    first = face.take(corners[0][0])
-    first_plane = plane.take(corners[0][0])
-    usable = dst["instance_id"].ravel().take(corners[0][0]) == obj
-    # bilinear interpolates only between pixel centres; beyond the outer centres it would hold the edge value,
-    # wrong by the flow's gradient (large near the corners of a distorted image)
-    usable &= (qu >= 0) & (qu <= W - 1) & (qv >= 0) & (qv <= H - 1)
     bwd = np.nan_to_num(arrays["flow_backward"].reshape(-1, 2).astype(np.float64))    # NaN -> 0 once, per pixel
     bwd_u, bwd_v, vis_b = np.ascontiguousarray(bwd[:, 0]), np.ascontiguousarray(bwd[:, 1]), vis_b.ravel()
-    back_u, back_v = np.zeros_like(qu), np.zeros_like(qv)
-    for k, (f, w) in enumerate(corners):
-        usable &= vis_b.take(f)
-        if k:                                                        # the first corner is its own face and plane
-            usable &= (face.take(f) == first) & (plane.take(f) == first_plane)
-        back_u += w * bwd_u.take(f)
-        back_v += w * bwd_v.take(f)
-    err = np.hypot((qu + back_u - pu)[usable], (qv + back_v - pv)[usable]) if usable.any() else np.zeros(0)
+    flow_f, obj_src, obj_dst = arrays["flow_forward"].reshape(-1, 2), src["instance_id"].ravel(), dst["instance_id"].ravel()
+
+    def residual(sel):
+        """(usable, du, dv) px of forward-visible source pixels `sel` (flat index): p + forward + backward - p."""
+        pv, pu = (x.astype(np.float64) for x in np.divmod(sel, W))
+        fwd = flow_f[sel].astype(np.float64)
+        qu, qv = pu + fwd[:, 0], pv + fwd[:, 1]
+        corners = [(r * W + c, w) for r, c, w in bilinear_corners(qu, qv, W, H)]      # flat pixel index, weight
+        first = face.take(corners[0][0])
+        first_plane = plane.take(corners[0][0])
+        usable = obj_dst.take(corners[0][0]) == obj_src.take(sel)
+        # bilinear interpolates only between pixel centres; beyond the outer centres it would hold the edge value,
+        # wrong by the flow's gradient (large near the corners of a distorted image)
+        usable &= (qu >= 0) & (qu <= W - 1) & (qv >= 0) & (qv <= H - 1)
+        back_u, back_v = np.zeros_like(qu), np.zeros_like(qv)
+        for k, (f, w) in enumerate(corners):
+            usable &= vis_b.take(f)
+            if k:                                                    # the first corner is its own face and plane
+                usable &= (face.take(f) == first) & (plane.take(f) == first_plane)
+            back_u += w * bwd_u.take(f)
+            back_v += w * bwd_v.take(f)
+        return usable, qu + back_u - pu, qv + back_v - pv
+
+    sel = np.flatnonzero(vis_f)                                      # the N forward-visible pixels (flat index)
+    usable, du, dv = blockwise(residual, sel)
+    err = np.hypot(du[usable], dv[usable]) if usable.any() else np.zeros(0)
     pixels = np.zeros(H * W, dtype=bool)
     pixels[sel] = usable
     return err, pixels.reshape(H, W)
@@ -226,7 +232,13 @@ def _plane_offsets(K, event) -> np.ndarray:
 
 
 def _face_keys(event) -> np.ndarray:
-    """(H, W) int64 key of (object, geometric normal quantised to 2.5e-4): equal keys = one planar face."""
-    n = np.nan_to_num(event["normal_geometric"], nan=-2.0)
+    """(H, W) int64 key of (object, geometric normal quantised to 2.5e-4): equal keys = one planar face (formed in
+    blocks of image rows, contracts.blocks)."""
+    rows_per_block = max(1, BLOCK // event["instance_id"].shape[1])
+    return blockwise(_face_key, event["normal_geometric"], event["instance_id"], block=rows_per_block)
+
+
+def _face_key(normal, instance_id) -> np.ndarray:
+    n = np.nan_to_num(normal, nan=-2.0)
     q = np.clip(np.rint((n + 2.0) * 2000.0), 0, 8191).astype(np.int64)
-    return (event["instance_id"].astype(np.int64) << 39) | (q[..., 0] << 26) | (q[..., 1] << 13) | q[..., 2]
+    return (instance_id.astype(np.int64) << 39) | (q[..., 0] << 26) | (q[..., 1] << 13) | q[..., 2]

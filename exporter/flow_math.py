@@ -111,10 +111,13 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
 
     Pd = P.copy()       # world points at the destination time: the dynamic ones are rewritten by each evaluation
 
-    def destination(vd):
+    def row_and_fraction(vd):
         vc = np.clip(vd, 0.0, H - 1.0)
         r0 = np.floor(vc).astype(np.int64)                   # <= H - 1: vc is clipped
-        a = vc - r0
+        return r0, vc - r0
+
+    def destination(vd):
+        r0, a = blockwise(row_and_fraction, vd)
         if moving_idx.size:
             m = moving_idx
             # a slot's last row (r0 = H - 1) has a == 0, so interpolation never reaches the next slot
@@ -129,7 +132,18 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
 
     def landing_row(vd):
         Pd, Xc, ud, vn = destination(vd)
-        return np.where(np.isfinite(vn) & (Xc[:, 2] > 0), vn, vd), (Pd, Xc, ud, vn)   # behind: keep the row
+        g = blockwise(lambda n, z, d: np.where(np.isfinite(n) & (z > 0), n, d), vn, Xc[:, 2], vd)  # behind: keep the row
+        return g, (Pd, Xc, ud, vn)
+
+    def row_change(g, v):
+        return np.abs(np.clip(g, 0.0, H - 1.0) - np.clip(v, 0.0, H - 1.0))
+
+    def secant_step(v0, g0, v1, g1):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = np.where(np.abs(v1 - v0) > 1e-12, (g1 - g0) / (v1 - v0), 0.0)
+        if not np.isfinite(slope).all():
+            slope = np.nan_to_num(slope)
+        return v1 + (g1 - v1) / (1.0 - np.clip(slope, -0.9, 0.9))
 
     # Secant iteration on v = g(v): g is nearly affine in v (slope = image speed x row period), so two
     # evaluations predict the fixed point; rows outside the image use the edge row's time.
@@ -137,14 +151,9 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     v1, (g1, out) = g0, landing_row(g0)
     iterations = 2
     while True:
-        change = np.abs(np.clip(g1, 0.0, H - 1.0) - np.clip(v1, 0.0, H - 1.0))
-        if change.max(initial=0.0) < CONVERGED_ROWS or iterations >= MAX_ITERATIONS:
+        if blockwise(row_change, g1, v1).max(initial=0.0) < CONVERGED_ROWS or iterations >= MAX_ITERATIONS:
             break
-        with np.errstate(divide="ignore", invalid="ignore"):
-            slope = np.where(np.abs(v1 - v0) > 1e-12, (g1 - g0) / (v1 - v0), 0.0)
-        if not np.isfinite(slope).all():
-            slope = np.nan_to_num(slope)
-        v2 = v1 + (g1 - v1) / (1.0 - np.clip(slope, -0.9, 0.9))
+        v2 = blockwise(secant_step, v0, g0, v1, g1)
         v0, g0 = v1, g1
         v1, (g1, out) = v2, landing_row(v2)
         iterations += 1
