@@ -12,7 +12,7 @@ import numpy as np
 from contracts.camera_model import norm, range_factor
 from contracts.ontology import BACKGROUND_ID, VOID_ID
 
-from .worker_threads import thread_map
+from contracts.worker_threads import thread_map
 
 BACKGROUND_DEPTH = 1e9  # Cycles' Depth pass reads 1e10 where nothing was hit
 

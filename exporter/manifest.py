@@ -13,7 +13,7 @@ from contracts.files import atomic_write_json, sha256_file
 from contracts.frames import Transform, invert_rigid
 from contracts.schema import schema_errors
 
-from .worker_threads import WORKERS
+from contracts.worker_threads import WORKERS
 
 CONVENTIONS = {
     "clock": "scene_monotonic_ns: integer ns, t = 0 at the scene's frame_start; "

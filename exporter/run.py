@@ -45,7 +45,7 @@ from .run_temp import run_temp
 from .scene_clock import scene_clock
 from .scene_patch import ScenePatch
 from .state_log import check_state_log_config, write_state_log
-from .worker_threads import openexr_threads
+from contracts.worker_threads import openexr_threads
 
 RIG_PROPERTY = "rowbeam_rig"          # rig JSON stored on the scene by the add-on
 SCENARIO_PROPERTY = "rowbeam_scenario"

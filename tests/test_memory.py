@@ -139,12 +139,12 @@ def test_label_render_in_bands_equals_one_render(tmp_path, monkeypatch, directio
 
 
 def test_thread_map_keeps_order_and_finishes_every_call_before_raising():
-    """worker_threads.thread_map: results in item order whatever finishes first; a failure is raised only after
+    """contracts.worker_threads.thread_map: results in item order whatever finishes first; a failure is raised only after
     every other call has finished (a writer never leaves a call running into a removed staging folder)."""
     import threading
     import time
 
-    from exporter.worker_threads import thread_map
+    from contracts.worker_threads import thread_map
 
     assert thread_map(lambda i: (time.sleep(0.02 * (3 - i)), i * i)[1], range(4), workers=3) == [0, 1, 4, 9]
     finished, lock = [], threading.Lock()

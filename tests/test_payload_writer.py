@@ -77,7 +77,7 @@ def test_openexr_threads_decode_the_same_arrays_and_restore_the_pool(tmp_path):
     import OpenEXR
 
     from contracts.arrays import read_exr_channels
-    from exporter.worker_threads import openexr_threads
+    from contracts.worker_threads import openexr_threads
 
     arrays = _arrays(h=200, w=64)           # 13 ZIP line blocks per plane: decoded on the pool's threads
     table = write_payloads(tmp_path, arrays, KIND, SENSOR, {"W": 64, "H": 200}, 7)

@@ -29,6 +29,7 @@ from ..errors import RowbeamError, UnusableInput
 from ..files import atomic_write_json, fsync_path, load_json
 from ..flow_checks import cycle_residuals
 from ..lens import image_rays
+from ..worker_threads import WORKERS
 from . import colour, html, motion, overlays
 from .png import Indexed, encode_png, thumbnail, thumbnail_factor
 from .radar_page import radar_page
@@ -110,7 +111,7 @@ class Writer:
 
     def __init__(self, root: Path, workers: int | None = None):
         self.root = root
-        self._pool = ThreadPoolExecutor(max_workers=workers or image_workers(), thread_name_prefix="report-png")
+        self._pool = ThreadPoolExecutor(max_workers=workers or WORKERS, thread_name_prefix="report-png")
         self._pending: deque = deque()
 
     def __enter__(self):
@@ -144,12 +145,6 @@ class Writer:
         scale = max(1, -(-MIN_DISPLAY_WIDTH // w))
         return {"full": f"../img/{rel}.png", "thumb": f"../img/{thumb_rel}", "width": w * scale,
                 "height": h * scale}
-
-
-def image_workers() -> int:
-    """Threads that make and encode the report's images: the cores this process may use, 1 to 4."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    return max(1, min(4, cores))
 
 
 def _write_png(full: Path, thumb: Path | None, img, shape) -> None:

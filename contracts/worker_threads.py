@@ -1,5 +1,5 @@
-"""Post-render work on the machine's other cores: a thread map for numpy, OpenEXR/zlib and fsync calls, and
-OpenEXR's own thread pool.
+"""Work on the process's other cores (the exporter's post-render work, the report's images): a thread map for
+numpy, OpenEXR/zlib and fsync calls, and OpenEXR's own thread pool.
 
 These release the GIL for the length of each large call, so while Cycles is idle (after the render) a second
 thread uses the second core. Results never depend on the threads: each item is computed by one call, whole, and
@@ -13,7 +13,8 @@ from contextlib import contextmanager
 
 # At most 4: one camera event's post-render work has 7-11 payload files and ~30 derive bands at 1280x720, and each
 # running item holds its own transient buffers (a large image's plane copies, a band's float64 temporaries).
-WORKERS = max(1, min(4, os.cpu_count() or 1))
+# The cores this process may use (a Slurm or taskset allocation, not the whole node).
+WORKERS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
 
 
 def thread_map(fn, items, workers: int = WORKERS) -> list:
