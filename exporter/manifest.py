@@ -12,7 +12,6 @@ from contracts.modalities import MODALITIES
 from contracts.files import atomic_write_json, sha256_file
 from contracts.frames import Transform, invert_rigid
 from contracts.schema import schema_errors
-
 from contracts.worker_threads import WORKERS
 
 CONVENTIONS = {

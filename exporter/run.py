@@ -25,6 +25,7 @@ from contracts.rig import CameraSensor, Rig, load_rig, parse_rig_text
 from contracts.schema import schema_errors
 from contracts.sample_identity import sample_id, token_from_name
 from contracts.timing import MAX_EVENT_INDEX, MAX_IMAGE_SIDE_PX, MIN_IMAGE_SIDE_PX, periodic_event_count
+from contracts.worker_threads import openexr_threads
 
 from . import ROWBEAM_VERSION
 from . import blender_compat
@@ -45,7 +46,6 @@ from .run_temp import run_temp
 from .scene_clock import scene_clock
 from .scene_patch import ScenePatch
 from .state_log import check_state_log_config, write_state_log
-from contracts.worker_threads import openexr_threads
 
 RIG_PROPERTY = "rowbeam_rig"          # rig JSON stored on the scene by the add-on
 SCENARIO_PROPERTY = "rowbeam_scenario"
