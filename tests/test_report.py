@@ -140,6 +140,30 @@ def test_overlay_images_are_the_bundle_arrays(report, dusk):
     assert colour.luminance(img[far]) > colour.luminance(img[near]) + 100
 
 
+def test_instance_legend_gives_each_instance_the_colour_of_its_image(report, dusk):
+    """The camera page's instance legend: one row per render index in instance_id, its swatch the colour
+    instance_id.png shows at that index's pixels (decoded by OpenCV), its pixel count the array's."""
+    import re
+
+    import cv2
+
+    from contracts.bundle_reader import Bundle
+
+    ids = Bundle.open(dusk).event("camera_front", 30).array("instance_id")
+    img = cv2.imread(str(report / "img/bundle/events/camera_front/000030/instance_id.png"))[..., ::-1]
+    page = (report / "pages/bundle_events_camera_front_000030.html").read_text()
+    legend = page[page.index("instance legend: "):]
+    legend = legend[:legend.index("</details>")]
+    rows = re.findall(r'<tr><td><span class="swatch" style="background:rgb\((\d+),(\d+),(\d+)\)"></span></td>'
+                      r'<td>(\d+)</td>.*?<td>(\d+)</td></tr>', legend)
+    assert sorted(int(r[3]) for r in rows) == np.unique(ids).tolist()
+    assert len({r[:3] for r in rows}) == len(rows) > 5               # distinct colours, several instances
+    for r, g, b, index, pixels in rows:
+        at = ids == int(index)
+        assert int(pixels) == at.sum()
+        assert (img[at] == (int(r), int(g), int(b))).all()
+
+
 # every overlay of issue 14 (seed 000 §8.2) by page kind: the full-resolution images each page links to
 OVERLAYS = {
     "camera_event": {"rgb", "camera_z", "camera_z_log", "range", "range_log", "normal_geometric", "normal_shading",

@@ -385,6 +385,32 @@ def _passed(checks, name: str) -> bool:
     return any(c.get("check") == name and c.get("status") == "pass" for c in checks)
 
 
+def _instance_legend(instance_id, objects: list[dict], class_names: dict) -> str:
+    """The instance_id image's legend: every render index seen in the image, most pixels first, with the colour
+    the image gives it (colour.id_colours of its stable 64-bit id; background black), the id, object name, class
+    and pixel count; folded like the object table when longer than OPEN_TABLE_ROWS."""
+    ids = np.asarray(instance_id).ravel()
+    if ids.size and int(ids.max()) < 1 << 20:               # render indices: one count per index
+        counts = np.bincount(ids)
+        present = np.flatnonzero(counts)
+        counts = counts[present]
+    else:                                                   # out-of-range values (a failing bundle): sorted count
+        present, counts = np.unique(ids, return_counts=True)
+    by_index = {int(o["render_index"]): o for o in objects}
+    stable = np.array([int(by_index[int(i)]["id"]) if int(i) in by_index else 0 for i in present], dtype=np.uint64)
+    colours = colour.id_colours(stable)
+    rows = []
+    for k in np.argsort(-counts, kind="stable"):
+        i, o = int(present[k]), by_index.get(int(present[k]))
+        name = "background" if i == 0 else (o["name"] if o else "? (not in the object table)")
+        cls = class_names.get(int(o["class_id"]), o.get("class_tag", "?")) if o else ""
+        rows.append([html.swatch(colours[k]), i, int(stable[k]) if o else "", html.esc(name), html.esc(str(cls)),
+                     int(counts[k])])
+    table = html.table(["", "render index", "instance id (stable)", "object", "class", "pixels"], rows)
+    shown = " open" if len(rows) <= OPEN_TABLE_ROWS else ""
+    return f"<details{shown}><summary>instance legend: {len(rows)} in the image</summary>{table}</details>"
+
+
 def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, verify=False,
                  checked_valid=False, checked=None) -> str:
     """checked_valid: the checker's validity_consistency passed on these arrays (every float label finite exactly
@@ -417,6 +443,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
                                      f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
     parts.append(html.figure(w.image(f"{rel}/instance_id", lambda: overlays.id_indexed(a["instance_id"], m["objects"]),
                                      shape=(H, W)), "instance_id (colour of the stable 64-bit id)"))
+    parts.append(_instance_legend(a["instance_id"], m["objects"], names))
     parts.append(html.figure(w.image(f"{rel}/semantic_id", lambda: overlays.semantic_indexed(a["semantic_id"]),
                                      shape=(H, W)), "semantic_id"))
     present, counts = np.unique(a["semantic_id"], return_counts=True)
