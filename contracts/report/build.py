@@ -113,6 +113,7 @@ class Writer:
         self.root = root
         self._pool = ThreadPoolExecutor(max_workers=workers or WORKERS, thread_name_prefix="report-png")
         self._pending: deque = deque()
+        self._folders: set = set()          # the img/ folders made so far
 
     def __enter__(self):
         return self
@@ -131,7 +132,9 @@ class Writer:
         """Write img, an (H, W, C) uint8 image or an Indexed image, or a function of no arguments that makes one on a
         worker thread (it must only read arrays nobody changes meanwhile, and never call bpy), then shape = (H, W)."""
         full = self.root / "img" / f"{rel}.png"
-        full.parent.mkdir(parents=True, exist_ok=True)
+        if full.parent not in self._folders:
+            full.parent.mkdir(parents=True, exist_ok=True)
+            self._folders.add(full.parent)
         H, W = shape if callable(img) else img.shape[:2]
         f = thumbnail_factor(H, W, THUMB_SIDE)
         thumb_rel = f"{rel}.png" if f == 1 else f"{rel}.thumb.png"
@@ -216,9 +219,10 @@ def _build(bundles, source, staging, progress) -> dict:
             qa = check_bundle(b, keep_arrays=kept)
             bundle_docs.append(_report_bundle(b, key, qa, w, res, stats, progress, kept))
             kept.clear()
-    doc = {"schema": SCHEMA, "source": str(source), "generated_ns": time.time_ns(),
-           "status": "fail" if any(d["qa_status"] == "fail" for d in bundle_docs) else "pass",
-           "bundles": bundle_docs, "residuals": res.summary(), "statistics": stats.summary(bundle_docs)}
+        # the summaries here, while the Writer's threads still encode the last images
+        doc = {"schema": SCHEMA, "source": str(source), "generated_ns": time.time_ns(),
+               "status": "fail" if any(d["qa_status"] == "fail" for d in bundle_docs) else "pass",
+               "bundles": bundle_docs, "residuals": res.summary(), "statistics": stats.summary(bundle_docs)}
     return doc
 
 

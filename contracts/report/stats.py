@@ -62,14 +62,15 @@ class Residuals:
         out = {}
         for name, d in sorted(self.data.items()):
             v = np.concatenate(d["values"]).astype(np.float64, copy=False) if d["values"] else np.zeros(0)
-            s = np.sort(v)                          # every quantile is read off a sorted array (describe)
+            order = np.argsort(v, kind="stable")     # every quantile is read off a sorted array (describe), each
+            s = v[order]                               # slice's off its part of it (the keys in the same order)
             entry = {"unit": d["unit"], "meaning": d["meaning"], "count": int(d["count"]), "sampled": int(v.size),
                      **describe(s, is_sorted=True), "histogram": histogram(s, is_sorted=True), "slices": {}}
             for k, parts in d["keys"].items():
                 a = np.concatenate(parts)
                 if a.size != v.size:
                     continue
-                entry["slices"][k] = slice_by(v, a, k, self.class_names)
+                entry["slices"][k] = slice_by(s, a[order], k, self.class_names, is_sorted=True)
             out[name] = entry
         return out
 
