@@ -518,6 +518,35 @@ def test_report_writer_writes_every_image_and_thumbnail_from_its_threads_and_rai
         w.image("made", lambda: images[1], shape=(46, 80))   # the page would show it with the wrong size
 
 
+def test_report_writer_copies_an_image_equal_to_the_kept_one_and_encodes_one_that_differs(tmp_path, monkeypatch):
+    from contracts.report import build
+
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, (720, 1280, 3), dtype=np.uint8)
+    differs = a.copy()
+    differs[700, 1000, 1] ^= 1                               # one channel of one pixel
+    palette = rng.integers(0, 256, (7, 3), dtype=np.uint8)
+    index = rng.integers(0, 7, (720, 1280)).astype(np.uint8)
+    encoded = []
+    real_encode = build.encode_png
+    monkeypatch.setattr(build, "encode_png", lambda img, level: encoded.append(img.shape) or real_encode(img, level))
+    (tmp_path / "pages").mkdir()
+    with build.Writer(tmp_path, workers=2) as w:
+        w.image("a", lambda: a, shape=a.shape[:2], keep=True)
+        w.image("a_again", lambda: a.copy(), shape=a.shape[:2], same_as="a")
+        w.image("b", a.copy(), keep=True)
+        w.image("differs", differs, same_as="b")
+        w.image("i", png.Indexed(index, palette), keep=True)
+        w.image("i_other_palette", png.Indexed(index, palette[::-1].copy()), same_as="i")
+    assert len(encoded) == 2 * 5                             # a PNG and a thumbnail each, but a_again: copies
+    img = tmp_path / "img"
+    for suffix in (".png", ".thumb.png"):
+        assert (img / f"a_again{suffix}").read_bytes() == (img / f"a{suffix}").read_bytes()
+    got = cv2.imread(str(img / "differs.png"), cv2.IMREAD_UNCHANGED)[..., ::-1]
+    assert np.array_equal(got, differs)
+    assert np.array_equal(cv2.imread(str(img / "i_other_palette.png"))[..., ::-1], palette[::-1][index])
+
+
 def test_indexed_image_png_decodes_to_its_rgb_with_opencv():
     rng = np.random.default_rng(4)
     for colours in (1, 7, 256, 300):                     # 300: more than a PNG palette holds -> written as RGB

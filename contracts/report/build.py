@@ -103,9 +103,10 @@ class Writer:
     """Writes PNGs (full resolution + thumbnail) under the staging root; image() returns their paths relative to
     pages/ at once. Making the image (when given a function), its thumbnail, the zlib encoding and the file writes
     run on worker threads (numpy and zlib release the GIL on whole images, so they overlap the pages' own work on
-    other cores; never bpy): an image given to image() is made read-only, and must not be changed afterwards. Use as
-    a context manager: leaving it waits for every file and raises the first error (after an error it cancels what
-    has not started)."""
+    other cores; never bpy): an image given to image() is made read-only, and must not be changed afterwards. An image
+    likely to equal an earlier one (keep=, same_as=) is encoded only when it differs: else its files are copies of the
+    earlier one's. Use as a context manager: leaving it waits for every file and raises the first error (after an
+    error it cancels what has not started)."""
 
     MAX_PENDING = 16            # images queued at most (their memory) before image() waits for the oldest
 
@@ -114,6 +115,7 @@ class Writer:
         self._pool = ThreadPoolExecutor(max_workers=workers or WORKERS, thread_name_prefix="report-png")
         self._pending: deque = deque()
         self._folders: set = set()          # the img/ folders made so far
+        self._kept: dict = {}               # rel -> (job, PNG path, thumbnail path or None) of an image(keep=True)
 
     def __enter__(self):
         return self
@@ -128,9 +130,12 @@ class Writer:
         finally:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def image(self, rel: str, img, shape=None) -> dict:
+    def image(self, rel: str, img, shape=None, keep: bool = False, same_as: str | None = None) -> dict:
         """Write img, an (H, W, C) uint8 image or an Indexed image, or a function of no arguments that makes one on a
-        worker thread (it must only read arrays nobody changes meanwhile, and never call bpy), then shape = (H, W)."""
+        worker thread (it must only read arrays nobody changes meanwhile, and never call bpy), then shape = (H, W).
+        keep: hold the image made until a later image(same_as=rel) compares with it. same_as: the rel of an earlier
+        image(keep=True) of the same shape; once made, img is compared with it and, when pixel-identical, its PNG and
+        thumbnail are byte copies of that image's files instead of being encoded again."""
         full = self.root / "img" / f"{rel}.png"
         if full.parent not in self._folders:
             full.parent.mkdir(parents=True, exist_ok=True)
@@ -142,24 +147,45 @@ class Writer:
             (img.index if isinstance(img, Indexed) else img).flags.writeable = False
         if len(self._pending) >= self.MAX_PENDING:
             self._pending.popleft().result()
-        self._pending.append(self._pool.submit(_write_png, full, None if f == 1 else self.root / "img" / thumb_rel, img,
-                                                  (H, W)))
+        thumb = None if f == 1 else self.root / "img" / thumb_rel
+        job = self._pool.submit(_write_png, full, thumb, img, (H, W), self._kept.pop(same_as) if same_as else None,
+                                keep)
+        if keep:
+            self._kept[rel] = (job, full, thumb)
+        self._pending.append(job)
         h, w = H // f, W // f
         scale = max(1, -(-MIN_DISPLAY_WIDTH // w))
         return {"full": f"../img/{rel}.png", "thumb": f"../img/{thumb_rel}", "width": w * scale,
                 "height": h * scale}
 
 
-def _write_png(full: Path, thumb: Path | None, img, shape) -> None:
+def _write_png(full: Path, thumb: Path | None, img, shape, earlier=None, keep=False):
     """Write img (an image, or the function that makes an image of `shape` (H, W)) as PNG to `full` and, unless
-    thumb is None, its thumbnail (png.thumbnail, THUMB_SIDE) to `thumb`."""
+    thumb is None, its thumbnail (png.thumbnail, THUMB_SIDE) to `thumb`; return the image when keep. earlier: (job, PNG path,
+    thumbnail path) of an earlier image: when img is pixel-identical to the image that job returns, copy its files
+    instead (the pool starts jobs in the order given, so the earlier job has started: waiting for it cannot
+    deadlock)."""
     if callable(img):
         img = img()
         if img.shape[:2] != tuple(shape):
             raise ValueError(f"{full.name}: made a {img.shape[:2]} image, not the declared {tuple(shape)}")
+    if earlier is not None and _same_image(img, earlier[0].result()):
+        shutil.copyfile(earlier[1], full)
+        if thumb is not None:
+            shutil.copyfile(earlier[2], thumb)
+        return img if keep else None
     full.write_bytes(encode_png(img, level=1))
     if thumb is not None:
         thumb.write_bytes(encode_png(thumbnail(img, THUMB_SIDE), level=1))
+    return img if keep else None
+
+
+def _same_image(a, b) -> bool:
+    """Whether two images (uint8 arrays or Indexed) are the same kind, shape and values (so the same PNG bytes)."""
+    if isinstance(a, Indexed) or isinstance(b, Indexed):
+        return (isinstance(a, Indexed) and isinstance(b, Indexed) and np.array_equal(a.palette, b.palette)
+                and a.index.dtype == b.index.dtype and np.array_equal(a.index, b.index))
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
 
 
 def build_report(source, out, baseline=None, progress=None) -> dict:
@@ -439,11 +465,13 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     z_valid = np.sort(a["camera_z"][valid])        # its percentiles (colour range) and the depth statistics
     parts.append(_scalar_block(w, rel, "camera_z", a["camera_z"], valid, "camera_z [m]", "camera_z", logs, z_valid))
     parts.append(_scalar_block(w, rel, "range", a["range"], valid, "range [m]", "range"))
+    both = "normal_geometric" in a and "normal_shading" in a      # often the same image (flat shading): encoded once
     for n in ("normal_geometric", "normal_shading"):       # images made on the Writer's threads from `a`
         if n in a:
             planes = channel_planes(a, n)                 # (taken here: the worker reads only these arrays)
             img = lambda p=planes: colour.normal_colour(p, valid if checked_valid else None)  # noqa: E731
-            parts.append(html.figure(w.image(f"{rel}/{n}", img, shape=(H, W)),
+            pair = {"keep": both} if n == "normal_geometric" else {"same_as": f"{rel}/normal_geometric" if both else None}
+            parts.append(html.figure(w.image(f"{rel}/{n}", img, shape=(H, W), **pair),
                                      f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
     parts.append(html.figure(w.image(f"{rel}/instance_id", lambda: overlays.id_indexed(a["instance_id"], m["objects"]),
                                      shape=(H, W)), "instance_id (colour of the stable 64-bit id)"))
