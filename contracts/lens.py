@@ -21,6 +21,7 @@ coefficients whose radial map turns back inside the image (two rays per pixel), 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -209,6 +210,7 @@ def unproject(lens: Lens, u, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 GRID_CACHE_BYTES = 256 << 20  # unproject_grid / unit_ray_grid keep their most recent results up to this many bytes
 _grid_cache: dict = {}
+_grid_lock = threading.Lock()  # the exporter solves a grid on a worker thread (lens_camera.start_pixel_rays)
 
 
 def _lens_key(lens: Lens) -> tuple:
@@ -217,18 +219,21 @@ def _lens_key(lens: Lens) -> tuple:
 
 
 def _cached(key: tuple, compute) -> tuple:
-    """compute()'s arrays, made read-only and kept under `key` (most recent last) up to GRID_CACHE_BYTES."""
-    hit = _grid_cache.pop(key, None)
+    """compute()'s arrays, made read-only and kept under `key` (most recent last) up to GRID_CACHE_BYTES. Safe from
+    several threads (compute runs outside the lock; two threads missing the same key both compute the same arrays)."""
+    with _grid_lock:
+        hit = _grid_cache.pop(key, None)
     if hit is None:
         hit = compute()
         for a in hit:
             a.flags.writeable = False
-    _grid_cache[key] = hit
-    kept = 0
-    for k in reversed(list(_grid_cache)):
-        kept += sum(a.nbytes for a in _grid_cache[k])
-        if kept > GRID_CACHE_BYTES and k != key:
-            del _grid_cache[k]
+    with _grid_lock:
+        _grid_cache[key] = hit
+        kept = 0
+        for k in reversed(list(_grid_cache)):
+            kept += sum(a.nbytes for a in _grid_cache[k])
+            if kept > GRID_CACHE_BYTES and k != key:
+                del _grid_cache[k]
     return hit
 
 
@@ -259,7 +264,8 @@ def unit_ray_grid(lens: Lens) -> tuple[np.ndarray, np.ndarray]:
 
 def clear_grid_cache() -> None:
     """Forget every unproject_grid result (benchmarks measure a process's first event with it)."""
-    _grid_cache.clear()
+    with _grid_lock:
+        _grid_cache.clear()
 
 
 def _unproject_flat(lens: Lens, u, v):

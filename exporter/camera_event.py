@@ -15,7 +15,7 @@ from contracts.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
 from . import cycles_setup as cs
 from .camera_labels import derive_labels, merge_stats
 from .cycles_timing import label_shutter, rgb_shutter
-from .lens_camera import LENS_CAMERA_METHOD, OSL_NEWTON_STEPS, pixel_rays, sensor_lens, use_lens_camera
+from .lens_camera import LENS_CAMERA_METHOD, OSL_NEWTON_STEPS, sensor_lens, start_pixel_rays, use_lens_camera
 from .osl_camera import custom_camera_device
 from .mesh_motion import STEPS_METHOD, choose_deform_steps, uses_mesh_path
 from .scene_clock import camera_poses, pose_method, set_time
@@ -124,12 +124,10 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
     lens = sensor_lens(sensor, K, W, H)
     timing = sensor.timing(index, H)
     seconds = {}
-    rays, unproject_residual = None, 0.0
+    rays_job = None                              # the lens's exact rays, solved on a worker thread while Cycles renders
     if lens is not None:
-        t0 = time.perf_counter()
         K = lens.K
-        rays, unproject_residual = pixel_rays(lens)
-        seconds["unproject"] = time.perf_counter() - t0
+        rays_job = start_pixel_rays(lens)
 
     t0 = time.perf_counter()
     ctx.progress.stage("row poses", H, "rows")
@@ -173,7 +171,10 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         rcam = setup_label_render(p, ctx, sensor, W, H, lens)
         cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, moving + [rcam], static)
         _deform_motion_steps(p, scene, deform_steps)
-        labels, stats = _render_and_derive(ctx, sensor, row_poses, K, rays, W, H, seconds, t0)
+        labels, stats = _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0)
+        rays, unproject_residual = None, 0.0
+        if rays_job is not None:
+            rays, unproject_residual, seconds["unproject"] = rays_job.result()
         arrays.update(labels)
         if write_early is not None:
             write_early(dict(arrays))
@@ -234,10 +235,12 @@ def label_bands(W: int, H: int, band_pixels: int | None = None) -> list:
     return [(a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
 
 
-def _render_and_derive(ctx, sensor, row_poses, K, rays, W, H, seconds, t0):
+def _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0):
     """Label render (state already set) and derivation, in `label_bands`; returns derive_labels' (arrays, stats).
-    seconds gets label_render and derive (summed over bands)."""
+    rays_job: None (Blender camera) or start_pixel_rays' Future, joined after the first band's render.
+    seconds gets label_render and derive (summed over bands) and unproject_wait (time the join waited)."""
     scene = ctx.scene
+    rays = None
     bands = label_bands(W, H)
     labels, stats = {}, {}
     seconds["label_render"] = seconds["derive"] = 0.0
@@ -250,6 +253,10 @@ def _render_and_derive(ctx, sensor, row_poses, K, rays, W, H, seconds, t0):
         if passes["depth"].shape != (stop - first, W):
             raise RuntimeError(f"label band rows {first}..{stop - 1} rendered {passes['depth'].shape}")
         seconds["label_render"] += time.perf_counter() - t0
+        if rays_job is not None and rays is None:
+            t0 = time.perf_counter()
+            rays = rays_job.result()[0]
+            seconds["unproject_wait"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         ctx.progress.stage("derive labels")
         band, band_stats = derive_labels(passes, row_poses[first:stop], K, ctx.lut, first_row=first,

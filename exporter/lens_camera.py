@@ -14,6 +14,8 @@ Rows keep the pinhole path's timing: the same TOP rolling shutter and half-row c
 """
 from __future__ import annotations
 
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,3 +174,19 @@ def pixel_rays(lens: Lens, first_row: int = 0, rows: int | None = None) -> tuple
     rows = lens.height - first_row if rows is None else rows
     _, ok, residual = (a[first_row:first_row + rows] for a in unproject_grid(lens))
     return PixelRays(*unit_ray_grid(lens))[first_row:first_row + rows], float(residual[ok].max(initial=0.0))
+
+
+def start_pixel_rays(lens: Lens) -> Future:
+    """Start pixel_rays(lens) (whole image) on a worker thread; the Future's result() is (PixelRays, largest
+    residual px, seconds the solve took). The cold float64 unprojection (~0.2-0.3 s at 1280x720) then runs while
+    Cycles renders, which releases the GIL (numpy releases it in its large operations too); the rays are the same
+    arrays as a call on the main thread. The thread touches no bpy."""
+    def solve():
+        t0 = time.perf_counter()
+        rays, residual = pixel_rays(lens)
+        return rays, residual, time.perf_counter() - t0
+    pool = ThreadPoolExecutor(1, thread_name_prefix="rowbeam-unproject")
+    try:
+        return pool.submit(solve)
+    finally:
+        pool.shutdown(wait=False)    # the thread ends with its one task

@@ -133,6 +133,31 @@ def test_unit_ray_grid_is_the_normalised_grid_kept_with_it():
     assert unit_ray_grid(lens)[0] is unit
 
 
+def test_rays_started_on_a_worker_thread_are_the_main_threads(monkeypatch):
+    """exporter.lens_camera.start_pixel_rays (solved while Cycles renders) gives the rays, lengths and largest
+    residual that pixel_rays gives on the main thread, bit for bit, for the whole image and from a cold cache; the
+    cache may be hit from several threads at once and every caller gets the same arrays."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import contracts.lens as lens_module
+    from exporter.lens_camera import pixel_rays, start_pixel_rays
+
+    lens = _lens("fisheye")                                  # NaN rays off the domain too
+    monkeypatch.setattr(lens_module, "_grid_cache", {})
+    rays, residual, seconds = start_pixel_rays(lens).result()
+    monkeypatch.setattr(lens_module, "_grid_cache", {})
+    want, want_residual = pixel_rays(lens)
+    assert rays.unit is not want.unit and seconds > 0.0
+    assert rays.unit.shape == (H, W, 3) and residual == want_residual > 0.0
+    assert np.array_equal(rays.unit, want.unit, equal_nan=True) and np.array_equal(rays.length, want.length, equal_nan=True)
+    monkeypatch.setattr(lens_module, "_grid_cache", {})
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: pixel_rays(lens)[0], range(8)))
+    for g in got:
+        assert np.array_equal(g.unit, want.unit, equal_nan=True)
+    assert len(lens_module._grid_cache) == 2                 # one grid and one unit-ray entry for the lens
+
+
 def test_unprojection_stops_at_the_rounding_floor(monkeypatch):
     """Far out on the 3x object-label canvas of a 1280x720 lens (f 800 px), ~0.5 % of pixels never reach
     CONVERGED (float64 rounding floor): they stop once their residual stops decreasing. So 8 Newton steps give the
