@@ -62,15 +62,14 @@ class Residuals:
         out = {}
         for name, d in sorted(self.data.items()):
             v = np.concatenate(d["values"]).astype(np.float64, copy=False) if d["values"] else np.zeros(0)
-            order = np.argsort(v, kind="stable")     # every quantile is read off a sorted array (describe), each
-            s = v[order]                               # slice's off its part of it (the keys in the same order)
+            s = np.sort(v)                          # every quantile is read off a sorted array (describe)
             entry = {"unit": d["unit"], "meaning": d["meaning"], "count": int(d["count"]), "sampled": int(v.size),
                      **describe(s, is_sorted=True), "histogram": histogram(s, is_sorted=True), "slices": {}}
             for k, parts in d["keys"].items():
                 a = np.concatenate(parts)
                 if a.size != v.size:
                     continue
-                entry["slices"][k] = slice_by(s, a[order], k, self.class_names, is_sorted=True)
+                entry["slices"][k] = slice_by(v, a, k, self.class_names)
             out[name] = entry
         return out
 
