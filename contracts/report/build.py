@@ -415,17 +415,22 @@ def _passed(checks, name: str) -> bool:
     return any(c.get("check") == name and c.get("status") == "pass" for c in checks)
 
 
+def _id_counts(ids) -> tuple[np.ndarray, np.ndarray]:
+    """(ids present ascending, pixel count of each) of an unsigned id image: np.unique(ids, return_counts=True), by
+    one bincount when every id is below 2**20 (render indices, class ids; a sort only for larger ones, e.g. void)."""
+    flat = np.asarray(ids).ravel()
+    if flat.size and int(flat.max()) < 1 << 20:
+        counts = np.bincount(flat)
+        present = np.flatnonzero(counts)
+        return present, counts[present]
+    return np.unique(flat, return_counts=True)
+
+
 def _instance_legend(instance_id, objects: list[dict], class_names: dict) -> str:
     """The instance_id image's legend: every render index seen in the image, most pixels first, with the colour
     the image gives it (colour.id_colours of its stable 64-bit id; background black), the id, object name, class
     and pixel count; folded like the object table when longer than OPEN_TABLE_ROWS."""
-    ids = np.asarray(instance_id).ravel()
-    if ids.size and int(ids.max()) < 1 << 20:               # render indices: one count per index
-        counts = np.bincount(ids)
-        present = np.flatnonzero(counts)
-        counts = counts[present]
-    else:                                                   # out-of-range values (a failing bundle): sorted count
-        present, counts = np.unique(ids, return_counts=True)
+    present, counts = _id_counts(instance_id)
     by_index = {int(o["render_index"]): o for o in objects}
     stable = np.array([int(by_index[int(i)]["id"]) if int(i) in by_index else 0 for i in present], dtype=np.uint64)
     colours = colour.id_colours(stable)
@@ -478,7 +483,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     parts.append(_instance_legend(a["instance_id"], m["objects"], names))
     parts.append(html.figure(w.image(f"{rel}/semantic_id", lambda: overlays.semantic_indexed(a["semantic_id"]),
                                      shape=(H, W)), "semantic_id"))
-    present, counts = np.unique(a["semantic_id"], return_counts=True)
+    present, counts = _id_counts(a["semantic_id"])
     parts.append("<h3>Class legend</h3>" + html.table(
         ["", "semantic id", "class", "pixels"],
         [[html.swatch(overlays.semantic_colour(int(c))), int(c), html.esc(names.get(int(c), "?")), int(n)]
