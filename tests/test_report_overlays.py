@@ -547,6 +547,20 @@ def test_report_writer_copies_an_image_equal_to_the_kept_one_and_encodes_one_tha
     assert np.array_equal(cv2.imread(str(img / "i_other_palette.png"))[..., ::-1], palette[::-1][index])
 
 
+def test_indexed_thumbnail_equals_the_thumbnail_of_its_rgb_at_every_factor():
+    rng = np.random.default_rng(6)
+    white = np.full((256, 3), 255, dtype=np.uint8)           # the largest sums a 16-bit lane must hold (f = 16)
+    for (H, W), side, colours, dtype in [((37, 70), 18, 7, np.uint8), ((37, 70), 11, 256, np.uint32),
+                                         ((100, 161), 16, 256, np.uint8), ((99, 160), 10, 3, np.uint32),
+                                         ((64, 97), 6, 256, np.uint8), ((40, 290), 17, 256, np.uint8),
+                                         ((40, 290), 5, 300, np.uint32), ((5, 9), 320, 4, np.uint8)]:
+        f = png.thumbnail_factor(H, W, side)
+        for palette in (rng.integers(0, 256, (colours, 3), dtype=np.uint8), white[:min(colours, 256)]):
+            img = png.Indexed(rng.integers(0, len(palette), (H, W)).astype(dtype), palette)
+            got = png.thumbnail(img, side)
+            assert np.array_equal(got, png.thumbnail(palette[img.index], side)), (H, W, f, colours)
+
+
 def test_indexed_image_png_decodes_to_its_rgb_with_opencv():
     rng = np.random.default_rng(4)
     for colours in (1, 7, 256, 300):                     # 300: more than a PNG palette holds -> written as RGB
