@@ -124,10 +124,8 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
     lens = sensor_lens(sensor, K, W, H)
     timing = sensor.timing(index, H)
     seconds = {}
-    rays_job = None                              # the lens's exact rays, solved on a worker thread while Cycles renders
     if lens is not None:
         K = lens.K
-        rays_job = start_pixel_rays(lens)
 
     t0 = time.perf_counter()
     ctx.progress.stage("row poses", H, "rows")
@@ -171,6 +169,9 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         rcam = setup_label_render(p, ctx, sensor, W, H, lens)
         cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, moving + [rcam], static)
         _deform_motion_steps(p, scene, deform_steps)
+        # The lens's exact rays are solved on a worker thread while Cycles renders the labels (started here, not
+        # earlier: it would compete with the main thread's row poses and deform steps for the GIL and the cores).
+        rays_job = None if lens is None else start_pixel_rays(lens)
         labels, stats = _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0)
         rays, unproject_residual = None, 0.0
         if rays_job is not None:
