@@ -2,6 +2,7 @@
 (a fresh interpreter, so the process-wide settings of other tests do not decide the result; numpy only)."""
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -22,7 +23,7 @@ print(set_hugepage(False), applied["numpy_madvise_hugepage_off"], applied["glibc
 
 def test_keep_freed_memory_turns_hugepage_advice_off_and_sets_mallopt():
     out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(ROOT)}).stdout.split()
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
     previous, numpy_off, mallopt, once = out
     assert previous == "False" and numpy_off == "True"          # the advice was on before the call, off after it
     assert once == "True"
