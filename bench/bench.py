@@ -826,6 +826,9 @@ def main() -> int:
     parser.add_argument("--only", default="", help=f"comma-separated sections to run (default all): "
                         f"{','.join(SECTIONS)}")
     args = parser.parse_args()
+    from exporter.allocator import keep_freed_memory
+
+    keep_freed_memory()                     # as the headless exporter process does (exporter.cli)
     if args.report_only:
         work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
         try:

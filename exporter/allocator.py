@@ -12,6 +12,9 @@ The flow solve and the in-line checks make many short-lived arrays of 1-30 MB (o
 bytes (and up to TRIM_THRESHOLD bytes of free heap) for reuse. Values are unchanged (allocation only); blocks
 above MMAP_THRESHOLD (e.g. the float64 arrays of a 3840x2160 event, 66 MB) are still mapped and unmapped.
 Not glibc (macOS, Windows, musl): only the numpy setting applies.
+Applied by the headless exporter process only (exporter.cli: `render_export.py`, `rowbeam export`, farm jobs,
+and the bench, which measures that process), never by the add-on: inside a user's interactive Blender these
+process-wide settings are not ours to change.
 Cost: freed memory stays with the process (bench `--only flow` process peak RSS 982 -> 1166 MB with a 1 GB trim
 threshold instead of 256 MB); the scale bench's camera event peaks stay in target (3840x2160 1581 MB <= 1744).
 """

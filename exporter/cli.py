@@ -111,9 +111,11 @@ def main(argv: list[str], blend_positional: bool, prog: str = "render_export.py"
 def _export(args, blend_positional: bool, console) -> int:
     """Plan and run the export; rowbeam's lines go to `console`, user errors to stderr (one line, exit 2)."""
     try:
+        from .allocator import keep_freed_memory
         from .run_temp import enter_process_temp
 
         enter_process_temp()        # before bpy loads, so Blender's own temp folder is created inside it
+        keep_freed_memory()         # process-wide allocator settings: ours to set in a headless export process only
         from .run import ExportRequest, plan_export, run_export
 
         request = ExportRequest(

@@ -30,7 +30,6 @@ from contracts.worker_threads import openexr_threads
 from . import ROWBEAM_VERSION
 from . import blender_compat
 from . import cycles_setup as cs
-from .allocator import keep_freed_memory
 from .blend_io import git_revision, open_blend
 from .bundle import BundleWriter, event_location, flow_location, write_error
 from .camera_event import export_camera_event
@@ -200,7 +199,6 @@ def _default_event_count(scene, clock, sensor) -> int:
 def plan_export(request: ExportRequest) -> ExportPlan:
     """Validate everything (files, rig, objects, output folder); create nothing."""
     blender_compat.check_supported()                                  # Blender/Python/numpy in the matrix
-    keep_freed_memory()                      # allocator settings for the numpy work after each render (process-wide)
     if request.blend is not None:
         open_blend(request.blend)
     blend_path = bpy.data.filepath
