@@ -12,10 +12,11 @@ import os
 import sys
 
 from .check import check_bundle, check_report_path, summary_lines, write_report
-from .errors import RowbeamError
+from .errors import RowbeamError, quiet_numpy_float_warnings
 
 
 def main(argv=None, prog: str = "python -m contracts") -> int:
+    quiet_numpy_float_warnings()
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     chk = sub.add_parser("check", help="check a bundle (or one event folder) against its contracts",

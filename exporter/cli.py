@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from contracts.errors import RowbeamError
+from contracts.errors import RowbeamError, quiet_numpy_float_warnings
 from contracts.timing import MAX_EVENT_INDEX
 
 from .console import export_console
@@ -103,6 +103,7 @@ def parse_lineage(scenario: str | None, group: str | None) -> dict | None:
 
 
 def main(argv: list[str], blend_positional: bool, prog: str = "render_export.py") -> int:
+    quiet_numpy_float_warnings()
     args = parse_args(argv, blend_positional, prog)
     with export_console(args.quiet, args.verbose) as console:
         return _export(args, blend_positional, console)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+from contracts.errors import quiet_numpy_float_warnings
+
 SUBCOMMANDS = {
     "export": "render sensor events of a .blend into a bundle (needs bpy or Blender)",
     "check": "check a bundle or one event folder against its contracts (no Blender needed)",
@@ -47,6 +49,7 @@ def _needs_bpy(command: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_numpy_float_warnings()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_top_help())

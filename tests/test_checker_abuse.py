@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 
 from contracts.check import check_bundle
@@ -476,3 +477,25 @@ def test_load_json_bounds(tmp_path):
         with pytest.raises(RowbeamError, match=fragment) as exc:
             load_json(p, "manifest")
         assert str(p) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_non_finite_payload_values_print_no_numpy_warnings(ctx):
+    """NaN, inf and float32-overflowing values planted on valid pixels (payload hashes updated, so the checks must
+    read them): the checker fails the event and prints only its own lines, no numpy RuntimeWarning (the lines
+    numpy prints for overflowing or invalid arithmetic are not the one-line messages a user gets)."""
+    from contracts.bundle_reader import open_event
+    from exporter.manifest import write_payload_file
+
+    from .helpers import rehash
+
+    arrays = open_event(ctx.e0).arrays(("normal_geometric", "normal_shading", "camera_z", "range"), verify=False)
+    for name, value in (("normal_geometric", np.inf), ("normal_shading", 3e38), ("camera_z", np.nan),
+                        ("range", 3e38)):
+        a = arrays[name].copy()
+        a[2:4, 3:9] = value
+        write_payload_file(ctx.e0, name, a, "rolling_shutter_camera")
+        rehash(ctx.e0, name)
+    r = cli("check", ctx.root)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr == "", r.stderr
+    assert "Warning" not in r.stdout and "FAIL events/camera_front/000000" in r.stdout, r.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import RowbeamError
+from ..errors import RowbeamError, quiet_numpy_float_warnings
 
 
 def _progress(quiet: bool):
@@ -21,6 +21,7 @@ def _progress(quiet: bool):
 
 
 def main(argv=None, prog: str = "rowbeam report") -> int:
+    quiet_numpy_float_warnings()
     parser = argparse.ArgumentParser(prog=prog, description="Write a static HTML visual QA report of a bundle (or a "
                                      "dataset: a folder of bundles): overlays per camera event, flow and LiDAR sweep, "
                                      "residual distributions, dataset statistics, report.json. Opens from file:// "
