@@ -407,8 +407,8 @@ def test_object_axes_are_drawn_from_the_projected_origin_along_the_rotated_axes(
 
 def test_sorted_quantiles_histogram_and_slices_are_numpys():
     """Read off one sorted array, the residual summary gives np.quantile's float64 numbers and np.histogram's counts
-    (ties, a single value, duplicates on bin edges, NaN-free finite samples), and the class/distance slices of the
-    sorted samples the same as of the unsorted ones."""
+    (ties, a single value, duplicates on bin edges, NaN-free finite samples), and the class/distance slices (bins of
+    key_bins) those of a boolean mask per bin (keys on the edges, beyond the last, NaN)."""
     rng = np.random.default_rng(11)
     for n in (1, 2, 3, 7, 100, 4321):
         for v in (rng.lognormal(-7.0, 2.0, n), rng.integers(0, 3, n).astype(np.float64) * 0.25):
@@ -420,10 +420,23 @@ def test_sorted_quantiles_histogram_and_slices_are_numpys():
             assert h == stats.histogram(v)
             if h["edges"]:
                 assert h["counts"] == np.histogram(v[v > 0], np.array(h["edges"]))[0].tolist()
-            key, dist = rng.integers(0, 4, n), rng.uniform(0, 100, n)
-            order = np.argsort(v)
+            key, dist = rng.integers(0, 4, n), rng.uniform(-10, 100, n)
+            dist[:7] = [0.0, 5.0, 10.0, 80.0, np.inf, np.nan, -0.0][:n]       # edges, beyond the last, no key
             for k, kind in ((key, "class"), (dist, "distance")):
-                assert stats.slice_by(s, k[order], kind, is_sorted=True) == stats.slice_by(v, k, kind)
+                assert stats.slice_by(v, stats.key_bins(k, kind)) == _slices_by_masks(v, k, kind), (n, kind)
+
+
+def _slices_by_masks(v, key, kind: str) -> list[dict]:
+    """The slices by their definition: a boolean mask per bin [a, b) of the distance edges or per class id present,
+    np.quantile of v there; empty bins left out."""
+    if kind == "class":
+        groups = [(str(lab), key == lab) for lab in np.unique(key)]
+    else:
+        e = stats.DISTANCE_BINS_M
+        groups = [(lab, (key >= a) & (key < b)) for lab, a, b in zip(stats._bin_labels(e, "m"), e[:-1], e[1:], strict=True)]
+    return [{"bin": lab, "count": int(m.sum()), "quantiles": {
+        k: float(x) for k, x in zip(("p50", "p90", "p99", "max"), np.quantile(v[m], stats.QUANTILES), strict=True)}}
+        for lab, m in groups if m.any()]
 
 
 def test_normal_colour_with_the_known_finite_mask_is_the_tested_one():

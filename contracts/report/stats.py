@@ -60,16 +60,19 @@ class Residuals:
 
     def summary(self) -> dict:
         out = {}
+        bins = {}                                   # the bins of each key array, computed once: residuals share keys
         for name, d in sorted(self.data.items()):
             v = np.concatenate(d["values"]).astype(np.float64, copy=False) if d["values"] else np.zeros(0)
             s = np.sort(v)                          # every quantile is read off a sorted array (describe)
             entry = {"unit": d["unit"], "meaning": d["meaning"], "count": int(d["count"]), "sampled": int(v.size),
                      **describe(s, is_sorted=True), "histogram": histogram(s, is_sorted=True), "slices": {}}
             for k, parts in d["keys"].items():
-                a = np.concatenate(parts)
-                if a.size != v.size:
+                if sum(a.size for a in parts) != v.size:
                     continue
-                entry["slices"][k] = slice_by(v, a, k, self.class_names)
+                same = (k, *((a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str) for a in parts))
+                if same not in bins:                # (the parts are alive here: equal memory, equal values)
+                    bins[same] = key_bins(np.concatenate(parts), k, self.class_names)
+                entry["slices"][k] = slice_by(v, bins[same])
             out[name] = entry
         return out
 
@@ -135,9 +138,10 @@ def histogram(v, bins: int = HIST_BINS, is_sorted: bool = False) -> dict:
     return {"scale": "log10", "edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "zeros": zeros}
 
 
-def slice_by(v, key, kind: str, class_names: dict | None = None, is_sorted: bool = False) -> list[dict]:
-    """Quantiles of v per bin of `key`: distance (m), radius (fraction of the half diagonal), speed (m/s) or class
-    (key = class id or name; ids are named through class_names). is_sorted: v is ascending (so is every bin's part)."""
+def key_bins(key, kind: str, class_names: dict | None = None) -> list[tuple[str, np.ndarray]]:
+    """[(bin label, ascending indices of the samples in it)] of the non-empty bins of a slicing key: distance (m),
+    radius (fraction of the half diagonal), speed (m/s) or class (key = class id or name; ids are named through
+    class_names), in slice_by's order (bins ascending, classes by key)."""
     if kind == "class":
         names = class_names or {}
         groups = [(names.get(int(lab), str(lab)) if np.issubdtype(key.dtype, np.integer) else str(lab), key == lab)
@@ -145,10 +149,19 @@ def slice_by(v, key, kind: str, class_names: dict | None = None, is_sorted: bool
     else:
         edges, unit = {"distance": (DISTANCE_BINS_M, "m"), "radius": (RADIUS_BINS, "× half diagonal"),
                        "speed": (SPEED_BINS_M_S, "m/s")}[kind]
-        key = key.astype(np.float64)
-        groups = [(lab, (key >= a) & (key < b))
-                  for lab, a, b in zip(_bin_labels(edges, unit), edges[:-1], edges[1:], strict=True)]
-    return [{"bin": lab, "count": int(m.sum()), **describe(v[m], is_sorted)} for lab, m in groups if m.any()]
+        code = np.searchsorted(edges, key.astype(np.float64, copy=False), "right")   # edges[code - 1] <= key < edges[code]
+        groups = [(lab, code == i) for i, lab in enumerate(_bin_labels(edges, unit), start=1)]
+    return [(lab, idx) for lab, m in groups if (idx := np.flatnonzero(m)).size]
+
+
+def slice_by(v, bins) -> list[dict]:
+    """Quantiles of v (1-D, float64) per bin of key_bins(key, ...) of its slicing key."""
+    out = []
+    for lab, idx in bins:
+        part = v[idx]                               # (a fresh array: sorted in place)
+        part.sort()
+        out.append({"bin": lab, "count": int(idx.size), **describe(part, is_sorted=True)})
+    return out
 
 
 def drift(current: dict, baseline: dict) -> dict:
