@@ -44,6 +44,8 @@ def _distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # the 257 colours of _LUT_NO_DATA as a palette of distinct colours (rounding makes two neighbours of lut() equal)
 _PALETTE, _TO_PALETTE = _distinct_rows(_LUT_NO_DATA)
+# lut() row k (< 256) is palette entry k - (the number of repeats at rows <= k: a row equal to the row before it)
+_REPEATS = [int(k) for k in np.flatnonzero(np.diff(_TO_PALETTE[:len(_LUT)].astype(np.int16)) == 0) + 1]
 
 
 def normalise(values, lo: float, hi: float, log: bool = False) -> np.ndarray:
@@ -78,7 +80,7 @@ def colour_indices(values, lo: float, hi: float, log: bool = False, mask=None) -
     scale = 255.0 / (hi - lo) if hi > lo else 0.0
     out = np.empty(flat.size, dtype=np.uint8)
     t_buf, ok_buf = np.empty(min(BLOCK, flat.size)), np.empty(min(BLOCK, flat.size), dtype=bool)
-    index_buf = np.empty(min(BLOCK, flat.size), dtype=np.uint16)
+    step_buf = np.empty(min(BLOCK, flat.size), dtype=bool)
     with np.errstate(divide="ignore", invalid="ignore"):
         for start in range(0, flat.size, BLOCK):
             part = slice(start, min(start + BLOCK, flat.size))
@@ -95,11 +97,12 @@ def colour_indices(values, lo: float, hi: float, log: bool = False, mask=None) -
                 ok &= keep[part]
             np.clip(t, 0.0, 255.0, out=t)
             np.rint(t, out=t)
-            index = index_buf[:n]
-            index[...] = t                          # (no-data pixels: any index here, NO_DATA's below)
+            index = out[part]
+            index[...] = t                          # the lut() row (no-data pixels: any row here, NO_DATA's below)
+            for k in _REPEATS:                      # lut() row -> palette entry
+                np.subtract(index, np.greater_equal(index, k, out=step_buf[:n]), out=index)
             np.logical_not(ok, out=ok)
-            index[ok] = len(_LUT)
-            np.take(_TO_PALETTE, index, out=out[part], mode="clip")   # _LUT_NO_DATA row -> palette entry (<= 256)
+            np.copyto(index, _TO_PALETTE[len(_LUT)], where=ok)
     return Indexed(out.reshape(v.shape), _PALETTE)
 
 
