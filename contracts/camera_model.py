@@ -76,10 +76,11 @@ def intrinsics_from_blender(p: BlenderCameraParams) -> np.ndarray:
     return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
 
 
-def norm(a: np.ndarray) -> np.ndarray:
-    """(...,) |a| of (..., 3) vectors, elementwise: sqrt((a0^2 + a1^2) + a2^2), the sums np.linalg.norm(a, axis=-1)
-    makes in the same order (equal bits, tested), without its slow reduction over a short last axis."""
-    x, y, z = a[..., 0], a[..., 1], a[..., 2]
+def norm(a) -> np.ndarray:
+    """(...,) |a| of (..., 3) vectors, or of their 3 component arrays (x, y, z), elementwise: sqrt((a0^2 + a1^2) +
+    a2^2), the sums np.linalg.norm(a, axis=-1) makes in the same order (equal bits, tested), without its slow
+    reduction over a short last axis."""
+    x, y, z = a if isinstance(a, (list, tuple)) else (a[..., 0], a[..., 1], a[..., 2])
     return np.sqrt(x * x + y * y + z * z)
 
 

@@ -213,6 +213,7 @@ def test_ray_and_hit_norm_has_numpy_norm_bits():
     a = rng.normal(size=(200, 300, 3)) * 10.0 ** rng.integers(-4, 4, size=(200, 300, 1))
     a[0, :3] = [[np.nan, 1.0, 2.0], [np.inf, 0.0, 1.0], [0.0, 0.0, 0.0]]
     assert np.array_equal(norm(a), np.linalg.norm(a, axis=-1), equal_nan=True)
+    assert np.array_equal(norm([a[..., c].copy() for c in range(3)]), norm(a), equal_nan=True)   # its components
     other = np.sqrt(a[..., 0] ** 2 + (a[..., 1] ** 2 + a[..., 2] ** 2))
     assert not np.array_equal(other, np.linalg.norm(a, axis=-1), equal_nan=True)
 

@@ -601,3 +601,22 @@ def test_histogram_svg_labels_end_inside_the_svg():
     svg = html.histogram_svg(stats.histogram(np.geomspace(1e-9, 2.5e-8, 50)), "m", width=300)
     right = re.findall(r'<text x="([0-9.]+)"[^>]*?( text-anchor="end")?>([^<]*)</text>', svg)[-1]
     assert right[2] == "2.5e-08 m" and float(right[0]) == 300 and right[1]     # its end at the right edge
+
+
+def test_facing_by_components_is_the_row_sum():
+    """The camera page's facing residual, n · d/|d| summed x, y, z over component arrays, has the bits of numpy's
+    (n * d/|d|).sum(-1) on (N, 3) rows; the data is one where the other summation order differs."""
+    from contracts.camera_model import norm
+
+    rng = np.random.default_rng(12)
+    n = rng.normal(size=(50000, 3)).astype(np.float32).astype(np.float64)
+    d = np.column_stack([rng.uniform(-1, 1, (50000, 2)), np.ones(50000)])
+    f = norm(d)
+    rows = (n * (d / f[..., None])).sum(-1)
+    parts = [n[:, c] * (d[:, c] / f) for c in range(3)]
+    facing = parts[0].copy()
+    for p in parts[1:]:
+        facing += p
+    assert np.array_equal(facing, rows)
+    assert not np.array_equal(parts[0] + (parts[1] + parts[2]), rows)
+

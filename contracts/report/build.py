@@ -537,14 +537,14 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     factor = norm(d)             # range / camera_z on each pixel-centre ray
     res.add("camera.z_range_m", "m", np.abs(a["range"].ravel()[pix] - z * factor),
             "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys, count=count)
-    d = d / factor[..., None]
     for n in normals:
-        nv = np.empty((pix.size, 3))                # float64 normals at the sampled pixels, channel by channel
-        for c, plane in enumerate(channel_planes(a, n)):
-            nv[:, c] = plane.reshape(-1)[pix]
+        nv = [p.reshape(-1)[pix].astype(np.float64) for p in channel_planes(a, n)]    # at the sampled pixels (x, y, z)
         res.add(f"camera.{n}_unit", "1", np.abs(norm(nv) - 1), f"| |{n}| - 1 | per valid pixel", **keys, count=count)
         if n == "normal_geometric":
-            res.add("camera.geometric_facing", "1", np.maximum(0.0, (nv * d).sum(-1)),
+            facing = nv[0] * (d[:, 0] / factor)     # n_g · d / |d|, summed x, y, z in that order (as (n * d).sum(-1))
+            for c in (1, 2):
+                facing += nv[c] * (d[:, c] / factor)
+            res.add("camera.geometric_facing", "1", np.maximum(0.0, facing, out=facing),
                     "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys,
                     count=count)
     stats.camera_valid += [int(valid.sum()), valid.size]
