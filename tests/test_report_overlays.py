@@ -620,3 +620,20 @@ def test_facing_by_components_is_the_row_sum():
     assert np.array_equal(facing, rows)
     assert not np.array_equal(parts[0] + (parts[1] + parts[2]), rows)
 
+
+def test_class_counts_follow_from_the_instance_counts():
+    """The class legend's (ids, pixel counts) from the instance counts equal _id_counts(semantic_id) when semantic_id
+    is the checker's class of each instance (the table's class, background for 0, VOID_ID for an index not in the
+    table): several instances of one class summed, an unknown index, background."""
+    from contracts.ontology import VOID_ID
+    from contracts.report.build import _class_counts, _id_counts
+
+    rng = np.random.default_rng(8)
+    objects = [{"render_index": i, "class_id": c} for i, c in ((1, 3), (2, 3), (3, 7), (5, 1))]
+    instance = rng.integers(0, 7, (40, 60)).astype(np.uint32)          # 4 and 6: not in the table
+    classes = {0: 0, **{o["render_index"]: o["class_id"] for o in objects}}
+    semantic = np.array([classes.get(int(i), VOID_ID) for i in instance.ravel()], dtype=np.uint32).reshape(40, 60)
+    ids, counts = _class_counts(*_id_counts(instance), objects)
+    want_ids, want_counts = _id_counts(semantic)
+    assert ids.tolist() == want_ids.tolist() and counts.tolist() == want_counts.tolist()
+    assert VOID_ID in ids.tolist() and len(ids) == 5

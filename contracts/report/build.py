@@ -29,6 +29,7 @@ from ..errors import RowbeamError, UnusableInput
 from ..files import atomic_write_json, fsync_path, load_json
 from ..flow_checks import cycle_residuals
 from ..lens import image_rays
+from ..ontology import BACKGROUND_ID, VOID_ID
 from ..worker_threads import WORKERS
 from . import colour, html, motion, overlays
 from .png import Indexed, encode_png, thumbnail, thumbnail_factor
@@ -321,6 +322,7 @@ def _item_page(doc, key, rel, status, checks, item, w, res, stats, ctx, verify, 
             item["kind"] = "camera_event"
             body = _camera_page(doc, w, f"{key}/{rel}", res, stats, ctx["lidars"], verify,
                                 checked_valid=not verify and _passed(checks, "validity_consistency"),
+                                checked_ids=not verify and _passed(checks, "semantic_matches_instance"),
                                 checked=None if verify else ctx["checked"].get(doc.path.resolve()))
         elif doc.sensor_type == "radar":
             item["kind"] = "radar_frame"
@@ -426,11 +428,24 @@ def _id_counts(ids) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(flat, return_counts=True)
 
 
-def _instance_legend(instance_id, objects: list[dict], class_names: dict) -> str:
-    """The instance_id image's legend: every render index seen in the image, most pixels first, with the colour
-    the image gives it (colour.id_colours of its stable 64-bit id; background black), the id, object name, class
-    and pixel count; folded like the object table when longer than OPEN_TABLE_ROWS."""
-    present, counts = _id_counts(instance_id)
+def _class_counts(present, counts, objects: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """_id_counts(semantic_id) from _id_counts(instance_id) = (present, counts) when semantic_id is the class of the
+    instance at every pixel (the checker's semantic_matches_instance: the object table's class, background for
+    BACKGROUND_ID, VOID_ID for an index not in the table)."""
+    by_index = {int(o["render_index"]): int(o["class_id"]) for o in objects}
+    classes = np.array([by_index.get(int(i), BACKGROUND_ID if i == BACKGROUND_ID else VOID_ID) for i in present],
+                       dtype=np.int64)
+    ids, where = np.unique(classes, return_inverse=True)
+    sums = np.zeros(len(ids), dtype=np.int64)
+    np.add.at(sums, where, counts)
+    return ids, sums
+
+
+def _instance_legend(present, counts, objects: list[dict], class_names: dict) -> str:
+    """The instance_id image's legend from its _id_counts (present, counts): every render index seen in the image,
+    most pixels first, with the colour the image gives it (colour.id_colours of its stable 64-bit id; background
+    black), the id, object name, class and pixel count; folded like the object table when longer than
+    OPEN_TABLE_ROWS."""
     by_index = {int(o["render_index"]): o for o in objects}
     stable = np.array([int(by_index[int(i)]["id"]) if int(i) in by_index else 0 for i in present], dtype=np.uint64)
     colours = colour.id_colours(stable)
@@ -447,9 +462,10 @@ def _instance_legend(instance_id, objects: list[dict], class_names: dict) -> str
 
 
 def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, verify=False,
-                 checked_valid=False, checked=None) -> str:
+                 checked_valid=False, checked_ids=False, checked=None) -> str:
     """checked_valid: the checker's validity_consistency passed on these arrays (every float label finite exactly
-    where valid, camera_z and range positive there), so the page need not test it again. checked: the checker's
+    where valid, camera_z and range positive there), so the page need not test it again. checked_ids: its
+    semantic_matches_instance passed (the class legend's counts follow from the instance counts). checked: the checker's
     decoded arrays of this event (contracts.arrays.DecodedArrays, sha256 verified), read as they are: the normals
     stay channel planes unless an overlay reads them whole (LiDAR pairing)."""
     m = ev.manifest
@@ -480,10 +496,11 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
                                      f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
     parts.append(html.figure(w.image(f"{rel}/instance_id", lambda: overlays.id_indexed(a["instance_id"], m["objects"]),
                                      shape=(H, W)), "instance_id (colour of the stable 64-bit id)"))
-    parts.append(_instance_legend(a["instance_id"], m["objects"], names))
+    instances = _id_counts(a["instance_id"])
+    parts.append(_instance_legend(*instances, m["objects"], names))
     parts.append(html.figure(w.image(f"{rel}/semantic_id", lambda: overlays.semantic_indexed(a["semantic_id"]),
                                      shape=(H, W)), "semantic_id"))
-    present, counts = _id_counts(a["semantic_id"])
+    present, counts = _class_counts(*instances, m["objects"]) if checked_ids else _id_counts(a["semantic_id"])
     parts.append("<h3>Class legend</h3>" + html.table(
         ["", "semantic id", "class", "pixels"],
         [[html.swatch(overlays.semantic_colour(int(c))), int(c), html.esc(names.get(int(c), "?")), int(n)]
