@@ -418,6 +418,8 @@ def test_sorted_quantiles_histogram_and_slices_are_numpys():
                 k: float(x) for k, x in zip(("p50", "p90", "p99", "max"), np.quantile(v, stats.QUANTILES), strict=True)}}
             h = stats.histogram(s, is_sorted=True)
             assert h == stats.histogram(v)
+            signed = np.concatenate([v, [-1.5, -0.0, 0.0, np.nan, -np.inf]])       # negatives, both zeros, NaN last
+            assert stats.histogram(np.sort(signed), is_sorted=True) == stats.histogram(signed)
             if h["edges"]:
                 assert h["counts"] == np.histogram(v[v > 0], np.array(h["edges"]))[0].tolist()
             key, dist = rng.integers(0, 4, n), rng.uniform(-10, 100, n)

@@ -117,19 +117,26 @@ def sorted_quantiles(s, q) -> np.ndarray:
 
 def histogram(v, bins: int = HIST_BINS, is_sorted: bool = False) -> dict:
     """Histogram on log10-spaced edges over the positive values (zeros counted apart): {edges, counts, zeros}.
-    is_sorted: v is in ascending order (the counts are then read off it by binary search, = np.histogram's)."""
+    is_sorted: v is in ascending order, NaN last (the positive values are then one slice of it and the counts are
+    read off it by binary search, = np.histogram's)."""
     v = np.asarray(v, dtype=np.float64)
-    pos = v[v > 0]
-    zeros = int(np.count_nonzero(v == 0))
+    if is_sorted:
+        first_zero, first_nan = v.searchsorted([0.0, np.nan], "left")
+        first_pos = v.searchsorted(0.0, "right")
+        pos, zeros = v[first_pos:first_nan], int(first_pos - first_zero)
+    else:
+        pos = v[v > 0]
+        zeros = int(np.count_nonzero(v == 0))
     if pos.size == 0:
         return {"scale": "log10", "edges": [], "counts": [], "zeros": zeros}
-    lo, hi = np.log10(pos.min()), np.log10(pos.max())
+    smallest, largest = (pos[0], pos[-1]) if is_sorted else (pos.min(), pos.max())
+    lo, hi = np.log10(smallest), np.log10(largest)
     spread = hi - lo >= 1e-6
     if not spread:                                      # (nearly) one value: one decade around it
         lo, hi = lo - 0.5, hi + 0.5
     edges = np.logspace(lo, hi, bins + 1)
     if spread:
-        edges[0], edges[-1] = pos.min(), pos.max()      # 10**log10(x) may round below x: keep the extremes inside
+        edges[0], edges[-1] = smallest, largest         # 10**log10(x) may round below x: keep the extremes inside
     if is_sorted:     # np.histogram's rule for explicit edges: [e_i, e_i+1), the last bin closed
         cum = np.concatenate([pos.searchsorted(edges[:-1], "left"), pos.searchsorted(edges[-1:], "right")])
         counts = np.diff(cum)
