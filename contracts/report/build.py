@@ -544,7 +544,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
         pix, count = sample_pixels(valid)
     else:
         pix, count = np.flatnonzero(valid), None
-    u, v = (pix % W).astype(np.float64), (pix // W).astype(np.float64)     # pixel centres (camera_model.pixel_grid)
+    v, u = (x.astype(np.float64) for x in np.divmod(pix, W))     # pixel centres (camera_model.pixel_grid)
     res.class_names.update(names)
     z = a["camera_z"].ravel()[pix].astype(np.float64)
     lens = manifest_lens(m["calibration"])          # a distorted camera: rays through the lens (contracts.lens)
@@ -564,7 +564,7 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
             res.add("camera.geometric_facing", "1", np.maximum(0.0, facing, out=facing),
                     "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys,
                     count=count)
-    stats.camera_valid += [int(valid.sum()), valid.size]
+    stats.camera_valid += [int(np.count_nonzero(valid)), valid.size]
     stats.depth.append(z_valid)                    # (ascending, its own dtype: the statistics read it as float64)
     # LiDAR returns in the time-matched camera rows
     for lid in lidars:
