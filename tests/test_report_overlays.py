@@ -639,3 +639,18 @@ def test_class_counts_follow_from_the_instance_counts():
     want_ids, want_counts = _id_counts(semantic)
     assert ids.tolist() == want_ids.tolist() and counts.tolist() == want_counts.tolist()
     assert VOID_ID in ids.tolist() and len(ids) == 5
+
+
+def test_order_statistics_are_the_sorted_values_at_their_ranks():
+    """colour.order_statistics = np.sort(v)[ranks]: the 1/99 % ranks of an image (thresholded subsets), the ends,
+    ties on the thresholds (few distinct values), ranks in between and small arrays (whole sort), float32 and
+    float64; and the 1..99 % range it gives equals np.percentile's."""
+    rng = np.random.default_rng(21)
+    for v in (rng.lognormal(2.0, 1.0, 300_000).astype(np.float32), rng.normal(size=200_001),
+              rng.integers(0, 5, 150_000).astype(np.float32), np.sort(rng.random(100_000))[::-1].copy(),
+              rng.random(999)):
+        n = v.size
+        for ranks in ([0, 1, n - 2, n - 1], [n // 100, n // 100 + 1, n - n // 100 - 1, n - n // 100],
+                      [n // 100, n // 2], [n // 3], [n - 1]):
+            assert np.array_equal(colour.order_statistics(v, ranks), np.sort(v)[ranks]), (n, ranks)
+        assert np.array_equal(colour.percentiles(v, [1.0, 99.0]), np.percentile(v.astype(np.float64), [1.0, 99.0]))

@@ -391,15 +391,16 @@ def _radius(K, W, H, u=None, v=None) -> np.ndarray:
 def _scalar_block(w, rel, name, values, valid, unit, caption, images=None, valid_sorted=None):
     """Linear and log figures of a scalar image (made on the Writer's threads; the log image is made here and goes
     into `images[name]` when given). The 1..99 % range is computed once when every valid value is positive (the log
-    range is then the same percentiles). valid_sorted: the caller's np.sort(values[valid]), when it has it."""
+    range is then the same percentiles). valid_sorted: the caller's np.sort(values[valid]), when it has it (else
+    the percentiles select their order statistics: colour.order_statistics)."""
     out = []
     v = np.asarray(values)
     lo = hi = None
-    vv = np.sort(v[valid]) if valid_sorted is None else valid_sorted
-    if vv.size and vv[0] > 0 and vv[-1] > 0:         # ascending, NaN last: every valid value is positive
-        lo, hi = colour.robust_range(vv, is_sorted=True)
+    vv, is_sorted = (v[valid], False) if valid_sorted is None else (valid_sorted, True)
+    if vv.size and (vv[0] > 0 and vv[-1] > 0 if is_sorted else np.all(vv > 0)):   # every valid value is positive
+        lo, hi = colour.robust_range(vv, is_sorted=is_sorted)                       # (sorted: NaN last)
     for log in (False, True):
-        leg = overlays.scalar_legend(vv, None, log, lo, hi, is_sorted=True)     # = scalar()'s of values[valid]
+        leg = overlays.scalar_legend(vv, None, log, lo, hi, is_sorted=is_sorted)  # = scalar()'s of values[valid]
         def make(log=log, leg=leg):                                              # = scalar(...)[0] as Indexed
             return colour.colour_indices(values, leg["lo"], leg["hi"], log, valid)
         img = make
