@@ -562,6 +562,51 @@ def test_report_writer_copies_an_image_equal_to_the_kept_one_and_encodes_one_tha
     assert np.array_equal(cv2.imread(str(img / "i_other_palette.png"))[..., ::-1], palette[::-1][index])
 
 
+def test_report_writer_copies_without_making_an_image_its_test_says_is_the_same(tmp_path):
+    """image(same_as=, same=): when same() is true the kept image's files are copied and the image is never made;
+    when false the image is made and written as its own pixels."""
+    from contracts.report import build
+
+    a = np.random.default_rng(7).integers(0, 256, (90, 160, 3), dtype=np.uint8)
+    made = []
+    (tmp_path / "pages").mkdir()
+    with build.Writer(tmp_path, workers=2) as w:
+        w.image("a", a, keep=True)
+        w.image("told_same", lambda: made.append("same") or a, shape=a.shape[:2], same_as="a", same=lambda: True)
+        w.image("b", a.copy(), keep=True)
+        w.image("told_other", lambda: made.append("other") or 255 - a, shape=a.shape[:2], same_as="b",
+                same=lambda: False)
+    assert made == ["other"]
+    img = tmp_path / "img"
+    assert (img / "told_same.png").read_bytes() == (img / "a.png").read_bytes()
+    assert (img / "told_same.thumb.png").exists() is (img / "a.thumb.png").exists()
+    assert np.array_equal(cv2.imread(str(img / "told_other.png"), cv2.IMREAD_UNCHANGED)[..., ::-1], 255 - a)
+
+
+def test_same_normal_colours_is_the_comparison_of_the_images():
+    """same_normal_colours(a, b, finite) = (normal_colour(a, finite) == normal_colour(b, finite)): last-bit
+    differences that keep every byte, -0 against +0, differences off `finite` (true); one component crossing a byte
+    boundary (false)."""
+    rng = np.random.default_rng(13)
+    n = rng.normal(size=(3, 60, 90)).astype(np.float32)
+    n /= np.sqrt((n * n).sum(0))
+    finite = rng.random((60, 90)) < 0.9
+    n[:, ~finite] = np.nan
+    b = n.copy()
+    b[0][finite] = np.nextafter(b[0][finite], np.float32(2))                 # last bit of every valid x
+    b[1][~finite] = 0.5                                                        # off finite: NO_DATA either way
+    zero = np.argwhere(finite)[0]
+    n[2][tuple(zero)], b[2][tuple(zero)] = -0.0, 0.0
+    same = [colour.same_normal_colours(list(n), list(b), finite),
+            np.array_equal(colour.normal_colour(list(n), finite), colour.normal_colour(list(b), finite))]
+    flipped = b.copy()
+    y, x = np.argwhere(finite)[5]
+    flipped[1, y, x] = np.float32((int(colour.normal_colour(list(n), finite)[y, x, 1]) - 127.0) / 127.5) # next byte
+    other = [colour.same_normal_colours(list(n), list(flipped), finite),
+             np.array_equal(colour.normal_colour(list(n), finite), colour.normal_colour(list(flipped), finite))]
+    assert same == [True, True] and other == [False, False], (same, other)
+
+
 def test_indexed_thumbnail_equals_the_thumbnail_of_its_rgb_at_every_factor():
     rng = np.random.default_rng(6)
     white = np.full((256, 3), 255, dtype=np.uint8)           # the largest sums a 16-bit lane must hold (f = 16)

@@ -131,12 +131,14 @@ class Writer:
         finally:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def image(self, rel: str, img, shape=None, keep: bool = False, same_as: str | None = None) -> dict:
+    def image(self, rel: str, img, shape=None, keep: bool = False, same_as: str | None = None, same=None) -> dict:
         """Write img, an (H, W, C) uint8 image or an Indexed image, or a function of no arguments that makes one on a
         worker thread (it must only read arrays nobody changes meanwhile, and never call bpy), then shape = (H, W).
         keep: hold the image made until a later image(same_as=rel) compares with it. same_as: the rel of an earlier
         image(keep=True) of the same shape; once made, img is compared with it and, when pixel-identical, its PNG and
-        thumbnail are byte copies of that image's files instead of being encoded again."""
+        thumbnail are byte copies of that image's files instead of being encoded again. same: with same_as, a function
+        of no arguments (run on a worker thread, same rules) that tells whether img would be pixel-identical to that
+        image without making it: then img is never made."""
         full = self.root / "img" / f"{rel}.png"
         if full.parent not in self._folders:
             full.parent.mkdir(parents=True, exist_ok=True)
@@ -150,7 +152,7 @@ class Writer:
             self._pending.popleft().result()
         thumb = None if f == 1 else self.root / "img" / thumb_rel
         job = self._pool.submit(_write_png, full, thumb, img, (H, W), self._kept.pop(same_as) if same_as else None,
-                                keep)
+                                keep, same)
         if keep:
             self._kept[rel] = (job, full, thumb)
         self._pending.append(job)
@@ -160,25 +162,36 @@ class Writer:
                 "height": h * scale}
 
 
-def _write_png(full: Path, thumb: Path | None, img, shape, earlier=None, keep=False):
+def _write_png(full: Path, thumb: Path | None, img, shape, earlier=None, keep=False, same=None):
     """Write img (an image, or the function that makes an image of `shape` (H, W)) as PNG to `full` and, unless
     thumb is None, its thumbnail (png.thumbnail, THUMB_SIDE) to `thumb`; return the image when keep. earlier: (job, PNG path,
-    thumbnail path) of an earlier image: when img is pixel-identical to the image that job returns, copy its files
-    instead (the pool starts jobs in the order given, so the earlier job has started: waiting for it cannot
-    deadlock)."""
+    thumbnail path) of an earlier image: when img is pixel-identical to the image that job returns (or same(), when
+    given, says it would be), copy its files instead (the pool starts jobs in the order given, so the earlier job
+    has started: waiting for it cannot deadlock)."""
+    if earlier is not None and same is not None:
+        earlier[0].result()                         # its files are written
+        if same():
+            _copy_files(earlier, full, thumb)
+            return None
+        earlier = None
     if callable(img):
         img = img()
         if img.shape[:2] != tuple(shape):
             raise ValueError(f"{full.name}: made a {img.shape[:2]} image, not the declared {tuple(shape)}")
     if earlier is not None and _same_image(img, earlier[0].result()):
-        shutil.copyfile(earlier[1], full)
-        if thumb is not None:
-            shutil.copyfile(earlier[2], thumb)
+        _copy_files(earlier, full, thumb)
         return img if keep else None
     full.write_bytes(encode_png(img, level=1))
     if thumb is not None:
         thumb.write_bytes(encode_png(thumbnail(img, THUMB_SIDE), level=1))
     return img if keep else None
+
+
+def _copy_files(earlier, full: Path, thumb: Path | None) -> None:
+    """The PNG and thumbnail of an earlier image ((job, PNG path, thumbnail path)) copied to full and thumb."""
+    shutil.copyfile(earlier[1], full)
+    if thumb is not None:
+        shutil.copyfile(earlier[2], thumb)
 
 
 def _same_image(a, b) -> bool:
@@ -493,6 +506,9 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
             planes = channel_planes(a, n)                 # (taken here: the worker reads only these arrays)
             img = lambda p=planes: colour.normal_colour(p, valid if checked_valid else None)  # noqa: E731
             pair = {"keep": both} if n == "normal_geometric" else {"same_as": f"{rel}/normal_geometric" if both else None}
+            if both and checked_valid and n == "normal_shading":   # both finite exactly where valid: compare the bytes
+                g = channel_planes(a, "normal_geometric")          # where the floats differ, before making the image
+                pair["same"] = lambda p=planes, g=g: colour.same_normal_colours(p, g, valid)
             parts.append(html.figure(w.image(f"{rel}/{n}", img, shape=(H, W), **pair),
                                      f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
     parts.append(html.figure(w.image(f"{rel}/instance_id", lambda: overlays.id_indexed(a["instance_id"], m["objects"]),

@@ -315,10 +315,7 @@ def normal_colour(normals, finite=None) -> np.ndarray:
             part = slice(start, min(start + BLOCK, size))
             t = buf[:part.stop - part.start]
             for c, flat in enumerate(flats):
-                np.clip(flat[part], -1.0, 1.0, out=t)
-                t *= np.float32(127.5)
-                t += np.float32(128.0)
-                out[part, c] = t                      # rint((n+1)/2 * 255)
+                _normal_bytes(flat[part], t, out[part, c])
     if finite is not None:
         ok = np.asarray(finite, dtype=bool)
     else:
@@ -327,6 +324,33 @@ def normal_colour(normals, finite=None) -> np.ndarray:
             ok &= np.isfinite(p)
     out[np.flatnonzero(~ok.reshape(-1))] = NO_DATA
     return out.reshape(*shape, len(flats))
+
+
+def _normal_bytes(x, t, out) -> None:
+    """out[...] = normal_colour's byte of each float32 normal component in x (NaN: any byte), through the float32
+    buffer t of x's size: clip(x, -1, 1) * 127.5 + 128 in float32, truncated (= rint((x + 1) / 2 * 255))."""
+    np.clip(x, -1.0, 1.0, out=t)
+    t *= np.float32(127.5)
+    t += np.float32(128.0)
+    out[...] = t
+
+
+def same_normal_colours(a, b, finite) -> bool:
+    """Whether normal_colour(a, finite) == normal_colour(b, finite), for the channel planes a and b of two normal
+    images of one shape that are both finite exactly at `finite` (the checker's validity contract): the bytes are
+    computed only where the float values differ (equal values, -0 and +0 included, give equal bytes; off `finite`
+    both images are NO_DATA)."""
+    keep = np.asarray(finite, dtype=bool).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        for pa, pb in zip(a, b, strict=True):
+            fa, fb = np.asarray(pa, dtype=np.float32).reshape(-1), np.asarray(pb, dtype=np.float32).reshape(-1)
+            idx = np.flatnonzero(np.logical_and(fa != fb, keep))
+            t, bytes_a, bytes_b = np.empty(idx.size, np.float32), np.empty(idx.size, np.uint8), np.empty(idx.size, np.uint8)
+            _normal_bytes(fa[idx], t, bytes_a)
+            _normal_bytes(fb[idx], t, bytes_b)
+            if not np.array_equal(bytes_a, bytes_b):
+                return False
+    return True
 
 
 def srgb(linear, exposure: float = 1.0) -> np.ndarray:
