@@ -699,3 +699,24 @@ def test_order_statistics_are_the_sorted_values_at_their_ranks():
                       [n // 100, n // 2], [n // 3], [n - 1]):
             assert np.array_equal(colour.order_statistics(v, ranks), np.sort(v)[ranks]), (n, ranks)
         assert np.array_equal(colour.percentiles(v, [1.0, 99.0]), np.percentile(v.astype(np.float64), [1.0, 99.0]))
+
+
+def test_report_writer_encodes_a_shared_read_only_image_once(tmp_path, monkeypatch):
+    """colour.colour_bar() is one read-only array: the Writer encodes it once a report and copies its files for the
+    other bars; an image given writeable is encoded each time (the Writer holds on to shared constants only)."""
+    from contracts.report import build
+
+    assert colour.colour_bar() is colour.colour_bar() and not colour.colour_bar().flags.writeable
+    encoded = []
+    real_encode = build.encode_png
+    monkeypatch.setattr(build, "encode_png", lambda img, level: encoded.append(img.shape) or real_encode(img, level))
+    grey = np.full((20, 30, 3), 7, dtype=np.uint8)
+    (tmp_path / "pages").mkdir()
+    with build.Writer(tmp_path, workers=2) as w:
+        for k in range(4):
+            w.image(f"bar{k}", colour.colour_bar())
+        w.image("grey0", grey)
+        w.image("grey1", grey)
+    assert len(encoded) == 1 + 2
+    img = tmp_path / "img"
+    assert {(img / f"bar{k}.png").read_bytes() for k in range(4)} == {png.encode_png(colour.colour_bar(), level=1)}

@@ -106,7 +106,8 @@ class Writer:
     run on worker threads (numpy and zlib release the GIL on whole images, so they overlap the pages' own work on
     other cores; never bpy): an image given to image() is made read-only, and must not be changed afterwards. An image
     likely to equal an earlier one (keep=, same_as=) is encoded only when it differs: else its files are copies of the
-    earlier one's. Use as a context manager: leaving it waits for every file and raises the first error (after an
+    earlier one's; an image given already read-only (a shared constant: colour.colour_bar()) is encoded once, its
+    later files are copies. Use as a context manager: leaving it waits for every file and raises the first error (after an
     error it cancels what has not started)."""
 
     MAX_PENDING = 16            # images queued at most (their memory) before image() waits for the oldest
@@ -117,6 +118,7 @@ class Writer:
         self._pending: deque = deque()
         self._folders: set = set()          # the img/ folders made so far
         self._kept: dict = {}               # rel -> (job, PNG path, thumbnail path or None) of an image(keep=True)
+        self._given: dict = {}              # id(image) -> (image, (job, PNG path, thumbnail path)) of shared images
 
     def __enter__(self):
         return self
@@ -146,13 +148,19 @@ class Writer:
         H, W = shape if callable(img) else img.shape[:2]
         f = thumbnail_factor(H, W, THUMB_SIDE)
         thumb_rel = f"{rel}.png" if f == 1 else f"{rel}.thumb.png"
+        shared = False                      # given read-only: a shared constant (colour.colour_bar()), kept by id
         if not callable(img):
-            (img.index if isinstance(img, Indexed) else img).flags.writeable = False
+            pixels = img.index if isinstance(img, Indexed) else img
+            shared, pixels.flags.writeable = not pixels.flags.writeable, False
         if len(self._pending) >= self.MAX_PENDING:
             self._pending.popleft().result()
         thumb = None if f == 1 else self.root / "img" / thumb_rel
-        job = self._pool.submit(_write_png, full, thumb, img, (H, W), self._kept.pop(same_as) if same_as else None,
-                                keep, same)
+        earlier = self._kept.pop(same_as) if same_as else None
+        if earlier is None and id(img) in self._given:                    # this very image again: copy its files
+            earlier, same = self._given[id(img)][1], _always
+        job = self._pool.submit(_write_png, full, thumb, img, (H, W), earlier, keep, same)
+        if shared:
+            self._given.setdefault(id(img), (img, (job, full, thumb)))   # (holding img keeps its id unique)
         if keep:
             self._kept[rel] = (job, full, thumb)
         self._pending.append(job)
@@ -185,6 +193,10 @@ def _write_png(full: Path, thumb: Path | None, img, shape, earlier=None, keep=Fa
     if thumb is not None:
         thumb.write_bytes(encode_png(thumbnail(img, THUMB_SIDE), level=1))
     return img if keep else None
+
+
+def _always() -> bool:
+    return True
 
 
 def _copy_files(earlier, full: Path, thumb: Path | None) -> None:

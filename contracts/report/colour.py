@@ -4,6 +4,8 @@ primitives (lines, points, boxes, contours) on (H, W, 3) uint8 images; pixel (u,
 (OpenCV: centres at integers)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .png import Indexed
@@ -176,10 +178,13 @@ def robust_range(values, log: bool = False, q=(1.0, 99.0), is_sorted: bool = Fal
     return float(lo), float(hi)
 
 
+@functools.cache
 def colour_bar(width: int = 256, height: int = 16) -> np.ndarray:
-    """(height, width, 3) uint8 horizontal bar, low on the left."""
-    row = lut(width)
-    return np.repeat(row[None], height, axis=0)
+    """(height, width, 3) uint8 horizontal bar, low on the left; one read-only array per size (the report's Writer
+    encodes it once)."""
+    bar = np.repeat(lut(width)[None], height, axis=0)
+    bar.flags.writeable = False
+    return bar
 
 
 # diverging map for signed radial velocity (ColorBrewer RdBu anchors at -1, -1/2, 0, 1/2, 1): approaching
