@@ -509,7 +509,8 @@ def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, 
     else:
         parts.append("<p>no rgb exported (rgb_samples 0)</p>")
     logs = {} if ev.object_labels or lidars else None     # the camera_z (log) image, when a backdrop needs it
-    z_valid = np.sort(a["camera_z"][valid])        # its percentiles (colour range) and the depth statistics
+    z_valid = a["camera_z"][valid]                 # its percentiles (colour range) and the depth statistics:
+    z_valid.sort()                                 # (a fresh array: sorted in place)
     parts.append(_scalar_block(w, rel, "camera_z", a["camera_z"], valid, "camera_z [m]", "camera_z", logs, z_valid))
     parts.append(_scalar_block(w, rel, "range", a["range"], valid, "range [m]", "range"))
     both = "normal_geometric" in a and "normal_shading" in a      # often the same image (flat shading): encoded once
