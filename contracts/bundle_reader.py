@@ -32,15 +32,9 @@ _EVENT_FOLDER = re.compile(r"^[0-9]+$")
 _FLOW_FOLDER = re.compile(r"^([0-9]+)-([0-9]+)$")
 
 
-def read_payload(folder, entry: dict, root=None, verify: bool = True, planes: bool = False):
-    """Decode one manifest modality entry of the document in `folder` into its declared array.
-
-    The uri must resolve inside `root` (default `folder`); with `verify`, the file's size and sha256
-    must equal the entry's `bytes`/`sha256`. The decoded dtype (contracts.arrays) and shape must match
-    the entry. Every failure is one RowbeamError naming the uri.
-    planes: a multi-channel OpenEXR image is returned as its list of (H, W) channel planes (declared order, shape
-    checked as the stacked (H, W, C)); np.stack(planes, axis=-1) is the array read_payload returns without it.
-    """
+def payload_path(folder, entry: dict, root=None, verify: bool = True) -> Path:
+    """The file of one manifest modality entry of the document in `folder`: its uri resolved inside `root` (default
+    `folder`), existing, and with `verify` of the entry's `bytes` and sha256. Every failure is one RowbeamError."""
     uri = entry["uri"]
     path = resolve_inside(folder, uri, root)
     if not os.path.lexists(path):
@@ -54,6 +48,20 @@ def read_payload(folder, entry: dict, root=None, verify: bool = True, planes: bo
         if digest != entry["sha256"]:
             raise RowbeamError(f"{uri}: sha256 does not match the manifest ({digest[:12]}…, declared "
                                f"{entry['sha256'][:12]}…)")
+    return path
+
+
+def read_payload(folder, entry: dict, root=None, verify: bool = True, planes: bool = False):
+    """Decode one manifest modality entry of the document in `folder` into its declared array.
+
+    The uri must resolve inside `root` (default `folder`); with `verify`, the file's size and sha256
+    must equal the entry's `bytes`/`sha256`. The decoded dtype (contracts.arrays) and shape must match
+    the entry. Every failure is one RowbeamError naming the uri.
+    planes: a multi-channel OpenEXR image is returned as its list of (H, W) channel planes (declared order, shape
+    checked as the stacked (H, W, C)); np.stack(planes, axis=-1) is the array read_payload returns without it.
+    """
+    uri = entry["uri"]
+    path = payload_path(folder, entry, root, verify)
     if planes and entry["format"] == "openexr" and len(entry["channels"]) > 1:
         value = decode_exr_planes(path, entry["channels"], entry["dtype"])
         if any(p.shape != value[0].shape for p in value):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import CONTRACTS_VERSION
 from .arrays import DecodedArrays
-from .bundle_reader import read_payload
+from .bundle_reader import payload_path, read_payload
 from .camera_checks import check_camera_event
 from .cross_modal import check_lidar_camera
 from .flow_checks import ENDPOINT_NEEDS, check_flow
@@ -156,10 +156,13 @@ def quarantined(root: Path) -> list[str]:
 
 
 def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = None,
-               kept: dict | None = None) -> EventReport:
+               kept: dict | None = None, read_back: dict | None = None) -> EventReport:
     """Check one event or flow manifest. Payload uris resolve inside `base_root`; a flow's endpoint
     events inside `bundle_root` (default: base_root). kept: {resolved folder: arrays} of the folders checked
-    before in this run; given, this folder's verified arrays are added (and a flow's endpoints taken from it)."""
+    before in this run; given, this folder's verified arrays are added (and a flow's endpoints taken from it).
+    read_back: {name: (entry, array or error)} of this folder's payloads as their writer read them back
+    (exporter.manifest.PayloadWriter, read_payload with that entry): where the manifest declares the same entry,
+    the file's size and sha256 are verified again and that read stands for decoding the file once more."""
     report = EventReport(manifest_path)
     try:
         manifest = load_json(manifest_path, "manifest")
@@ -178,7 +181,7 @@ def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = 
         return report
     report.add("schema", True, f"manifest is valid {schema}")
     kind = "flow" if schema == "rowbeam/flow@1" else manifest["sensor"]["type"]
-    arrays = _check_payloads(manifest, manifest_path.parent, base_root, kind, report)
+    arrays = _check_payloads(manifest, manifest_path.parent, base_root, kind, report, read_back or {})
     if kind == "flow":
         endpoints = _load_endpoints(manifest, bundle_root or base_root, report, kept)
         if endpoints:
@@ -227,7 +230,7 @@ def _load_endpoints(manifest: dict, root: Path, report: EventReport, kept: dict 
     return loaded
 
 
-def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventReport) -> dict:
+def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventReport, read_back: dict) -> dict:
     """Integrity and declared-contract checks for every modality; returns the decoded arrays (a DecodedArrays:
     multi-channel images stay channel planes until a check reads the stacked array)."""
     specs = MODALITIES[kind]
@@ -249,7 +252,7 @@ def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventRe
             report.add(f"contract:{name}", False, f"{name}: declared " + ", ".join(diffs))
             continue
         try:
-            array = read_payload(base, entry, root, planes=True)   # inside the bundle, size, sha256, dtype, shape
+            array = _read(base, entry, root, read_back.get(name))   # inside the bundle, size, sha256, dtype, shape
         except RowbeamError as exc:
             report.add(f"payload:{name}", False, str(exc))
             continue
@@ -259,6 +262,18 @@ def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventRe
         report.add(f"payload:{name}", True, f"{name}: present, sha256 verified, decodes as declared")
         arrays.add(name, array)
     return arrays
+
+
+def _read(base: Path, entry: dict, root: Path, earlier: tuple | None):
+    """read_payload(base, entry, root, planes=True); a read of the same entry made before (earlier = (entry, array or
+    the error it raised); check_path's read_back) stands for the decode once the file's size and sha256 are
+    verified again."""
+    if earlier is None or earlier[0] != entry:
+        return read_payload(base, entry, root, planes=True)
+    payload_path(base, entry, root)
+    if isinstance(earlier[1], Exception):
+        raise earlier[1]
+    return earlier[1]
 
 
 def check_bundle(path, keep_arrays: dict | None = None) -> dict:

@@ -27,6 +27,9 @@ from .mesh_motion import (CONSTANT_MESH_METHOD, MESH_PATH_METHOD, constant_meshe
 from .scene_clock import objects_world_matrices, pose_method, set_time
 
 NEEDED = ("camera_z", "instance_id", "row_T_world_camera")
+# a pair's payloads, in the order of its manifest's modalities
+PAYLOADS = ("flow_forward", "flow_backward", "scene_flow_world", "scene_flow_source_camera",
+            *(f"flow_{direction}_{flag}" for direction in ("forward", "backward") for flag in FLAG_NAMES))
 DEFINITION = ("material-point flow: the source pixel's surface point, fixed in its object's frame (matrix_world, "
               "affine) or, on a deforming object, as (triangle, barycentric) of its evaluated mesh, moved to the "
               "destination time and projected by the destination camera at the time of the "
@@ -104,9 +107,11 @@ def _initial_mesh_rows(deforming, index_of, instance_ids) -> dict:
     return wanted
 
 
-def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, tuple]:
+def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path, early=None) -> tuple[dict, dict, tuple]:
     """(arrays, method, ((source manifest, arrays), (destination manifest, arrays))) of the flow between two
-    published camera events; the endpoint arrays are the NEEDED payloads as decoded (hash-verified, read-only)."""
+    published camera events; the endpoint arrays are the NEEDED payloads as decoded (hash-verified, read-only).
+    early: a manifest.PayloadWriter of the flow's folder: the forward direction's payloads are handed to it as
+    soon as they are solved (written while the backward direction solves), withdrawn if that solve is redone."""
     t0 = time.perf_counter()
     (m0, a0), (m1, a1) = load_event(src_dir), load_event(dst_dir)
     timings = tuple(RollingShutterTiming.from_manifest(m["event"]) for m in (m0, m1))
@@ -146,6 +151,8 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, tu
                 und[index_of[name]] = 1
                 ds[index_of[name]] = -1
         if now != why:                       # which objects are undefined changed: both directions solve again
+            if early is not None and results[0] is not None:
+                early.withdraw(list(_direction_arrays("forward", results[0])))
             results, why = [None, None], now
         geoms = [EventGeometry(np.array(m["calibration"]["K"]), a["camera_z"], a["instance_id"],
                                a["row_T_world_camera"], mats[e], slot, und, ds,
@@ -162,6 +169,9 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, tu
                 results[d] = geometric_flow(geoms[d], geoms[1 - d], *tol, d == 0)
             except MissingMeshRows as gap:
                 missing.append(gap)
+                continue
+            if early is not None and d == 0:
+                early.submit(_direction_arrays("forward", results[0]))
         solves += len(todo_dirs)
         flow_s += time.perf_counter() - t2
         if not missing:
@@ -171,11 +181,8 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, tu
             wanted[(e, j)] |= _with_margin(gap.rows, timings[e].rows)
     fwd, bwd = results
     reasons = why
-    arrays = {"flow_forward": fwd.flow, "flow_backward": bwd.flow,
-              "scene_flow_world": fwd.scene_flow_world, "scene_flow_source_camera": fwd.scene_flow_source_camera}
-    for direction, result in (("forward", fwd), ("backward", bwd)):
-        for flag in FLAG_NAMES:
-            arrays[f"flow_{direction}_{flag}"] = getattr(result, flag)
+    solved = {**_direction_arrays("forward", fwd), **_direction_arrays("backward", bwd)}
+    arrays = {name: solved[name] for name in PAYLOADS}
     row_ns = timings[1].readout_ns / timings[1].rows
     method = {
         "definition": DEFINITION,
@@ -194,6 +201,15 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path) -> tuple[dict, dict, tu
         "seconds": {"poses": round(poses_s, 3), "flow": round(flow_s, 3)},
     }
     return arrays, method, ((m0, a0), (m1, a1))
+
+
+def _direction_arrays(direction: str, result) -> dict:
+    """{payload name: array} of one direction's FlowResult: its flow and flags (and the scene flow it holds)."""
+    out = {f"flow_{direction}": result.flow}
+    if result.scene_flow_world is not None:
+        out.update(scene_flow_world=result.scene_flow_world, scene_flow_source_camera=result.scene_flow_source_camera)
+    out.update({f"flow_{direction}_{flag}": getattr(result, flag) for flag in FLAG_NAMES})
+    return out
 
 
 def _object_methods(ctx, rigid, deforming, reasons) -> list:

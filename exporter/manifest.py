@@ -1,13 +1,15 @@
 """Write an event's payloads and assemble its `rowbeam/sample@1` manifest."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import numpy as np
 
 from contracts.arrays import write_exr, write_npy
+from contracts.bundle_reader import read_payload
 from contracts.camera_model import PIXEL_CONVENTION, PIXEL_CONVENTION_TEXT
+from contracts.errors import RowbeamError
 from contracts.modalities import MODALITIES
 from contracts.files import atomic_write_json, sha256_file
 from contracts.frames import Transform, invert_rigid
@@ -52,16 +54,21 @@ class PayloadWriter:
     """Payload files of one folder written on worker threads while the caller goes on (bpy work stays in the
     caller's thread): OpenEXR's ZIP compression, numpy copies and fsync release the GIL.
 
-    `submit(arrays)` starts files early (largest first); `finish(...)` starts the rest, waits and returns the
-    modalities table. Each file is independent (its own temporary name, fsync and rename: contracts.arrays), so
-    its bytes are those a sequential write gives. Leaving the `with` block waits for every started file (also
-    on an error), so nothing is still written into a staging folder being removed; a write's error is raised
-    by `finish`."""
+    `submit(arrays)` starts files early (largest first), `withdraw(names)` takes them back; `finish(...)` starts
+    the rest, waits and returns the modalities table. Each file is independent (its own temporary name, fsync and
+    rename: contracts.arrays), so its bytes are those a sequential write gives. Leaving the `with` block waits for
+    every started file (also on an error), so nothing is still written into a staging folder being removed; a
+    write's error is raised by `finish`."""
 
-    def __init__(self, event_dir: Path, kind: str, workers: int = WORKERS):
-        self.event_dir, self.kind = Path(event_dir), kind
+    def __init__(self, event_dir: Path, kind: str, workers: int = WORKERS, read_back: tuple | None = None):
+        """read_back: (sensor_id, dims, exposure_ns) of the folder's manifest entries; given, each file is read back
+        on its worker right after it is written, as the in-line check reads it (contracts.bundle_reader.read_payload,
+        planes=True, with its manifest entry): `finish` then fills `read_back` {name: (entry, array or the error)}
+        for contracts.check.check_path."""
+        self.event_dir, self.kind, self._entry_args = Path(event_dir), kind, read_back
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rowbeam-payload")
-        self._started: dict = {}          # name -> (array, future of write_payload_file's fields)
+        self._started: dict = {}          # name -> (array, future of (write_payload_file's fields, read-back))
+        self.read_back: dict = {}
 
     def __enter__(self):
         return self
@@ -77,12 +84,28 @@ class PayloadWriter:
                 array.flags.writeable = False
         self._start(arrays)
 
+    def withdraw(self, names) -> None:
+        """Take back arrays handed over early that are no longer the folder's (a flow solve redone): their writes are
+        waited for (a failed one is dropped) and the names may be handed over again; a new write of a name
+        replaces its file (contracts.arrays writes a temporary file and renames it)."""
+        wait([self._started.pop(name)[1] for name in names])
+
     def _start(self, arrays: dict) -> None:
         for name in sorted(arrays, key=lambda k: -getattr(arrays[k], "nbytes", 0)):
             if name in self._started:
                 raise ValueError(f"payload {name!r} handed over twice")
-            self._started[name] = (arrays[name], self._pool.submit(write_payload_file, self.event_dir, name,
-                                                                   arrays[name], self.kind))
+            self._started[name] = (arrays[name], self._pool.submit(self._write, name, arrays[name]))
+
+    def _write(self, name: str, array) -> tuple:
+        """(write_payload_file's fields, (manifest entry, array read back or the error) or None) of one file."""
+        fields = write_payload_file(self.event_dir, name, array, self.kind)
+        if self._entry_args is None:
+            return fields, None
+        entry = {**MODALITIES[self.kind][name].entry(*self._entry_args), **fields}
+        try:
+            return fields, (entry, read_payload(self.event_dir, entry, planes=True))
+        except (RowbeamError, OSError) as exc:          # reported by the check, as its own read would
+            return fields, (entry, exc)
 
     def finish(self, arrays: dict, sensor_id: str, dims: dict, exposure_ns: int | None = None) -> dict:
         """The manifest `modalities` table of `arrays` (in their order), once every file is written; arrays not
@@ -92,10 +115,11 @@ class PayloadWriter:
                 raise ValueError(f"payload {name!r} was written early but is not the event's array {name!r}")
         self._start({k: a for k, a in arrays.items() if k not in self._started})
         done = {name: future.result() for name, (_, future) in self._started.items()}
+        self.read_back = {name: read for name, (_, read) in done.items() if read is not None}
         table = {}
         for name in arrays:
             entry = MODALITIES[self.kind][name].entry(sensor_id, dims, exposure_ns)
-            entry.update(done[name])
+            entry.update(done[name][0])
             table[name] = entry
         return table
 

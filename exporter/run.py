@@ -19,13 +19,13 @@ from contracts import CONTRACTS_VERSION
 from contracts.check import check_path
 from contracts.camera_model import intrinsics_from_blender
 from contracts.errors import RowbeamError
-from contracts.files import atomic_write_json, canonical_json, sha256_file
+from contracts.files import atomic_write_json, canonical_json, load_json, sha256_file
 from contracts.ontology import load_ontology
 from contracts.rig import CameraSensor, Rig, load_rig, parse_rig_text
 from contracts.schema import schema_errors
 from contracts.sample_identity import sample_id, token_from_name
 from contracts.timing import MAX_EVENT_INDEX, MAX_IMAGE_SIDE_PX, MIN_IMAGE_SIDE_PX, periodic_event_count
-from contracts.worker_threads import openexr_threads
+from contracts.worker_threads import WORKERS, openexr_threads
 
 from . import ROWBEAM_VERSION
 from . import blender_compat
@@ -461,10 +461,11 @@ def _run_info(seconds: dict, t0: float) -> dict:
             "seconds": {k: round(v, 3) for k, v in {**seconds, "total": time.perf_counter() - t0}.items()}}
 
 
-def _check_and_publish(plan: ExportPlan, staged: Path, location: str, manifest: dict, kept: dict | None = None):
+def _check_and_publish(plan: ExportPlan, staged: Path, location: str, manifest: dict, kept: dict | None = None,
+                       read_back: dict | None = None):
     plan.context.progress.stage("write and check")
     write_manifest(staged, manifest)
-    report = check_path(staged / "manifest.json", staged, plan.writer.root, kept)
+    report = check_path(staged / "manifest.json", staged, plan.writer.root, kept, read_back)
     atomic_write_json(staged / "qa_report.json", {"schema": "rowbeam/event_qa@1", "status":
                                                    "fail" if report.failed else "pass", "checks": report.results})
     return plan.writer.publish(staged, location, not report.failed), not report.failed
@@ -499,10 +500,13 @@ def _export_flow(plan: ExportPlan, job: Job):
         if not writer.is_complete(d.relative_to(writer.root).as_posix()):
             raise RowbeamError(f"{job.label}: endpoint {d.relative_to(writer.root)} is not a complete published event")
     ctx.progress.stage("flow")
-    arrays, method, ((m0, a0), (m1, a1)) = compute_flow_pair(ctx, src, dst)
-    W, H = m0["calibration"]["image_size_px"]
     staged = writer.stage(job.location)
-    modalities = write_payloads(staged, arrays, "flow", sensor.id, {"W": W, "H": H})
+    W, H = load_json(src / "manifest.json", "manifest")["calibration"]["image_size_px"]
+    dims = {"W": W, "H": H}
+    # the forward payloads are written (and read back for the in-line check) on the cores the backward solve leaves
+    with PayloadWriter(staged, "flow", max(1, WORKERS - 1), read_back=(sensor.id, dims, None)) as payloads:
+        arrays, method, ((m0, a0), (m1, a1)) = compute_flow_pair(ctx, src, dst, early=payloads)
+        modalities = write_payloads(staged, arrays, "flow", sensor.id, dims, started=payloads)
     manifest = flow_manifest(
         flow_id=f"{plan.lineage['scenario']}.{sensor.id}.flow.{job.index}-{job.index1}", sensor=sensor,
         endpoints={"source": endpoint(writer.root, src, m0), "destination": endpoint(writer.root, dst, m1)},
@@ -512,4 +516,5 @@ def _export_flow(plan: ExportPlan, job: Job):
         method=method, build=_build_info(plan, "CPU (numpy)"), lineage=_lineage_info(plan),
         run=_run_info(method.pop("seconds"), t0))
     # the endpoints' payloads the solve decoded (published, hash-verified) are not decoded again by the QA
-    return _check_and_publish(plan, staged, job.location, manifest, {src.resolve(): a0, dst.resolve(): a1})
+    return _check_and_publish(plan, staged, job.location, manifest, {src.resolve(): a0, dst.resolve(): a1},
+                              payloads.read_back)

@@ -398,3 +398,54 @@ def test_meshes_sampled_on_demand_give_the_flow_of_every_row(deform, monkeypatch
             assert value.tobytes() == fa[name].tobytes(), (initial.__name__, name)
         assert [(o["name"], o["material_points"], o["correspondence"]) for o in method["objects"]] == \
             [(o["name"], o["material_points"], o["correspondence"]) for o in fm["method"]["objects"]]
+
+
+def test_forward_payloads_handed_over_early_are_the_final_ones_and_withdrawn_when_solved_again(deform, monkeypatch):
+    """compute_flow_pair hands the forward direction's payloads to the flow's PayloadWriter once solved (written while
+    the backward direction solves); when which objects are undefined changes (a later mesh sample), both directions
+    solve again and the earlier hand-over is withdrawn: what stays handed over is the returned arrays."""
+    from exporter import flow_pair
+    from exporter.run import ExportRequest, plan_export
+
+    e, (fm, fa), _ = deform
+    ctx = plan_export(ExportRequest(out=e.bundle, blend=e.blend, rig=e.rig, first_event=0, count=2, flow=True,
+                                    device="cpu")).context
+    events = [e.bundle / "events" / "camera_front" / f"{i:06d}" for i in (0, 1)]
+
+    class Early:
+        def __init__(self):
+            self.held, self.calls = {}, []
+
+        def submit(self, arrays):
+            assert not self.held.keys() & arrays.keys()
+            self.held.update(arrays)
+            self.calls.append(("submit", sorted(arrays)))
+
+        def withdraw(self, names):
+            for n in names:
+                del self.held[n]
+            self.calls.append(("withdraw", sorted(names)))
+
+    forward = sorted(n for n in flow_pair.PAYLOADS if "backward" not in n)
+    early = Early()
+    arrays, method, _ = flow_pair.compute_flow_pair(ctx, *events, early=early)
+    assert early.calls == [("submit", forward)] and method["flow_solves"] == 2
+    assert all(early.held[n] is arrays[n] for n in forward)
+    # the backward solve reaches a row not sampled yet, and the new sample changes which objects are undefined
+    from exporter.material_points import MissingMeshRows
+
+    solve, rounds = flow_pair.geometric_flow, []
+
+    def backward_misses_once(src, dst, *a):
+        if not a[-1] and not rounds:                  # the first backward solve (no scene flow)
+            rounds.append(1)
+            raise MissingMeshRows(dst.meshes[0], np.array([0]))
+        return solve(src, dst, *a)
+    monkeypatch.setattr(flow_pair, "geometric_flow", backward_misses_once)
+    same = flow_pair.same_topology
+    monkeypatch.setattr(flow_pair, "same_topology", lambda a, b: same(a, b) or ("forced" if rounds else None))
+    early = Early()
+    arrays, method, _ = flow_pair.compute_flow_pair(ctx, *events, early=early)
+    assert early.calls == [("submit", forward), ("withdraw", forward), ("submit", forward)], early.calls
+    assert method["flow_solves"] == 4
+    assert all(early.held[n] is arrays[n] for n in forward) and early.held.keys() == set(forward)

@@ -92,3 +92,55 @@ def test_openexr_threads_decode_the_same_arrays_and_restore_the_pool(tmp_path):
         for c in plain[k]:
             assert plain[k][c].dtype == threaded[k][c].dtype
             assert np.array_equal(plain[k][c], threaded[k][c], equal_nan=True), (k, c)
+
+
+def test_a_withdrawn_array_is_written_again_as_the_final_one(tmp_path):
+    arrays = _arrays()
+    first = {"camera_z": arrays["camera_z"] * np.float32(2.0)}
+    with PayloadWriter(tmp_path, KIND) as w:
+        w.submit(first)                       # a solve later redone: its file is taken back and written again
+        w.withdraw(["camera_z"])
+        w.submit({"camera_z": arrays["camera_z"]})
+        table = w.finish(arrays, SENSOR, DIMS, 7)
+    entry = table["camera_z"]
+    assert _sha(tmp_path / entry["uri"]) == entry["sha256"]
+    assert np.array_equal(decode_payload(tmp_path / entry["uri"], entry), arrays["camera_z"], equal_nan=True)
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())       # no temporary file left
+
+
+def test_read_back_is_the_checks_read_of_each_written_file(tmp_path):
+    from contracts.bundle_reader import read_payload
+
+    arrays = _arrays()
+    with PayloadWriter(tmp_path, KIND, read_back=(SENSOR, DIMS, 7)) as w:
+        w.submit({"normal_geometric": arrays["normal_geometric"]})
+        table = w.finish(arrays, SENSOR, DIMS, 7)
+    assert w.read_back.keys() == table.keys()
+    for name, (entry, value) in w.read_back.items():
+        assert entry == table[name]                                   # the manifest's entry, as the check sees it
+        again = read_payload(tmp_path, entry, planes=True)
+        for a, b in zip(value if isinstance(value, list) else [value], again if isinstance(again, list) else [again],
+                        strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
+
+
+def test_the_check_takes_a_read_back_only_for_the_same_entry_of_an_unchanged_file(tmp_path, monkeypatch):
+    from contracts import check
+    from contracts.errors import RowbeamError
+
+    arrays = _arrays()
+    with PayloadWriter(tmp_path, KIND, read_back=(SENSOR, DIMS, 7)) as w:
+        table = w.finish(arrays, SENSOR, DIMS, 7)
+    entry, value = w.read_back["camera_z"]
+    decoded = []
+    real = check.read_payload
+    monkeypatch.setattr(check, "read_payload", lambda *a, **k: decoded.append(a[1]["uri"]) or real(*a, **k))
+    assert check._read(tmp_path, table["camera_z"], tmp_path, (entry, value)) is value and not decoded
+    other = {**table["camera_z"], "units": "feet"}                 # another entry: the file is decoded again
+    assert np.array_equal(check._read(tmp_path, other, tmp_path, (entry, value)), arrays["camera_z"], equal_nan=True)
+    assert decoded == ["camera_z.exr"]
+    with pytest.raises(RowbeamError, match="earlier"):             # a read-back's error is the check's
+        check._read(tmp_path, table["camera_z"], tmp_path, (entry, RowbeamError("camera_z.exr: earlier")))
+    (tmp_path / "camera_z.exr").write_bytes(b"changed after it was read back")
+    with pytest.raises(RowbeamError, match="sha256"):              # the file is verified again
+        check._read(tmp_path, table["camera_z"], tmp_path, (entry, value))
