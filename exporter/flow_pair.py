@@ -49,12 +49,12 @@ CONVENTIONS = {
 }
 
 
-def load_event(event_dir: Path) -> tuple[dict, dict]:
-    """(manifest, {NEEDED name: array}) of an exported endpoint event, through the bundle loader (hashes verified).
+def load_event(event_dir: Path, names=NEEDED) -> tuple[dict, dict]:
+    """(manifest, {name: array}) of an exported endpoint event, through the bundle loader (hashes verified).
     The arrays are read-only: the in-line QA of the flow is handed the same decoded arrays (contracts.check
     `kept`), so nothing here may change them."""
     event = open_event(event_dir)
-    arrays = event.arrays(NEEDED)
+    arrays = event.arrays(names)
     for a in arrays.values():
         a.flags.writeable = False
     return event.manifest, arrays

@@ -10,6 +10,7 @@ import os
 import platform
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import bpy
 
 from contracts import CONTRACTS_VERSION
 from contracts.check import check_path
+from contracts.flow_checks import ENDPOINT_NEEDS
 from contracts.camera_model import intrinsics_from_blender
 from contracts.errors import RowbeamError
 from contracts.files import atomic_write_json, canonical_json, load_json, sha256_file
@@ -34,7 +36,7 @@ from .blend_io import git_revision, open_blend
 from .bundle import BundleWriter, event_location, flow_location, write_error
 from .camera_event import export_camera_event
 from .camera_labels import semantic_lut
-from .flow_pair import compute_flow_pair, endpoint, flow_manifest
+from .flow_pair import NEEDED, compute_flow_pair, endpoint, flow_manifest, load_event
 from .lidar_event import export_lidar_event
 from .manifest import (PayloadWriter, assemble_manifest, camera_core, lidar_core, radar_core, write_manifest,
                        write_payloads)
@@ -503,8 +505,11 @@ def _export_flow(plan: ExportPlan, job: Job):
     staged = writer.stage(job.location)
     W, H = load_json(src / "manifest.json", "manifest")["calibration"]["image_size_px"]
     dims = {"W": W, "H": H}
-    # the forward payloads are written (and read back for the in-line check) on the cores the backward solve leaves
-    with PayloadWriter(staged, "flow", max(1, WORKERS - 1), read_back=(sensor.id, dims, None)) as payloads:
+    # the endpoints' payloads only the in-line check reads are decoded while the poses are evaluated and the solve
+    # runs; the forward payloads are written (and read back for the check) on the cores the backward solve leaves
+    with ThreadPoolExecutor(1, thread_name_prefix="rowbeam-endpoints") as pool, \
+            PayloadWriter(staged, "flow", max(1, WORKERS - 1), read_back=(sensor.id, dims, None)) as payloads:
+        checked = [pool.submit(_check_only_arrays, d) for d in (src, dst)]
         arrays, method, ((m0, a0), (m1, a1)) = compute_flow_pair(ctx, src, dst, early=payloads)
         modalities = write_payloads(staged, arrays, "flow", sensor.id, dims, started=payloads)
     manifest = flow_manifest(
@@ -515,6 +520,16 @@ def _export_flow(plan: ExportPlan, job: Job):
         modalities=modalities,
         method=method, build=_build_info(plan, "CPU (numpy)"), lineage=_lineage_info(plan),
         run=_run_info(method.pop("seconds"), t0))
-    # the endpoints' payloads the solve decoded (published, hash-verified) are not decoded again by the QA
-    return _check_and_publish(plan, staged, job.location, manifest, {src.resolve(): a0, dst.resolve(): a1},
-                              payloads.read_back)
+    # the endpoints' payloads decoded here (published, hash-verified) are not decoded again by the QA
+    kept = {d.resolve(): {**a, **c.result()} for d, a, c in ((src, a0, checked[0]), (dst, a1, checked[1]))}
+    return _check_and_publish(plan, staged, job.location, manifest, kept, payloads.read_back)
+
+
+def _check_only_arrays(event_dir: Path) -> dict:
+    """{name: array} of the endpoint event's payloads that only the flow's in-line check reads (ENDPOINT_NEEDS beyond
+    the solve's), decoded as the check would (hash-verified); {} when one cannot be read: the check then reads it
+    and reports why."""
+    try:
+        return load_event(event_dir, [n for n in ENDPOINT_NEEDS if n not in NEEDED])[1]
+    except (RowbeamError, OSError):
+        return {}

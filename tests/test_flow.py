@@ -75,6 +75,27 @@ def test_inline_qa_equals_a_check_from_disk(van):
     assert inline and json.loads(json.dumps(fresh)) == inline
 
 
+def test_endpoint_arrays_only_the_check_reads_are_decoded_ahead_or_left_to_the_check(van, tmp_path):
+    """The flow export decodes the endpoints' ENDPOINT_NEEDS beyond the solve's on a worker (exporter.run
+    _check_only_arrays): the arrays the check would read, hash-verified; nothing when one cannot be read (a
+    changed file), so the check reads it and reports it."""
+    from contracts.bundle_reader import read_payload
+    from exporter.run import _check_only_arrays
+
+    e, _ = van
+    event = e.bundle / "events" / "camera_front" / "000000"
+    m = json.loads((event / "manifest.json").read_text())
+    ahead = _check_only_arrays(event)
+    assert sorted(ahead) == ["normal_geometric", "valid"]
+    for name, a in ahead.items():
+        assert not a.flags.writeable
+        assert np.array_equal(a, read_payload(event, m["modalities"][name], e.bundle), equal_nan=True)
+    changed = tmp_path / "000000"
+    shutil.copytree(event, changed)
+    (changed / m["modalities"]["valid"]["uri"]).write_bytes(b"changed")
+    assert _check_only_arrays(changed) == {}
+
+
 def test_exercise_3_covered_destination(van):
     """Exercise 3: (300, 200) -> (315, 194) under a passing van: flow (15, -6) defined, in bounds, not visible."""
     _, flow = van
