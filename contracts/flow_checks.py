@@ -87,38 +87,49 @@ def _check_flags(direction, arrays, source_event, add):
 
 
 def _reproject(K, arrays, src, dst, add):
-    """Source point + scene flow, seen by the destination camera at the landing row, must land at p + flow."""
+    """Source point + scene flow, seen by the destination camera at the landing row, must land at p + flow
+    (point by point over the defined pixels, in blocks: contracts.blocks)."""
     defined = arrays["flow_forward_correspondence_defined"].astype(bool)
     H, W = defined.shape
     idx = np.flatnonzero(defined.ravel())
-    v, u = (x.astype(np.float64) for x in np.divmod(idx, W))          # pixel centres of the defined pixels
-    P = world_points(K, src["camera_z"], src["row_T_world_camera"]).reshape(-1, 3)[idx]
-    d = arrays["scene_flow_world"].reshape(-1, 3)[idx].astype(np.float64)
-    flow = arrays["flow_forward"].reshape(-1, 2)[idx].astype(np.float64)
-    landing = np.clip(v + flow[:, 1], 0.0, H - 1.0)
-    r0 = np.minimum(np.floor(landing).astype(np.int64), H - 1)
+    world = world_points(K, src["camera_z"], src["row_T_world_camera"]).reshape(-1, 3)
+    scene_flow, flow_all = arrays["scene_flow_world"].reshape(-1, 3), arrays["flow_forward"].reshape(-1, 2)
     T_cw = np.linalg.inv(dst["row_T_world_camera"])
-    X = blockwise(lambda Q, r, f: apply_per_row(T_cw, Q, r, f), P + d, r0, landing - r0)
-    uu, vv = blockwise(lambda Q: project_uv(K, Q), X)
-    err = np.hypot(uu - (u + flow[:, 0]), vv - (v + flow[:, 1]))
+    frames = "scene_flow_source_camera" in arrays
+    if frames:
+        R_cw = np.transpose(src["row_T_world_camera"][:, :3, :3], (0, 2, 1))
+        sfc = arrays["scene_flow_source_camera"].reshape(-1, 3)
+
+    def at_pixels(at):
+        """(err px, moved z, landing u, v[, |R_cw scene_flow_world - scene_flow_source_camera| m]) of pixels `at`."""
+        v, u = (x.astype(np.float64) for x in np.divmod(at, W))          # pixel centres
+        d = scene_flow[at].astype(np.float64)
+        flow = flow_all[at].astype(np.float64)
+        landing = np.clip(v + flow[:, 1], 0.0, H - 1.0)
+        r0 = np.minimum(np.floor(landing).astype(np.int64), H - 1)
+        X = apply_per_row(T_cw, world[at] + d, r0, landing - r0)
+        uu, vv = project_uv(K, X)
+        out = np.hypot(uu - (u + flow[:, 0]), vv - (v + flow[:, 1])), X[:, 2], uu, vv
+        if not frames:
+            return out
+        rotated = rotate_per_row(R_cw, np.nan_to_num(d), at // W)            # NaN -> 0 (a no-op where finite)
+        return *out, np.abs(rotated - sfc[at].astype(np.float64))
+    per_pixel = blockwise(at_pixels, idx)
+    err, z, uu, vv = per_pixel[:4]
     worst = float(err.max(initial=0.0))
     add("flow_matches_scene_flow", worst <= tol.FLOW_REPROJECTION_TOL_PX,
         f"source point + scene_flow_world projects up to {worst:.3g} px away from pixel + flow_forward"
         if worst > tol.FLOW_REPROJECTION_TOL_PX else
         "source point + scene_flow_world, seen at the landing row, lands at pixel + flow_forward", worst_px=worst)
-    if "scene_flow_source_camera" in arrays:
-        R_cw = np.transpose(src["row_T_world_camera"][:, :3, :3], (0, 2, 1))
-        sfw = d if np.isfinite(d).all() else np.nan_to_num(d)    # the scene_flow_world values at idx, NaN -> 0
-        rotated = blockwise(lambda x, r: rotate_per_row(R_cw, x, r), sfw, idx // W)
-        sfc = arrays["scene_flow_source_camera"].reshape(-1, 3)[idx].astype(np.float64)
-        worst_c = float(np.abs(rotated - sfc).max(initial=0.0))
+    if frames:
+        worst_c = float(per_pixel[4].max(initial=0.0))
         add("scene_flow_frames", worst_c <= tol.FLOW_SCENE_FLOW_TOL_M,
             f"scene_flow_source_camera differs from R_camera_world scene_flow_world by {worst_c:.3g} m"
             if worst_c > tol.FLOW_SCENE_FLOW_TOL_M
             else "scene_flow_source_camera = R_camera_world(t_src) scene_flow_world",
             worst_m=worst_c)
     moved_z = np.full(H * W, np.nan)
-    moved_z[idx] = X[:, 2]
+    moved_z[idx] = z
     land_uv = np.full((H * W, 2), np.nan)
     land_uv[idx] = np.stack([uu, vv], -1)
     return moved_z.reshape(H, W), land_uv.reshape(H, W, 2)
