@@ -104,18 +104,17 @@ class Writer:
     """Writes PNGs (full resolution + thumbnail) under the staging root; image() returns their paths relative to
     pages/ at once. Making the image (when given a function), its thumbnail, the zlib encoding and the file writes
     run on worker threads (numpy and zlib release the GIL on whole images, so they overlap the pages' own work on
-    other cores; never bpy), by default one fewer than the cores this process may use, at least one (the main thread
-    keeps a core busy with the pages). An image given to image() is made read-only, and must not be changed
-    afterwards. An image likely to equal an earlier one (keep=, same_as=) is encoded only when it differs: else its
-    files are copies of the earlier one's; an image given already read-only (a shared constant: colour.colour_bar())
-    is encoded once, its later files are copies. Use as a context manager: leaving it waits for every file and raises
-    the first error (after an error it cancels what has not started)."""
+    other cores; never bpy): an image given to image() is made read-only, and must not be changed afterwards. An image
+    likely to equal an earlier one (keep=, same_as=) is encoded only when it differs: else its files are copies of the
+    earlier one's; an image given already read-only (a shared constant: colour.colour_bar()) is encoded once, its
+    later files are copies. Use as a context manager: leaving it waits for every file and raises the first error (after an
+    error it cancels what has not started)."""
 
     MAX_PENDING = 16            # images queued at most (their memory) before image() waits for the oldest
 
     def __init__(self, root: Path, workers: int | None = None):
         self.root = root
-        self._pool = ThreadPoolExecutor(max_workers=workers or max(1, WORKERS - 1), thread_name_prefix="report-png")
+        self._pool = ThreadPoolExecutor(max_workers=workers or WORKERS, thread_name_prefix="report-png")
         self._pending: deque = deque()
         self._folders: set = set()          # the img/ folders made so far
         self._kept: dict = {}               # rel -> (job, PNG path, thumbnail path or None) of an image(keep=True)
