@@ -21,9 +21,9 @@ $(STAMP): requirements.txt pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-$(DEMO)/dusk_shuttle.blend: $(STAMP) scenes/*.py
+$(DEMO)/dusk_shuttle.blend: $(STAMP) $(shell find rowbeam/blender/scenes -name "*.py")
 	rm -rf $(DEMO)
-	$(BIN)/python -m scenes.build running_example $@ --rgb-samples 16
+	$(BIN)/python -m rowbeam.blender.scenes.build running_example $@ --rgb-samples 16
 
 demo: $(DEMO)/dusk_shuttle.blend
 	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
@@ -32,8 +32,8 @@ demo: $(DEMO)/dusk_shuttle.blend
 		--out $(DEMO)/bundle --sensors lidar_top --first-event 10 --count 1
 	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
 		--out $(DEMO)/bundle --sensors radar_front --first-event 20 --count 1
-	$(BIN)/python -m contracts associate $(DEMO)/bundle --max-skew-us 100
-	$(BIN)/python -m contracts check $(DEMO)/bundle --report $(DEMO)/qa_report.json
+	$(BIN)/python -m rowbeam associate $(DEMO)/bundle --max-skew-us 100
+	$(BIN)/python -m rowbeam check $(DEMO)/bundle --report $(DEMO)/qa_report.json
 	@echo "demo bundle:  $(abspath $(DEMO)/bundle)"
 	@echo "QA report:    $(abspath $(DEMO)/qa_report.json)"
 	$(BIN)/python -m rowbeam report $(DEMO)/bundle --out $(DEMO)/report

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _entry() -> int:
-    from exporter.cli import main
+    from rowbeam.blender.export.cli import main
 
     if "--" in sys.argv:                       # blender -b scene.blend -P render_export.py -- args
         import bpy

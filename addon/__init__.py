@@ -15,7 +15,7 @@ _CLASSES = (rig_props.RowbeamSensor, settings.RowbeamSceneSettings, settings.Row
 
 
 def register():
-    from exporter.blender_compat import support_problem
+    from rowbeam.blender.compat.blender_compat import support_problem
 
     problem = support_problem()
     if problem:                                 # refuse cleanly: one line, nothing registered

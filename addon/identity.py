@@ -13,7 +13,13 @@ import secrets
 import bpy
 from bpy.app.handlers import persistent
 
-from exporter.object_table import CLASS_PROPERTY, ID_PROPERTY, RENDERABLE_TYPES, format_object_id, parse_object_id
+from rowbeam.blender.objects.object_table import (
+    CLASS_PROPERTY,
+    ID_PROPERTY,
+    RENDERABLE_TYPES,
+    format_object_id,
+    parse_object_id,
+)
 
 _owner_of_id: dict[int, int] = {}          # id -> session_uid of the object that holds it
 suspended = False                          # set while an export runs: its frame changes add no objects

@@ -7,13 +7,13 @@ import bpy
 from bpy.props import BoolProperty, EnumProperty, StringProperty
 from bpy_extras.io_utils import ExportHelper, ImportHelper
 
-from contracts.check import check_bundle, summary_lines
-from contracts.errors import RowbeamError
-from contracts.files import atomic_write_json
-from contracts.ontology import load_ontology
-from contracts.rig import load_rig, parse_rig
-from exporter.progress import Progress, watch_cycles
-from exporter.run import ExportRequest, iter_export, new_summary, plan_export
+from rowbeam.check.runner import check_bundle, summary_lines
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import atomic_write_json
+from rowbeam.model.ontology import load_ontology
+from rowbeam.model.rig import load_rig, parse_rig
+from rowbeam.util.progress import Progress, watch_cycles
+from rowbeam.blender.export.run import ExportRequest, iter_export, new_summary, plan_export
 
 from . import identity
 from .rig_props import load_rig_document, rig_document, sync_rig
@@ -346,7 +346,7 @@ class ROWBEAM_OT_report(bpy.types.Operator):
     open_browser: BoolProperty(default=True, options={"SKIP_SAVE"})
 
     def execute(self, context):
-        from contracts.report.build import build_report
+        from rowbeam.report.build import build_report
 
         out = Path(bpy.path.abspath(_settings(context).output_dir))
         target = out.parent / f"{out.name}_report"
@@ -377,7 +377,7 @@ def dataset_spec(context, spec_path) -> dict:
     lineage group, split, sensors and event range), the explicit split rule; .blend path relative to the spec."""
     import os
 
-    from contracts.sample_identity import token_from_name
+    from rowbeam.model.sample_identity import token_from_name
 
     s = _settings(context)
     blend = bpy.data.filepath
@@ -401,7 +401,7 @@ class ROWBEAM_OT_dataset_spec(bpy.types.Operator, ExportHelper):
     filter_glob: StringProperty(default="*.json", options={"HIDDEN"})
 
     def execute(self, context):
-        from contracts.schema import schema_errors
+        from rowbeam.bundle.schema import schema_errors
 
         try:
             doc = dataset_spec(context, self.filepath)

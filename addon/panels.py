@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import bpy
 
-from contracts.errors import RowbeamError
-from contracts.rig import parse_rig
-from exporter.object_table import CLASS_PROPERTY, ID_PROPERTY
+from rowbeam.util.errors import RowbeamError
+from rowbeam.model.rig import parse_rig
+from rowbeam.blender.objects.object_table import CLASS_PROPERTY, ID_PROPERTY
 
 from .rig_props import rig_document
 

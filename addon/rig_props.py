@@ -12,10 +12,10 @@ import bpy
 from bpy.app.handlers import persistent
 from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty, StringProperty)
 
-from contracts.errors import RowbeamError
-from contracts.radar import PRESETS as RADAR_PRESET_VALUES
-from contracts.rig import parse_rig_text
-from contracts.timing import MAX_IMAGE_SIDE_PX, MAX_RATE_HZ, MIN_IMAGE_SIDE_PX, MIN_RATE_HZ
+from rowbeam.util.errors import RowbeamError
+from rowbeam.sensors.radar import PRESETS as RADAR_PRESET_VALUES
+from rowbeam.model.rig import parse_rig_text
+from rowbeam.model.timing import MAX_IMAGE_SIDE_PX, MAX_RATE_HZ, MIN_IMAGE_SIDE_PX, MIN_RATE_HZ
 
 RIG_PROPERTY = "rowbeam_rig"
 SENSOR_TYPES = [("rolling_shutter_camera", "Rolling-shutter camera", "Camera with per-row acquisition times"),
@@ -272,7 +272,7 @@ def load_rig_document(scene, doc: dict) -> None:
 
 
 def _load_radar(s: RowbeamSensor, raw: dict) -> None:
-    """Radar fields from a rig entry; a preset is resolved to its values (contracts.radar), so it stays editable."""
+    """Radar fields from a rig entry; a preset is resolved to its values (rowbeam.sensors.radar), so it stays editable."""
     values = {**RADAR_PRESET_VALUES.get(raw.get("preset"), {}), **raw}
     s.rate_hz, s.first_event_ns = raw["rate_hz"], str(raw["first_frame_ns"])
     s.chirps, s.chirp_period_ns = values["chirps"], values["chirp_period_ns"]

@@ -5,7 +5,7 @@ import bpy
 from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty,
                        StringProperty)
 
-from exporter.run import LINEAGE_PROPERTY, SCENARIO_PROPERTY
+from rowbeam.blender.export.run import LINEAGE_PROPERTY, SCENARIO_PROPERTY
 
 from .rig_props import RowbeamSensor, sync_rig
 

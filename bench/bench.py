@@ -17,20 +17,21 @@ sys.path.insert(0, str(REPO))
 import bpy  # noqa: E402
 import numpy as np  # noqa: E402
 
-from contracts.arrays import decode_payload  # noqa: E402
-from contracts.check import check_bundle  # noqa: E402
-from exporter import camera_event, cycles_setup as cs  # noqa: E402
-from contracts.camera_model import intrinsics_from_blender  # noqa: E402
-from exporter.camera_event import camera_params, exact_row_labels, setup_label_render  # noqa: E402
-from exporter.run import ExportRequest, plan_export, run_export  # noqa: E402
-from exporter.scene_clock import camera_poses, set_time  # noqa: E402
-from exporter.scene_patch import ScenePatch  # noqa: E402
-from exporter.lidar_event import export_lidar_event  # noqa: E402
-from exporter.lidar_labels import derive_lidar_labels, point_tables  # noqa: E402
-from exporter.lidar_layout import sweep_layout  # noqa: E402
-from exporter.lidar_osl import lidar_shader_source, make_lidar_camera  # noqa: E402
-from exporter.scene_clock import rigid_poses  # noqa: E402
-from scenes import common, running_example  # noqa: E402
+from rowbeam.bundle.arrays import decode_payload  # noqa: E402
+from rowbeam.check.runner import check_bundle  # noqa: E402
+from rowbeam.blender.sensors import camera_event
+from rowbeam.blender.cycles import cycles_setup as cs  # noqa: E402
+from rowbeam.model.camera_model import intrinsics_from_blender  # noqa: E402
+from rowbeam.blender.sensors.camera_event import camera_params, exact_row_labels, setup_label_render  # noqa: E402
+from rowbeam.blender.export.run import ExportRequest, plan_export, run_export  # noqa: E402
+from rowbeam.blender.compat.scene_clock import camera_poses, set_time  # noqa: E402
+from rowbeam.blender.compat.scene_patch import ScenePatch  # noqa: E402
+from rowbeam.blender.sensors.lidar_event import export_lidar_event  # noqa: E402
+from rowbeam.blender.sensors.lidar_labels import derive_lidar_labels, point_tables  # noqa: E402
+from rowbeam.blender.sensors.lidar_layout import sweep_layout  # noqa: E402
+from rowbeam.blender.sensors.lidar_osl import lidar_shader_source, make_lidar_camera  # noqa: E402
+from rowbeam.blender.compat.scene_clock import rigid_poses  # noqa: E402
+from rowbeam.blender.scenes import common, running_example  # noqa: E402
 
 EVENT = 30
 SWEEP = 10
@@ -89,7 +90,7 @@ def after_render_stages() -> dict:
     verification, verification (row renders included), row poses, payload writing (incl. fsync and sha256) and the
     in-line check. A camera event's labels are written on worker threads while its verification rows render
     (manifest.PayloadWriter): verify's wall and CPU seconds include that writing, write_payloads is what is left."""
-    import exporter.run as run_module
+    import rowbeam.blender.export.run as run_module
 
     return {"derive": (camera_event, "derive_labels"), "verify": (camera_event, "_verify"),
             "row_poses": (camera_event, "camera_poses"), "write_payloads": (run_module, "write_payloads"),
@@ -233,7 +234,7 @@ def radar_benchmark(work: Path, repeat: int) -> dict:
     time, radial velocity from motion), against one 64 x 2048 LiDAR sweep of the same scene, interleaved."""
     import json
 
-    from exporter.radar_event import export_radar_event
+    from rowbeam.blender.sensors.radar_event import export_radar_event
 
     blend, rig = running_example_files(work)
     doc = json.loads(rig.read_text())
@@ -258,7 +259,7 @@ def radar_benchmark(work: Path, repeat: int) -> dict:
 
 def flow_benchmark(work: Path, repeat: int) -> dict:
     """Flow for a 1280x720 pair (events 30 -> 31) vs the label export of one event, interleaved."""
-    from exporter.run import _export_event, _export_flow
+    from rowbeam.blender.export.run import _export_event, _export_flow
 
     blend, rig = running_example_files(work)
     labels, flows, flow_cpu, label_cpu = [], [], [], []
@@ -327,11 +328,11 @@ LENS_BENCH = {"opencv": {"model": "opencv", "D": [-0.28, 0.07, 1e-3, -5e-4, 0.0]
 def lens_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH)) -> dict:
     """(Lz) the same camera event exported through each lens model (OSL lens camera, labels on the exact ray)
     vs the pinhole Blender camera, interleaved; every export is checked at publish (passed = not quarantined).
-    Cold: each export solves its lens's unprojection again (contracts.lens.unproject_grid's cache cleared), as the
+    Cold: each export solves its lens's unprojection again (rowbeam.model.lens.unproject_grid's cache cleared), as the
     first event of a process does; later events of the same lens reuse it."""
     import json
 
-    from contracts.lens import clear_grid_cache
+    from rowbeam.model.lens import clear_grid_cache
 
     blend, rig = running_example_files(work)
     rigs = lens_rigs(rig, work, "rig", models)
@@ -379,7 +380,7 @@ def lens_object_label_benchmark(work: Path, repeat: int, models=tuple(LENS_BENCH
     object labels' wall (manifest) and CPU (StageClock on compute_object_labels) seconds."""
     import json
 
-    import exporter.object_labels as object_labels_module
+    import rowbeam.blender.objects.object_labels as object_labels_module
 
     blend = work / "dusk_objects.blend"
     if not blend.exists():
@@ -551,8 +552,8 @@ def multi_event_benchmark(work: Path, events: int) -> dict:
 
 def pose_benchmark(work: Path, repeat: int) -> dict:
     """Per-row camera poses (720 rows) and per-firing LiDAR mount poses (64 x 2048 sweep) of the running example:
-    direct F-curve/parent-chain evaluation vs frame_set per time (exporter.scene_clock)."""
-    from exporter import scene_clock
+    direct F-curve/parent-chain evaluation vs frame_set per time (rowbeam.blender.compat.scene_clock)."""
+    from rowbeam.blender.compat import scene_clock
 
     blend, rig = running_example_files(work)
     p = plan_export(ExportRequest(out=work / "poses", blend=blend, rig=rig, sensors=["camera_front"],
@@ -610,7 +611,7 @@ def _baseline_rss(work: Path) -> dict:
     """Peak RSS (MB) of this fresh process after importing bpy and the exporter, after a Cycles render of an empty
     scene (64x36, 1 spp: Cycles' own baseline) and after building the running example: the part of every camera
     event's peak that does not grow with pixels."""
-    from exporter.cycles_setup import common_settings, render_passes
+    from rowbeam.blender.cycles.cycles_setup import common_settings, render_passes
 
     out = {"import_mb": _own_peak_rss_mb()}
     bpy.ops.wm.read_factory_settings(use_empty=True)
@@ -755,7 +756,7 @@ def checker_benchmark(work: Path, repeat: int, object_labels: bool = True) -> di
     seconds (CPU: core-seconds of this process, steadier on a shared machine)."""
     import json
 
-    from contracts.report.build import build_report
+    from rowbeam.report.build import build_report
 
     blend, rig = running_example_files(work)
     variants = [("labels", rig)]
@@ -826,9 +827,9 @@ def main() -> int:
     parser.add_argument("--only", default="", help=f"comma-separated sections to run (default all): "
                         f"{','.join(SECTIONS)}")
     args = parser.parse_args()
-    from exporter.allocator import keep_freed_memory
+    from rowbeam.blender.export.allocator import keep_freed_memory
 
-    keep_freed_memory()                     # as the headless exporter process does (exporter.cli)
+    keep_freed_memory()                     # as the headless exporter process does (rowbeam.blender.export.cli)
     if args.report_only:
         work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_"))
         try:

@@ -35,15 +35,15 @@ def find_gpu() -> str:
     """The GPU description cycles_setup.select_device picks with preference 'gpu' (raises RowbeamError if none)."""
     import bpy
 
-    from exporter import cycles_setup as cs
-    from exporter.scene_patch import ScenePatch
+    from rowbeam.blender.cycles import cycles_setup as cs
+    from rowbeam.blender.compat.scene_patch import ScenePatch
 
     with ScenePatch() as p:
         return cs.select_device(bpy.context.scene, p, "gpu")
 
 
 def export(work: Path, blend: Path, device: str, sensors: list, first: int):
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     out = work / f"bundle_{device}_{sensors[0]}"
     p = plan_export(ExportRequest(out=out, blend=blend, rig=blend.with_suffix(".rig.json"), sensors=sensors,
@@ -58,7 +58,7 @@ def export(work: Path, blend: Path, device: str, sensors: list, first: int):
 def compare(cpu_event: Path, gpu_event: Path, depth_keys, normal_keys) -> dict:
     import numpy as np
 
-    from contracts.bundle_reader import open_event
+    from rowbeam.bundle.reader import open_event
 
     a, b = open_event(cpu_event).arrays(), open_event(gpu_event).arrays()
     out = {}
@@ -81,7 +81,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--detect-only", action="store_true", help="find the GPU, print it and stop")
     args = parser.parse_args()
-    from contracts.errors import RowbeamError
+    from rowbeam.util.errors import RowbeamError
 
     try:
         gpu = find_gpu()
@@ -90,7 +90,7 @@ def main() -> int:
     print(f"GPU: {gpu}")
     if args.detect_only:
         return 0
-    from scenes import common, running_example
+    from rowbeam.blender.scenes import common, running_example
 
     work = Path(tempfile.mkdtemp(prefix="rowbeam_bench_gpu_"))
     try:

@@ -28,8 +28,8 @@ class Exported:
 def build_and_export(tmp: Path, name: str, builder, first_event=1, count=1, events=None, **kw) -> Exported:
     """Build a scene, save it, export events into one bundle. `events` = {sensor_id: (first, count)}
     exports each sensor's own range; otherwise every sensor exports `count` events from `first_event`."""
-    from exporter.run import ExportRequest, plan_export, run_export
-    from scenes import common
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.scenes import common
 
     truth, rig = builder(**kw)
     skip_without_custom_camera(rig)
@@ -49,7 +49,7 @@ def build_and_export(tmp: Path, name: str, builder, first_event=1, count=1, even
 def skip_without_custom_camera(rig: dict) -> None:
     """A spinning LiDAR renders through a custom (OSL) camera: Blender >= 4.5. On 4.2 the exporter refuses it
     with one line (tests/test_blender_compat.py), so tests that need a LiDAR export are skipped there."""
-    from exporter import blender_compat
+    from rowbeam.blender.compat import blender_compat
 
     if not blender_compat.HAS_CUSTOM_CAMERA and any(s["type"] in ("spinning_lidar", "radar") for s in rig["sensors"]):
         pytest.skip(f"spinning LiDAR needs Blender >= 4.5 (custom OSL camera); this is {blender_compat.VERSION_STRING}")

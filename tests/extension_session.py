@@ -10,9 +10,9 @@ args = json.loads(sys.argv[sys.argv.index("--") + 1] if "--" in sys.argv else sy
 res = {}
 bpy.ops.wm.open_mainfile(filepath=args["blend"], use_scripts=False)
 bpy.ops.extensions.package_install_files(filepath=args["zip"], repo="user_default", enable_on_install=True)
-import contracts  # noqa: E402  (from the extension's bundled wheel)
+import rowbeam  # noqa: E402  (from the extension's bundled wheel)
 
-res["contracts_file"] = contracts.__file__
+res["contracts_file"] = rowbeam.__file__
 scene = bpy.context.scene
 view_layer = bpy.context.view_layer
 res["adopted"] = [s.sensor_id for s in scene.rowbeam.sensors]    # rig stored without the add-on

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contracts.bundle_reader import open_event
+from rowbeam.bundle.reader import open_event
 
 
 def load_event(event_dir, verify: bool = False) -> tuple[dict, dict]:
@@ -16,7 +16,7 @@ def load_event(event_dir, verify: bool = False) -> tuple[dict, dict]:
 
 def rehash(event_dir, name) -> None:
     """After editing a payload in a test, update its hash so a check must catch the fault by content."""
-    from contracts.files import sha256_file
+    from rowbeam.bundle.files import sha256_file
 
     event_dir = Path(event_dir)
     m = json.loads((event_dir / "manifest.json").read_text())
@@ -26,7 +26,7 @@ def rehash(event_dir, name) -> None:
 
 
 def failures(bundle_dir) -> tuple[dict, list]:
-    from contracts.check import check_bundle
+    from rowbeam.check.runner import check_bundle
 
     report = check_bundle(bundle_dir)
     return report, [c for e in report["events"] for c in e["checks"] if c["status"] == "fail"]
@@ -50,7 +50,7 @@ def bundle_digest(bundle) -> dict:
     out (it hashes the endpoint's run block)."""
     import hashlib
 
-    from contracts.files import canonical_json, sha256_file
+    from rowbeam.bundle.files import canonical_json, sha256_file
 
     bundle = Path(bundle)
     digest = {}
@@ -71,7 +71,7 @@ def bundle_digest(bundle) -> dict:
 def save_plane_scene(path, scale: int):
     """A labels-only (rgb_samples 0) fronto-parallel plane scene (30 fps, frames 1..30) saved at `path`,
     (1280 / scale) x (720 / scale) pixels; returns the .blend path (its rig beside it as .rig.json)."""
-    from scenes import calibration, common
+    from rowbeam.blender.scenes import calibration, common
 
     _, rig = calibration.fronto_plane(scale=scale)
     rig["sensors"][0]["rgb_samples"] = 0
@@ -79,11 +79,11 @@ def save_plane_scene(path, scale: int):
 
 
 def object_scene_poses(scale: int = 16) -> dict:
-    """T_camera_object (4x4, metres) of the static objects of scenes.object_scenes.object_calibration, from the
+    """T_camera_object (4x4, metres) of the static objects of rowbeam.blender.scenes.object_scenes.object_calibration, from the
     scene's declared pixel rectangles and depths (closed form through K), not from the built scene."""
     import numpy as np
 
-    from scenes import calibration, object_scenes
+    from rowbeam.blender.scenes import calibration, object_scenes
 
     K = calibration.seed_K(scale)
     f, cx, cy = K[0], K[1], K[2]

@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from contracts import adapters  # noqa: F401  (package import)
-from contracts.adapters import lidar_formats
-from contracts.errors import RowbeamError
-from contracts.files import sha256_file
-from contracts.schema import schema_errors
-from scenes import lidar_calibration as lc
+from rowbeam import adapters  # noqa: F401  (package import)
+from rowbeam.adapters import lidar_formats
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import sha256_file
+from rowbeam.bundle.schema import schema_errors
+from rowbeam.blender.scenes import lidar_calibration as lc
 
 from .conftest import run_python
 from .test_lidar import SWEEP, _rig_beams
@@ -35,7 +35,7 @@ def _truth(e):
 
 
 def _adapt(*args):
-    r = run_python("-m", "contracts", "adapt", *args)
+    r = run_python("-m", "rowbeam", "adapt", *args)
     return r
 
 

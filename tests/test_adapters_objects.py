@@ -13,9 +13,9 @@ import cv2
 import numpy as np
 import pytest
 
-from contracts.adapters.output import FOLDER_SIDECAR
-from contracts.schema import schema_errors
-from scenes import calibration, object_scenes
+from rowbeam.adapters.output import FOLDER_SIDECAR
+from rowbeam.bundle.schema import schema_errors
+from rowbeam.blender.scenes import calibration, object_scenes
 
 from .conftest import run_python
 from .helpers import load_event, object_scene_poses
@@ -31,7 +31,7 @@ def calib(exports):
 
 
 def _adapt(*args):
-    return run_python("-m", "contracts", "adapt", *args)
+    return run_python("-m", "rowbeam", "adapt", *args)
 
 
 def _ok(r):
@@ -69,7 +69,7 @@ def test_coco_round_trips_through_pycocotools(calib, tmp_path):
     assert by_name["truncated"]["rowbeam_bbox_amodal"] == [60, 11, 40, 10]
     assert by_name["back"]["area"] == 300 - 50 and by_name["front"]["area"] == 100
     # the loader's canvas mask: truncated = 40 x 10 px, 20 columns beyond the right edge (u 80..99)
-    from contracts.bundle_reader import open_event
+    from rowbeam.bundle.reader import open_event
 
     canvas = open_event(e.event).canvas_mask(objs["truncated"])
     assert canvas.shape == (3 * H, 3 * W) and canvas.sum() == 400 and canvas[H:2 * H, W:2 * W].sum() == 200
@@ -359,7 +359,7 @@ def calib_with_lidar():
     camera's optical axis (LiDAR z up = camera -y)."""
     import bpy
 
-    from scenes import common
+    from rowbeam.blender.scenes import common
 
     truth, rig = object_scenes.object_calibration()
     T_wc = calibration.seed_pose()
@@ -408,14 +408,14 @@ def test_kitti_calib_chain_projects_velodyne_points_onto_camera_depth(exports, t
 
 
 def test_bop_depth_and_rgb_encodings():
-    from contracts.adapters.bop import bop_box, depth_png, srgb8
+    from rowbeam.adapters.bop import bop_box, depth_png, srgb8
 
     assert srgb8(np.array([[[0.0, 0.0031308, 0.5], [1.0, 2.0, np.nan]]])).tolist() == [[[0, 10, 188], [255, 255, 0]]]
     z = np.array([[1.23456, np.nan]], np.float32)
     d, err = depth_png(z, np.array([[1, 0]], np.uint8), 0.1)
     assert d.tolist() == [[12346, 0]] and err == pytest.approx(abs(12346 * 0.1 - float(z[0, 0]) * 1000))
     assert bop_box([60, 11, 40, 10]) == [60, 11, 39, 9] and bop_box(None) == [-1, -1, -1, -1]
-    from contracts.adapters.mesh import diameter
+    from rowbeam.adapters.mesh import diameter
 
     rng = np.random.default_rng(1)
     for n in (1, 2, 3, 50, 1500, 4):                # pruned search == brute force (4: a square prunes everything)
@@ -424,8 +424,8 @@ def test_bop_depth_and_rgb_encodings():
 
 
 def test_bop_failure_while_writing_leaves_nothing(calib, tmp_path, monkeypatch):
-    from contracts.adapters import bop
-    from contracts.errors import RowbeamError
+    from rowbeam.adapters import bop
+    from rowbeam.util.errors import RowbeamError
 
     e = calib[0]
     real, calls = bop.write_file, []

@@ -1,4 +1,4 @@
-"""exporter.allocator: numpy's huge-page advice is off and glibc keeps freed blocks after keep_freed_memory()
+"""rowbeam.blender.export.allocator: numpy's huge-page advice is off and glibc keeps freed blocks after keep_freed_memory()
 (a fresh interpreter, so the process-wide settings of other tests do not decide the result; numpy only)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """
 import numpy as np
-from exporter.allocator import keep_freed_memory
+from rowbeam.blender.export.allocator import keep_freed_memory
 core = getattr(np, "_core", None) or getattr(np, "core")
 set_hugepage = core.multiarray._set_madvise_hugepage
 set_hugepage(True)                        # numpy's default where the kernel has THP

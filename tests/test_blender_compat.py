@@ -1,4 +1,4 @@
-"""Every Blender version difference in exporter/blender_compat.py: on the running Blender, the branch
+"""Every Blender version difference in rowbeam/blender/compat/blender_compat.py: on the running Blender, the branch
 taken matches bpy.app.version and the API that branch uses exists (make test-matrix runs this on
 4.2, 4.5, 5.0 and 5.3, so each branch is exercised on a Blender that has it)."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ import bpy
 import numpy as np
 import pytest
 
-from contracts.errors import RowbeamError
-from exporter import blender_compat as bc
-from exporter import cycles_setup as cs
-from exporter.scene_patch import ScenePatch
-from scenes import common
+from rowbeam.util.errors import RowbeamError
+from rowbeam.blender.compat import blender_compat as bc
+from rowbeam.blender.cycles import cycles_setup as cs
+from rowbeam.blender.compat.scene_patch import ScenePatch
+from rowbeam.blender.scenes import common
 
 from .conftest import REPO, run_python
 
@@ -108,7 +108,7 @@ def test_custom_camera_and_lidar_support():
 
 @pytest.mark.skipif(bc.HAS_CUSTOM_CAMERA, reason="this Blender has custom (OSL) cameras")
 def test_radar_export_on_a_blender_without_custom_cameras_is_one_line(tmp_path):
-    from scenes import radar_scenes as rs
+    from rowbeam.blender.scenes import radar_scenes as rs
 
     _, rig = rs.wall_approaching()
     blend = common.save(tmp_path / "wall.blend", rig)
@@ -121,7 +121,7 @@ def test_radar_export_on_a_blender_without_custom_cameras_is_one_line(tmp_path):
 
 @pytest.mark.skipif(bc.HAS_CUSTOM_CAMERA, reason="this Blender has custom (OSL) cameras")
 def test_lidar_export_on_a_blender_without_custom_cameras_is_one_line(tmp_path):
-    from scenes import lidar_calibration as lc
+    from rowbeam.blender.scenes import lidar_calibration as lc
 
     _, rig = lc.box_room(steps=16)
     blend = common.save(tmp_path / "room.blend", rig)

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from contracts.camera_model import pixel_grid, project, range_factor
-from contracts.check import check_bundle
-from contracts.frames import apply, invert_rigid
-from scenes import calibration
+from rowbeam.model.camera_model import pixel_grid, project, range_factor
+from rowbeam.check.runner import check_bundle
+from rowbeam.model.frames import apply, invert_rigid
+from rowbeam.blender.scenes import calibration
 
 from .helpers import load_event
 

@@ -8,11 +8,11 @@ import numpy as np
 import OpenEXR
 import pytest
 
-from contracts.arrays import write_exr, write_npy
-from contracts.check import check_bundle
-from contracts.errors import RowbeamError, UnusableInput
-from contracts.files import resolve_inside
-from scenes import calibration
+from rowbeam.bundle.arrays import write_exr, write_npy
+from rowbeam.check.runner import check_bundle
+from rowbeam.util.errors import RowbeamError, UnusableInput
+from rowbeam.bundle.files import resolve_inside
+from rowbeam.blender.scenes import calibration
 
 from .conftest import run_python
 from .helpers import assert_fails, failures, load_event, rehash
@@ -196,22 +196,22 @@ def test_invalid_pixel_with_an_object_id(bundle):
 
 
 def test_cli_exit_codes(clean, bundle, tmp_path):
-    ok = run_python("-m", "contracts", "check", clean.bundle, "--report", tmp_path / "r.json")
+    ok = run_python("-m", "rowbeam", "check", clean.bundle, "--report", tmp_path / "r.json")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert json.loads((tmp_path / "r.json").read_text())["status"] == "pass"
     root, event = bundle
     (event / "semantic_id.exr").write_bytes(b"garbage")
-    bad = run_python("-m", "contracts", "check", root)
+    bad = run_python("-m", "rowbeam", "check", root)
     assert bad.returncode == 1 and "FAIL" in bad.stdout and "semantic_id" in bad.stdout
-    missing = run_python("-m", "contracts", "check", tmp_path / "nope")
+    missing = run_python("-m", "rowbeam", "check", tmp_path / "nope")
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no such file" in missing.stderr
     (tmp_path / "empty").mkdir()
-    empty = run_python("-m", "contracts", "check", tmp_path / "empty")
+    empty = run_python("-m", "rowbeam", "check", tmp_path / "empty")
     assert empty.returncode == 2 and "not a rowbeam bundle" in empty.stderr and "Traceback" not in empty.stderr
 
 
 def test_checker_never_imports_bpy():
-    code = "import sys, contracts.check, contracts.__main__; assert 'bpy' not in sys.modules; print('ok')"
+    code = "import sys, rowbeam.check.runner, rowbeam.cli.bundle_commands; assert 'bpy' not in sys.modules; print('ok')"
     r = run_python("-c", code)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 

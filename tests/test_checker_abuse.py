@@ -22,11 +22,11 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from contracts.check import check_bundle
-from contracts.errors import RowbeamError
-from contracts.files import atomic_write_bytes, canonical_sha256, load_json
-from contracts.schema import schema_errors
-from scenes import calibration
+from rowbeam.check.runner import check_bundle
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import atomic_write_bytes, canonical_sha256, load_json
+from rowbeam.bundle.schema import schema_errors
+from rowbeam.blender.scenes import calibration
 
 from .conftest import REPO, run_python
 
@@ -37,7 +37,7 @@ TIMEOUT_S = 60
 @pytest.fixture(scope="module")
 def clean(exports):
     """Bundle with events 0 and 1 of a 32x18 camera and the flow between them."""
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     e = exports("abuse_tilted_32x18", calibration.tilted_plane, scale=40, first_event=0, count=2)
     if not (e.bundle / "flows").exists():
@@ -77,7 +77,7 @@ def ctx(clean, tmp_path) -> Ctx:
 
 
 def cli(*args) -> object:
-    return run_python("-m", "contracts", *args, timeout=TIMEOUT_S)
+    return run_python("-m", "rowbeam", *args, timeout=TIMEOUT_S)
 
 
 def snapshot(*roots) -> dict:
@@ -347,7 +347,7 @@ def test_corpus_size():
 
 def _in_process(argv, capsys) -> subprocess.CompletedProcess:
     """The CLI's main() in this process (an escaping exception fails the test like a traceback would)."""
-    from contracts.__main__ import main
+    from rowbeam.cli.bundle_commands import main
 
     capsys.readouterr()
     rc = main([str(a) for a in argv])
@@ -357,7 +357,7 @@ def _in_process(argv, capsys) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("case", CORPUS, ids=[c.id for c in CORPUS])
 def test_malformed_input(case: Case, ctx: Ctx, capsys):
-    """Exit-2 cases and every FIFO case run `python -m contracts` in a subprocess (with a timeout: a checker
+    """Exit-2 cases and every FIFO case run `python -m rowbeam` in a subprocess (with a timeout: a checker
     that opened the FIFO would block); the others call the same main() in-process (2 CPUs shared)."""
     if case.id in NEEDS_READ_ONLY and _readonly_dir() is None:
         pytest.skip("no read-only folder on this machine (sysfs is writable)")
@@ -432,7 +432,7 @@ def test_closed_pipe_exits_cleanly(ctx):
         read, write = os.pipe()
         os.close(read)
         try:
-            r = subprocess.run([sys.executable, "-m", "contracts", *map(str, args)], cwd=REPO, stdout=write,
+            r = subprocess.run([sys.executable, "-m", "rowbeam", *map(str, args)], cwd=REPO, stdout=write,
                                stderr=subprocess.PIPE, text=True, timeout=TIMEOUT_S)
         finally:
             os.close(write)
@@ -483,8 +483,8 @@ def test_non_finite_payload_values_print_no_numpy_warnings(ctx):
     """NaN, inf and float32-overflowing values planted on valid pixels (payload hashes updated, so the checks must
     read them): the checker fails the event and prints only its own lines, no numpy RuntimeWarning (the lines
     numpy prints for overflowing or invalid arithmetic are not the one-line messages a user gets)."""
-    from contracts.bundle_reader import open_event
-    from exporter.manifest import write_payload_file
+    from rowbeam.bundle.reader import open_event
+    from rowbeam.blender.export.manifest import write_payload_file
 
     from .helpers import rehash
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contracts.errors import RowbeamError
-from contracts.object_checks import canvas_mask_box, packed_extent, tight_box, unpack
-from contracts.rasterize import rasterize_rows, rasterize_rows_box
+from rowbeam.util.errors import RowbeamError
+from rowbeam.check.object_checks import canvas_mask_box, packed_extent, tight_box, unpack
+from rowbeam.check.rasterize import rasterize_rows, rasterize_rows_box
 
 
 def _brute(V, F, K, T, rows, width, u0, margin):
@@ -86,7 +86,7 @@ def test_packed_extent_and_canvas_box_equal_full_unpack():
 def _labels(rng, H=37, W=53):
     """A small synthetic camera event: valid plane, depth, range = depth * |ray|, unit normals facing the camera
     (NaN exactly where invalid), a pinhole K."""
-    from contracts.camera_checks import ray_grid
+    from rowbeam.check.camera_checks import ray_grid
 
     K = np.array([[40.0, 0.0, W / 2 - 0.3], [0.0, 41.0, H / 2 + 0.2], [0.0, 0.0, 1.0]])
     valid = (rng.random((H, W)) < 0.8).astype(np.uint8)
@@ -140,7 +140,7 @@ def _faults(rng, arrays):
 
 
 def test_nan_exactly_off_equals_the_per_channel_definition(monkeypatch):
-    import contracts.label_checks as lc
+    import rowbeam.check.label_checks as lc
 
     rng = np.random.default_rng(3)
     _, arrays = _labels(rng)
@@ -160,7 +160,7 @@ def test_nan_exactly_off_equals_the_per_channel_definition(monkeypatch):
 
 
 def test_squared_norm_equals_einsum():
-    from contracts.camera_checks import squared_norm
+    from rowbeam.check.camera_checks import squared_norm
 
     rng = np.random.default_rng(5)
     n = (rng.normal(size=(64, 96, 3)) * 10.0 ** rng.integers(-3, 3, size=(64, 96, 1))).astype(np.float32)
@@ -172,8 +172,8 @@ def test_squared_norm_equals_einsum():
 def test_camera_fast_paths_equal_masked_paths(monkeypatch):
     """z_range and normals with the clean set from check_validity (NaN-skipping reductions, small row blocks)
     give the results of the plain masked reductions over the whole image, on a clean event and on planted faults."""
-    import contracts.label_checks as lc
-    from contracts import camera_checks as cc
+    import rowbeam.check.label_checks as lc
+    from rowbeam.check import camera_checks as cc
 
     rng = np.random.default_rng(11)
     K, arrays = _labels(rng)
@@ -196,8 +196,8 @@ def test_camera_fast_paths_equal_masked_paths(monkeypatch):
 
 
 def test_ray_grid_is_cached_per_camera_and_equals_the_formula():
-    from contracts.camera_checks import ray_grid
-    from contracts.camera_model import normalized
+    from rowbeam.check.camera_checks import ray_grid
+    from rowbeam.model.camera_model import normalized
 
     K = np.array([[50.0, 0.0, 20.0], [0.0, 52.0, 11.0], [0.0, 0.0, 1.0]])
     g = ray_grid(K, 40, 24)
@@ -211,7 +211,7 @@ def test_ray_grid_is_cached_per_camera_and_equals_the_formula():
 def test_check_ids_shortcut_equals_the_scan_of_every_id():
     """instance_ids_known skips the id scan only when every id up to the largest present one is in the table;
     tables with gaps and ids beyond the table still name the unknown ids."""
-    from contracts.label_checks import check_ids
+    from rowbeam.check.label_checks import check_ids
 
     rng = np.random.default_rng(2)
     for table, extra in (((1, 2, 3, 4, 5), None), ((1, 2, 4, 5), 3), ((1, 2, 3), 7), ((2, 3), 1), ((1, 2, 3), None)):
@@ -234,9 +234,9 @@ def test_check_ids_shortcut_equals_the_scan_of_every_id():
 def test_camera_fast_paths_with_a_lens_domain_equal_masked_paths():
     """A fisheye whose valid domain leaves the image corners out (NaN rays there): with every valid pixel inside
     the domain the NaN-skipping paths run and equal the masked ones; a valid pixel outside turns them off."""
-    import contracts.label_checks as lc
-    from contracts import camera_checks as cc
-    from contracts.lens import LensSpec, make_lens
+    import rowbeam.check.label_checks as lc
+    from rowbeam.check import camera_checks as cc
+    from rowbeam.model.lens import LensSpec, make_lens
 
     W, H = 64, 48
     K = np.array([[19.0, 0.0, 31.85], [0.0, 19.0, 24.15], [0.0, 0.0, 1.0]])          # corners beyond 90 deg
@@ -268,7 +268,7 @@ def test_camera_fast_paths_with_a_lens_domain_equal_masked_paths():
 
 def _planes_of(arrays):
     """The DecodedArrays the checker builds for `arrays`: multi-channel images held as contiguous channel planes."""
-    from contracts.arrays import DecodedArrays
+    from rowbeam.bundle.arrays import DecodedArrays
 
     out = DecodedArrays()
     for name, a in arrays.items():
@@ -280,8 +280,8 @@ def test_validity_and_normals_on_held_planes_equal_the_stacked_arrays(monkeypatc
     """check_validity, z_range and normals on a DecodedArrays that holds the normals as channel planes give the
     results (and the clean set) of the plain dict of stacked arrays, on a clean event and on every planted fault,
     without stacking the planes."""
-    import contracts.label_checks as lc
-    from contracts import camera_checks as cc
+    import rowbeam.check.label_checks as lc
+    from rowbeam.check import camera_checks as cc
 
     rng = np.random.default_rng(13)
     K, arrays = _labels(rng)
@@ -309,9 +309,9 @@ def test_validity_and_normals_on_held_planes_equal_the_stacked_arrays(monkeypatc
 def test_decoded_arrays_stack_on_read_as_decode_payload(tmp_path):
     """read_payload(planes=True) of a multi-channel EXR, held by a DecodedArrays, reads back bit for bit as
     decode_payload's (H, W, C) array; membership and iteration never stack; single-channel payloads stay arrays."""
-    from contracts.arrays import DecodedArrays, channel_planes, decode_payload, write_exr
-    from contracts.bundle_reader import read_payload
-    from contracts.files import sha256_file
+    from rowbeam.bundle.arrays import DecodedArrays, channel_planes, decode_payload, write_exr
+    from rowbeam.bundle.reader import read_payload
+    from rowbeam.bundle.files import sha256_file
 
     rng = np.random.default_rng(1)
     n = rng.normal(size=(6, 9, 3)).astype(np.float32)
@@ -342,8 +342,8 @@ def test_decoded_arrays_stack_on_read_as_decode_payload(tmp_path):
 def test_semantic_mismatch_count_by_row_blocks_equals_the_whole_image(monkeypatch):
     """semantic_matches_instance counts the same mismatching pixels in row blocks as a whole-image lookup, with ids
     inside and beyond the object table."""
-    import contracts.label_checks as lc
-    from contracts.ontology import VOID_ID
+    import rowbeam.check.label_checks as lc
+    from rowbeam.model.ontology import VOID_ID
 
     rng = np.random.default_rng(9)
     objects = [{"id": f"o{i}", "render_index": i, "class_id": 10 + i} for i in (1, 2, 3)]
@@ -366,9 +366,9 @@ def test_float32_facing_with_exact_recompute_equals_float64(monkeypatch):
     """The facing count and worst cos of a clean normal image (float32 estimate, float64 recomputed where it could
     decide) equal the float64 computation bit for bit: normals facing the camera, grazing within a few float32 ulps
     of the tolerance (every pixel ambiguous), and normals of lengths 1e-3..1e2."""
-    import contracts.label_checks as lc
-    from contracts import camera_checks as cc
-    from contracts import qa_profile as tol
+    import rowbeam.check.label_checks as lc
+    from rowbeam.check import camera_checks as cc
+    from rowbeam.model import qa_profile as tol
 
     H, W = 30, 70
     K = np.array([[45.0, 0.0, W / 2 - 0.3], [0.0, 47.0, H / 2 + 0.4], [0.0, 0.0, 1.0]])

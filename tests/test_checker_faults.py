@@ -9,11 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
-from contracts import qa_profile as tol
-from contracts.arrays import write_exr, write_npy
-from contracts.sample_identity import rgb_seed, sample_id
-from scenes import flow_scenes
-from scenes import lidar_calibration as lc
+from rowbeam.model import qa_profile as tol
+from rowbeam.bundle.arrays import write_exr, write_npy
+from rowbeam.model.sample_identity import rgb_seed, sample_id
+from rowbeam.blender.scenes import flow_scenes
+from rowbeam.blender.scenes import lidar_calibration as lc
 
 from .helpers import failures, load_event, rehash
 from .test_checker import _tilted_with_rgb
@@ -83,7 +83,7 @@ def room(exports):
 
 def _with_flow(exports, name, builder):
     """Two 160x90 events (0, 1) of a flow scene and the flow between them."""
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     e = exports(name, builder, scale=8, events={"camera_front": (0, 2)})
     if not (e.bundle / "flows").exists():

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contracts.sample_identity import rgb_seed
-from scenes import calibration
+from rowbeam.model.sample_identity import rgb_seed
+from rowbeam.blender.scenes import calibration
 
 from .conftest import REPO, build_and_export, run_python
 from .helpers import assert_fails, load_event, run_on_a_terminal
@@ -25,7 +25,7 @@ BLENDER_NOISE = ("Saved:", "Read blend", "CUEW", "HIPEW", "rowbeam_render_")
 @pytest.fixture(scope="module")
 def rgb_bundle(tmp_path_factory):
     """Two events of a static fronto-parallel plane with 4-sample RGB, plus their flow."""
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     e = build_and_export(tmp_path_factory.mktemp("rgb"), "plane", calibration.fronto_plane, first_event=0, count=2,
                          scale=16)
@@ -178,8 +178,8 @@ def test_every_bundle_json_validates_with_plain_jsonschema_offline(rgb_bundle, t
 
 
 def test_units_come_from_the_declared_vocabulary(rgb_bundle, tmp_path):
-    from contracts.modalities import MODALITIES, UNITS
-    from contracts.schema import _schemas, schema_errors
+    from rowbeam.model.modalities import MODALITIES, UNITS
+    from rowbeam.bundle.schema import _schemas, schema_errors
 
     assert set(_schemas()["rowbeam/sample@1"]["$defs"]["units"]["enum"]) == set(UNITS)
     declared = {s.units for table in MODALITIES.values() for s in table.values()}
@@ -197,7 +197,7 @@ def test_pip_install_without_blender_gives_a_working_checker(rgb_bundle, tmp_pat
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    for package in ("rowbeam", "contracts", "exporter", "scenes"):
+    for package in ("rowbeam",):
         shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
@@ -214,7 +214,7 @@ def test_pip_install_without_blender_gives_a_working_checker(rgb_bundle, tmp_pat
     assert "Traceback" not in export.stderr and not (tmp_path / "o").exists()
     help_text = subprocess.run([exe, "export", "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert help_text.returncode == 0 and "--first-event" in help_text.stdout
-    # the adapters ship too (contracts.adapters): a bundle without object labels is refused in one line
+    # the adapters ship too (rowbeam.adapters): a bundle without object labels is refused in one line
     coco = subprocess.run([exe, "adapt", "coco", rgb_bundle.bundle, tmp_path / "c.json"], capture_output=True,
                           text=True, cwd=tmp_path)
     assert coco.returncode == 2 and "no camera events with object labels" in coco.stderr, coco.stderr
@@ -241,13 +241,13 @@ def test_extension_core_wheel_declares_its_dependencies(rgb_bundle, tmp_path):
     pip = subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel],
                          capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr[-2000:]
-    check = subprocess.run([py, "-m", "contracts", "check", rgb_bundle.bundle], capture_output=True, text=True,
+    check = subprocess.run([py, "-m", "rowbeam", "check", rgb_bundle.bundle], capture_output=True, text=True,
                            cwd=tmp_path)
     assert check.returncode == 0 and "PASS" in check.stdout, check.stdout + check.stderr
 
 
 def test_render_export_and_python_m_contracts_keep_working(rgb_bundle):
-    assert run_python("-m", "contracts", "check", rgb_bundle.bundle).returncode == 0
+    assert run_python("-m", "rowbeam", "check", rgb_bundle.bundle).returncode == 0
     r = run_python(REPO / "render_export.py", "--help")
     assert r.returncode == 0 and "--out" in r.stdout
 
@@ -257,7 +257,7 @@ def test_export_panel_shows_stage_progress(rgb_bundle, tmp_path):
     from types import SimpleNamespace
 
     from addon.operators import _watch_progress
-    from exporter.run import ExportRequest, iter_export, new_summary, plan_export
+    from rowbeam.blender.export.run import ExportRequest, iter_export, new_summary, plan_export
 
     class State:
         def __init__(self):
@@ -283,8 +283,8 @@ def test_export_panel_shows_stage_progress(rgb_bundle, tmp_path):
 def test_a_blend_named_freely_exports_under_a_token_scenario(tmp_path):
     """No scenario declared: the scenario comes from the file name, made a safe token (`my scene (v2)` ->
     `my_scene__v2_`), and the bundle checks."""
-    from contracts.check import check_bundle
-    from contracts.sample_identity import token_from_name
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.model.sample_identity import token_from_name
 
     assert token_from_name("my scene (v2)") == "my_scene__v2_"
     assert token_from_name("..hidden") == "hidden" and token_from_name("%%%") == "untitled"

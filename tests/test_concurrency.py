@@ -98,7 +98,7 @@ def assert_published_once(out, ranges, results):
     assert not (out / "quarantine").exists()
     hidden = [p for p in out.rglob(".*")]
     assert not hidden, f"litter left in the bundle: {hidden}"           # .staging, locks, trash, temp files
-    check = run_python("-m", "contracts", "check", out)
+    check = run_python("-m", "rowbeam", "check", out)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -120,8 +120,8 @@ def test_bundle_file_race_with_a_different_dataset(tmp_path):
     """Two writers both validate an empty folder, then open it: the second to create bundle.json finds the
     first's (hard-link creation cannot replace it) and is refused in one line if the identity differs; with
     the same identity it joins. Neither leaves a temporary file."""
-    from contracts.errors import RowbeamError
-    from exporter.bundle import BundleWriter
+    from rowbeam.util.errors import RowbeamError
+    from rowbeam.blender.export.bundle import BundleWriter
 
     def identity(blend_byte):
         return {"blend_sha256": blend_byte * 64, "rig_sha256": "b" * 64, "ontology_sha256": "c" * 64,

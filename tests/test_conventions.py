@@ -4,12 +4,27 @@ import math
 import numpy as np
 import pytest
 
-from contracts.camera_model import (BlenderCameraParams, backproject, camera_z_from_range, intrinsics_from_blender,
-                                    project, range_from_camera_z)
-from contracts.frames import (T_BLENDER_CAMERA_OPENCV, Transform, apply, interpolate_rigid, invert_rigid,
-                              matrix_from_quat_wxyz, quat_wxyz_from_matrix, rigid_part, rigid_parts,
-                              world_from_opencv_camera)
-from scenes.calibration import seed_pose
+from rowbeam.model.camera_model import (
+    BlenderCameraParams,
+    backproject,
+    camera_z_from_range,
+    intrinsics_from_blender,
+    project,
+    range_from_camera_z,
+)
+from rowbeam.model.frames import (
+    T_BLENDER_CAMERA_OPENCV,
+    Transform,
+    apply,
+    interpolate_rigid,
+    invert_rigid,
+    matrix_from_quat_wxyz,
+    quat_wxyz_from_matrix,
+    rigid_part,
+    rigid_parts,
+    world_from_opencv_camera,
+)
+from rowbeam.blender.scenes.calibration import seed_pose
 
 SEED_K = np.array([[800.0, 0, 640], [0, 800.0, 360], [0, 0, 1]])
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.bundle import BundleWriter
-from scenes import common
+from rowbeam.blender.export.bundle import BundleWriter
+from rowbeam.blender.scenes import common
 
 from .conftest import REPO, python_command, run_python
 from .helpers import bundle_digest, save_plane_scene
@@ -95,7 +95,7 @@ def test_kill_9_at_random_moments_then_resume_is_identical(scene, tmp_path):
     assert final.returncode == 0 and "Traceback" not in final.stderr, final.stderr
     assert bundle_digest(out) == truth
     assert_no_litter(out, tmpdir)
-    check = run_python("-m", "contracts", "check", out)
+    check = run_python("-m", "rowbeam", "check", out)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -214,7 +214,7 @@ def test_disk_full_is_one_line_and_leaves_nothing_half_written(scene, tmp_path):
         r = run_export_process(export_args(scene, out, "--count", "3"), tmpdir)
         assert r.returncode == 0, r.stderr
         assert [p.name for p in published_folders(out)] == ["000000", "000001", "000002"]
-        check = run_python("-m", "contracts", "check", out)
+        check = run_python("-m", "rowbeam", "check", out)
         assert check.returncode == 0, check.stdout + check.stderr
         assert not list(tmpdir.iterdir())
     finally:
@@ -230,8 +230,8 @@ def test_temporary_files_live_in_one_per_run_folder(tmp_path):
 
     import bpy
 
-    from exporter.run import ExportRequest, plan_export, run_export
-    from scenes import lidar_calibration
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.scenes import lidar_calibration
 
     _, rig = lidar_calibration.box_room(steps=64)
     blend = common.save(tmp_path / "room.blend", rig)

@@ -6,11 +6,11 @@ import bpy
 import numpy as np
 import pytest
 
-from contracts.frames import apply, invert_rigid
-from contracts.timing import SceneClock
-from exporter import cycles_setup as cs
-from exporter.scene_patch import ScenePatch
-from scenes import calibration, common
+from rowbeam.model.frames import apply, invert_rigid
+from rowbeam.model.timing import SceneClock
+from rowbeam.blender.cycles import cycles_setup as cs
+from rowbeam.blender.compat.scene_patch import ScenePatch
+from rowbeam.blender.scenes import calibration, common
 
 
 def _render(scene, row=None, **settings):

@@ -9,8 +9,8 @@ import numpy as np
 import OpenEXR
 import pytest
 
-from contracts import dataset as ds
-from contracts.errors import RowbeamError
+from rowbeam.farm import dataset as ds
+from rowbeam.util.errors import RowbeamError
 
 
 def _spec(tmp_path, **over):
@@ -179,7 +179,7 @@ def test_leakage_audit_reports_each_planted_leak():
 
 
 def test_dataset_schemas_are_published(tmp_path):
-    from contracts.schema import schemas_main
+    from rowbeam.bundle.schema import schemas_main
 
     assert schemas_main([str(tmp_path)]) == 0
     for name in ("dataset", "plan", "dataset_manifest"):

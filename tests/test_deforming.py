@@ -1,11 +1,11 @@
 """Flow on deforming objects against closed form: a two-bone bar skinned to an armature, a shape-key blend linear
-in time, and a topology-changing object (scenes.deform_scenes; rolling-shutter camera, 320x180)."""
+in time, and a topology-changing object (rowbeam.blender.scenes.deform_scenes; rolling-shutter camera, 320x180)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from scenes import deform_scenes as ds
+from rowbeam.blender.scenes import deform_scenes as ds
 
 from .helpers import failures, load_event
 
@@ -14,7 +14,7 @@ SCALE = 4
 
 @pytest.fixture(scope="module")
 def deform(exports):
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     e = exports("deforming_actors", ds.deforming_actors, scale=SCALE, events={"camera_front": (0, 2)})
     flow = e.bundle / "flows" / "camera_front" / "000000-000001"
@@ -194,7 +194,7 @@ def test_verification_rows_cross_the_moving_and_deforming_objects(deform):
 
 
 def test_motion_rows_selection():
-    from exporter.verify import motion_rows, verify_rows
+    from rowbeam.blender.export.verify import motion_rows, verify_rows
 
     ids = np.zeros((20, 8), np.uint32)
     ids[3:6, 1:3] = 7          # small moving object, rows 3..5
@@ -232,10 +232,10 @@ def test_motion_steps_are_raised_until_within_tolerance(tmp_path):
     ~670 rad/s.)"""
     import bpy
 
-    from exporter.cycles_timing import label_shutter
-    from exporter.mesh_motion import choose_deform_steps
-    from contracts.rig import parse_rig
-    from exporter.scene_clock import camera_poses, scene_clock
+    from rowbeam.blender.cycles.cycles_timing import label_shutter
+    from rowbeam.blender.flow.mesh_motion import choose_deform_steps
+    from rowbeam.model.rig import parse_rig
+    from rowbeam.blender.compat.scene_clock import camera_poses, scene_clock
 
     truth, rig = ds.deforming_actors(scale=SCALE, omega=40.0)
     scene = bpy.context.scene
@@ -258,7 +258,7 @@ def test_motion_steps_are_raised_until_within_tolerance(tmp_path):
 
 
 def _walker(scale):
-    from scenes import running_example
+    from rowbeam.blender.scenes import running_example
 
     running_example.build(1280 // scale, 720 // scale)
     return None, running_example.rig(lidar=False, rgb_samples=0, verify_rows=3, object_labels=False)
@@ -271,10 +271,10 @@ def test_running_example_pedestrian_walks_with_material_point_flow(exports):
     and the camera pose interpolated at that row projects it to the exported pixel + flow."""
     import bpy
 
-    from contracts.camera_model import ray_directions
-    from contracts.check import check_bundle
-    from contracts.timing import SceneClock
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.model.camera_model import ray_directions
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.model.timing import SceneClock
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     e = exports("walker", _walker, scale=4, events={"camera_front": (30, 2)})
     flow = e.bundle / "flows" / "camera_front" / "000030-000031"
@@ -344,7 +344,7 @@ def test_running_example_pedestrian_walks_with_material_point_flow(exports):
 def test_partly_sampled_mesh_refuses_rows_it_was_not_sampled_at():
     """A deforming mesh evaluated at some rows only: reading a material point at a row it was not evaluated at (or,
     with frac > 0, at the next row) raises MissingMeshRows naming exactly those rows; frac == 0 never reads the next."""
-    from exporter.material_points import DeformingMesh, MissingMeshRows, locate
+    from rowbeam.blender.flow.material_points import DeformingMesh, MissingMeshRows, locate
 
     tri = np.array([[0, 1, 2]])
     V = np.full((6, 3, 3), np.nan)
@@ -371,8 +371,8 @@ def test_meshes_sampled_on_demand_give_the_flow_of_every_row(deform, monkeypatch
     at any further row a destination solve reaches. Started from the source rows alone (no margin, so destination
     solves must ask for rows) and, separately, given every row of both events (the former behaviour), it writes the
     published payloads bit for bit."""
-    from exporter import flow_pair
-    from exporter.run import ExportRequest, plan_export
+    from rowbeam.blender.flow import flow_pair
+    from rowbeam.blender.export.run import ExportRequest, plan_export
 
     e, (fm, fa), _ = deform
     rows = fm["method"]["deforming_mesh_rows"]
@@ -404,8 +404,8 @@ def test_forward_payloads_handed_over_early_are_the_final_ones_and_withdrawn_whe
     """compute_flow_pair hands the forward direction's payloads to the flow's PayloadWriter once solved (written while
     the backward direction solves); when which objects are undefined changes (a later mesh sample), both directions
     solve again and the earlier hand-over is withdrawn: what stays handed over is the returned arrays."""
-    from exporter import flow_pair
-    from exporter.run import ExportRequest, plan_export
+    from rowbeam.blender.flow import flow_pair
+    from rowbeam.blender.export.run import ExportRequest, plan_export
 
     e, (fm, fa), _ = deform
     ctx = plan_export(ExportRequest(out=e.bundle, blend=e.blend, rig=e.rig, first_event=0, count=2, flow=True,
@@ -432,7 +432,7 @@ def test_forward_payloads_handed_over_early_are_the_final_ones_and_withdrawn_whe
     assert early.calls == [("submit", forward)] and method["flow_solves"] == 2
     assert all(early.held[n] is arrays[n] for n in forward)
     # the backward solve reaches a row not sampled yet, and the new sample changes which objects are undefined
-    from exporter.material_points import MissingMeshRows
+    from rowbeam.blender.flow.material_points import MissingMeshRows
 
     solve, rounds = flow_pair.geometric_flow, []
 

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import bpy
 import pytest
 
-from contracts import qa_profile
-from contracts.errors import RowbeamError
-from exporter.cycles_setup import select_device
-from exporter.run import ExportRequest, plan_export, run_export
-from exporter.scene_patch import ScenePatch
-from scenes import calibration, common
+from rowbeam.model import qa_profile
+from rowbeam.util.errors import RowbeamError
+from rowbeam.blender.cycles.cycles_setup import select_device
+from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
+from rowbeam.blender.compat.scene_patch import ScenePatch
+from rowbeam.blender.scenes import calibration, common
 
 from .conftest import REPO, run_python
 
@@ -78,7 +78,7 @@ def test_hard_qa_failure_is_quarantined_with_evidence(tmp_path, monkeypatch):
 
 def test_lidar_renders_on_cpu_when_the_gpu_backend_has_no_osl(tmp_path):
     """Custom OSL cameras run on the GPU only with OptiX; on CUDA/HIP/Metal the sweep renders on the CPU."""
-    from scenes import lidar_calibration
+    from rowbeam.blender.scenes import lidar_calibration
 
     _, rig = lidar_calibration.box_room(steps=16)
     blend = common.save(tmp_path / "room.blend", rig)

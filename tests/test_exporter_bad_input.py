@@ -1,7 +1,7 @@
 """Malformed exporter input, table-driven: every case is a real `render_export.py` process that must stop
 with exactly one `rowbeam: error: ...` line naming the field/file, exit status 2, no traceback, and write
 nothing (no --out folder, no probe or temp litter, TMPDIR left empty). Rig-only variants that need no
-process are checked in-process through `contracts.rig.parse_rig_text`, the code path of both rig sources.
+process are checked in-process through `rowbeam.model.rig.parse_rig_text`, the code path of both rig sources.
 
 Scene of every case: the fronto-plane calibration scene (80 x 45 px, 30 fps, frames 1..30) with a
 rolling-shutter camera (30 Hz, readout 12 ms, exposure 4 ms) and a 10 Hz LiDAR on an empty.
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import RowbeamError
-from contracts.ontology import DEFAULT_ONTOLOGY
-from contracts.rig import load_rig, parse_rig_text
-from contracts.schema import MAX_JSON_DEPTH, MAX_USER_JSON_BYTES, loads_user_json, validator
-from contracts import timing
-from scenes import calibration, common
+from rowbeam.util.errors import RowbeamError
+from rowbeam.model.ontology import DEFAULT_ONTOLOGY
+from rowbeam.model.rig import load_rig, parse_rig_text
+from rowbeam.bundle.schema import MAX_JSON_DEPTH, MAX_USER_JSON_BYTES, loads_user_json, validator
+from rowbeam.model import timing
+from rowbeam.blender.scenes import calibration, common
 
 from .conftest import REPO, run_python
 
@@ -271,8 +271,8 @@ def test_bad_rig_field_in_process(scene, edit, args, fragments):
 
 @pytest.mark.parametrize("content, args, fragments", **_cases(FILE_AND_FLAG_CASES, True))
 def test_bad_file_or_flag_in_process(scene, tmp_path, capsys, content, args, fragments):
-    """Rig files through contracts.rig.load_rig; flags through the CLI's own parsers (argparse errors exit 2)."""
-    from exporter.cli import parse_args, parse_pairs, parse_sensors
+    """Rig files through rowbeam.model.rig.load_rig; flags through the CLI's own parsers (argparse errors exit 2)."""
+    from rowbeam.blender.export.cli import parse_args, parse_pairs, parse_sensors
 
     rig_file = tmp_path / "rig.json"
     rig_file.write_bytes(content(scene["rig"]) if content else _dump(scene["rig"]).encode())
@@ -296,8 +296,8 @@ def test_bad_file_or_flag_in_process(scene, tmp_path, capsys, content, args, fra
 
 @pytest.mark.parametrize("variant, fragments", **_cases(BLEND_CASES, True))
 def test_bad_stored_rig_or_scene_in_process(scene, tmp_path, variant, fragments):
-    """exporter.run.plan_export on the .blend, as the CLI and the add-on call it: refuses, creates nothing."""
-    from exporter.run import ExportRequest, plan_export
+    """rowbeam.blender.export.run.plan_export on the .blend, as the CLI and the add-on call it: refuses, creates nothing."""
+    from rowbeam.blender.export.run import ExportRequest, plan_export
 
     with pytest.raises(RowbeamError) as info:
         plan_export(ExportRequest(out=tmp_path / "out", blend=scene["blends"][variant]))
@@ -429,7 +429,7 @@ def test_bounds_are_inclusive_and_usable():
 
 
 def test_schema_bounds_match_timing_constants():
-    """The rig schema states the bounds contracts/timing.py declares (one set of numbers)."""
+    """The rig schema states the bounds rowbeam/model/timing.py declares (one set of numbers)."""
     defs = validator("rowbeam/rig@1").schema["$defs"]
     assert defs["rate_hz"]["minimum"] == timing.MIN_RATE_HZ and defs["rate_hz"]["maximum"] == timing.MAX_RATE_HZ
     assert defs["ns"]["maximum"] == timing.MAX_SCENE_TIME_NS
@@ -453,7 +453,7 @@ def test_loads_user_json_depth_limit_is_exact():
 
 def test_blend_that_is_a_folder_or_a_fifo_is_not_opened(tmp_path):
     """A FIFO named .blend would block open(); both are refused from their file type alone."""
-    from exporter.blend_io import open_blend
+    from rowbeam.blender.compat.blend_io import open_blend
 
     (tmp_path / "dir.blend").mkdir()
     os.mkfifo(tmp_path / "pipe.blend")
@@ -469,7 +469,7 @@ def test_blend_that_is_a_folder_or_a_fifo_is_not_opened(tmp_path):
     (lambda d: d.joinpath(*["p" * 200] * 21, "out"), ["path too long", "more than 4095 bytes"]),
 ], ids=["component_256_bytes", "dangling_symlink", "path_4300_bytes"])
 def test_out_path_refused_before_writing(scene, tmp_path, make_out, fragments):
-    from exporter.run import ExportRequest, plan_export
+    from rowbeam.blender.export.run import ExportRequest, plan_export
 
     out = make_out(tmp_path)
     before = _tree(tmp_path)
@@ -488,7 +488,7 @@ def test_out_path_refused_before_writing(scene, tmp_path, make_out, fragments):
 ], ids=["nan", "larger_than_1mib", "folder", "fifo"])
 def test_bad_ontology_file(tmp_path, make, fragments):
     """The rig's `ontology` file: the same JSON bounds as the rig; special files refused without opening."""
-    from contracts.ontology import load_ontology
+    from rowbeam.model.ontology import load_ontology
 
     make(tmp_path / "onto.json")
     with pytest.raises(RowbeamError) as info:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scenes import calibration, common
+from rowbeam.blender.scenes import calibration, common
 
 from .conftest import REPO, blender_binary, run_python
 from .helpers import save_plane_scene
@@ -61,7 +61,7 @@ def test_python_entry_exports_and_resumes(scene_files, tmp_path):
     victim.write_bytes(victim.read_bytes()[:-10])
     third = run_python(EXPORT, a, "--rig", a.with_suffix(".rig.json"), "--out", out, "--count", "2")
     assert "published 1" in third.stdout and "skipped 1" in third.stdout, third.stdout
-    check = run_python("-m", "contracts", "check", out)
+    check = run_python("-m", "rowbeam", "check", out)
     assert check.returncode == 0, check.stdout
 
 
@@ -176,7 +176,7 @@ def test_interrupted_event_leaves_no_manifest_and_resumes(tmp_path, scene_files)
     import signal
     import time
 
-    from exporter.bundle import BundleWriter
+    from rowbeam.blender.export.bundle import BundleWriter
 
     from .conftest import python_command
 
@@ -242,7 +242,7 @@ def test_blend_scripts_are_not_run(tmp_path):
 
 def test_cancel_between_events_leaves_only_complete_events(tmp_path, scene_files):
     """What the panel's Esc does: close the export after the first event."""
-    from exporter.run import ExportRequest, iter_export, new_summary, plan_export, run_export
+    from rowbeam.blender.export.run import ExportRequest, iter_export, new_summary, plan_export, run_export
 
     a, _ = scene_files
     request = ExportRequest(out=tmp_path / "out", blend=a, rig=a.with_suffix(".rig.json"), count=3)
@@ -294,7 +294,7 @@ def test_default_count_for_a_lidar(tmp_path):
     hold sweeps 0 and 1 of 100 ms."""
     import bpy
 
-    from scenes import lidar_calibration
+    from rowbeam.blender.scenes import lidar_calibration
 
     _, rig = lidar_calibration.box_room(steps=16)
     s = rig["sensors"][0]
@@ -381,7 +381,7 @@ def test_motion_steps_reach_the_label_render(two_cameras):
 def test_flow_option_exports_consecutive_pairs(tmp_path):
     """--count 3 --flow: flows 0->1 and 1->2, each naming its endpoint events, with the rolling-shutter flow
     of a plate moving down: v = w T / (1 - w r), w = speed f / z px/s, r = readout / H, T = event spacing."""
-    from scenes import flow_scenes
+    from rowbeam.blender.scenes import flow_scenes
 
     from .helpers import load_event
 
@@ -407,5 +407,5 @@ def test_flow_option_exports_consecutive_pairs(tmp_path):
         assert inside.mean() > 0.85
         assert np.abs(a["flow_forward"][..., 1][inside] - w * T / (1 - w * row)).max() < 1e-3
         assert np.abs(a["flow_forward"][..., 0][inside]).max() < 1e-3
-    check = run_python("-m", "contracts", "check", out)
+    check = run_python("-m", "rowbeam", "check", out)
     assert check.returncode == 0, check.stdout

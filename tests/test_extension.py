@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scenes import calibration, common
+from rowbeam.blender.scenes import calibration, common
 
 from .conftest import REPO, run_python
 
@@ -127,7 +127,7 @@ def test_check_panel_shows_the_report_summary_and_opens_the_report(session):
 def test_export_panel_writes_the_dataset_spec(session):
     """The Export panel writes a rowbeam/dataset@1 spec for the open .blend (path relative to the spec) that
     `rowbeam plan` accepts as it is: scenario, lineage group and split as the panel set them."""
-    from contracts.dataset import assign_splits, load_spec
+    from rowbeam.farm.dataset import assign_splits, load_spec
 
     res, blend, d = session
     assert res["dataset_spec_op"] == ["FINISHED"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts.dataset import dataset_hash
+from rowbeam.farm.dataset import dataset_hash
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def _write_spec(folder: Path, name: str, scenarios: list, split_map: dict, max_c
 @pytest.fixture(scope="module")
 def scenes(tmp_path_factory):
     """a (fronto plane), b (tilted plane), c (moving plane): 80x45 labels-only .blend + rig files; d = a copy of a."""
-    from scenes import calibration, common
+    from rowbeam.blender.scenes import calibration, common
 
     root = tmp_path_factory.mktemp("farm")
     for name, fn in (("a", calibration.fronto_plane), ("b", calibration.tilted_plane),
@@ -168,11 +168,11 @@ def test_replay_reproduces_and_names_the_first_divergence(runs):
     sid = json.loads((p2 / "plan.json").read_text())["shards"][1]["sample_ids"][0]
     r = rowbeam("replay", p2, sid)
     assert r.returncode == 0 and "reproduced" in r.stdout, r.stdout + r.stderr
-    from contracts.arrays import write_exr
+    from rowbeam.bundle.arrays import write_exr
 
     event = p2 / "bundles/b/events/camera_front/000000"
     m = json.loads((event / "manifest.json").read_text())
-    from contracts.bundle_reader import open_event
+    from rowbeam.bundle.reader import open_event
 
     saved = {n: (event / n).read_bytes() for n in ("camera_z.exr", "manifest.json")}
     try:
@@ -222,7 +222,7 @@ def test_missing_external_file_is_refused_before_rendering(tmp_path):
     """A texture the .blend uses but that is not on disk (traced by Blender Asset Tracer): plan refuses it."""
     import bpy
 
-    from scenes import calibration, common
+    from rowbeam.blender.scenes import calibration, common
 
     _, rig = calibration.fronto_plane(scale=16)
     rig["sensors"][0]["rgb_samples"] = 0

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contracts.check import check_bundle
-from contracts.flow_formats import export_flow, read_flo, read_kitti, read_pfm
-from contracts.schema import schema_errors
-from scenes import flow_scenes
+from rowbeam.check.runner import check_bundle
+from rowbeam.adapters.flow_formats import export_flow, read_flo, read_kitti, read_pfm
+from rowbeam.bundle.schema import schema_errors
+from rowbeam.blender.scenes import flow_scenes
 
 from .conftest import REPO, run_python
 from .helpers import assert_fails, failures, load_event, rehash
@@ -25,7 +25,7 @@ def _flow_exports(exports, name, builder, scale):
 
 
 def _flow_dir(e) -> Path:
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     flow = e.bundle / "flows" / "camera_front" / "000000-000001"
     if not flow.exists():
@@ -67,7 +67,7 @@ def test_seed_camera_advancing_half_a_metre(seed):
 def test_inline_qa_equals_a_check_from_disk(van):
     """The in-line QA of a flow is handed the endpoint arrays its solve decoded (hash-verified, read-only); a check
     that reads every payload from disk again reports exactly the same results and values."""
-    from contracts.check import check_path
+    from rowbeam.check.runner import check_path
 
     e, flow = van
     inline = json.loads((flow / "qa_report.json").read_text())["checks"]
@@ -76,11 +76,11 @@ def test_inline_qa_equals_a_check_from_disk(van):
 
 
 def test_endpoint_arrays_only_the_check_reads_are_decoded_ahead_or_left_to_the_check(van, tmp_path):
-    """The flow export decodes the endpoints' ENDPOINT_NEEDS beyond the solve's on a worker (exporter.run
+    """The flow export decodes the endpoints' ENDPOINT_NEEDS beyond the solve's on a worker (rowbeam.blender.export.run
     _check_only_arrays): the arrays the check would read, hash-verified; nothing when one cannot be read (a
     changed file), so the check reads it and reports it."""
-    from contracts.bundle_reader import read_payload
-    from exporter.run import _check_only_arrays
+    from rowbeam.bundle.reader import read_payload
+    from rowbeam.blender.export.run import _check_only_arrays
 
     e, _ = van
     event = e.bundle / "events" / "camera_front" / "000000"
@@ -199,8 +199,8 @@ def test_cycles_vector_pass_convention(exports):
     forward (u, v) = (-Z, +W); (X, Y) = motion to the previous frame, backward (u, v) = (X, -Y)."""
     import bpy
 
-    from exporter import cycles_setup as cs
-    from exporter.scene_patch import ScenePatch
+    from rowbeam.blender.cycles import cycles_setup as cs
+    from rowbeam.blender.compat.scene_patch import ScenePatch
 
     e = _flow_exports(exports, "flow_van_small", flow_scenes.passing_van, 4)
     _, a = load_event(_flow_dir(e))
@@ -233,7 +233,7 @@ def test_checker_catches_flow_faults(van, tmp_path):
     root = tmp_path / "b"
     shutil.copytree(e.bundle, root)
     flow = root / "flows" / "camera_front" / "000000-000001"
-    from contracts.arrays import write_exr
+    from rowbeam.bundle.arrays import write_exr
 
     _, a = load_event(flow)
     f = a["flow_forward"].copy()
@@ -313,11 +313,11 @@ def test_kitti_png_is_readable_by_an_independent_decoder(van, tmp_path):
 
 def test_kitti_refuses_flow_beyond_512_px(tmp_path, van):
     _, flow = van
-    r = run_python("-m", "contracts", "adapt", "kitti", flow, tmp_path / "x.png", "--direction", "backward",
+    r = run_python("-m", "rowbeam", "adapt", "kitti", flow, tmp_path / "x.png", "--direction", "backward",
                    "--variant", "occ")
     assert r.returncode == 0, r.stderr                       # the van's 180 px backward flow fits
-    from contracts.errors import RowbeamError
-    from contracts.flow_formats import write_kitti
+    from rowbeam.util.errors import RowbeamError
+    from rowbeam.adapters.flow_formats import write_kitti
 
     big = np.zeros((4, 4, 2), np.float32)
     big[1, 2] = (600.0, 3.0)
@@ -327,7 +327,7 @@ def test_kitti_refuses_flow_beyond_512_px(tmp_path, van):
 
 
 def test_flow_pair_cli_errors(tmp_path):
-    from scenes import common
+    from rowbeam.blender.scenes import common
 
     _, rig = flow_scenes.plate_moving_down(scale=16)
     blend = common.save(tmp_path / "p.blend", rig)

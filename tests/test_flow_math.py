@@ -4,13 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contracts.blocks import blockwise
-from contracts.event_points import camera_points, world_points
-from contracts.flow_checks import rotate_per_row
-from contracts.frames import apply_per_row, apply_rows_grid
-from contracts.lens import image_rays
-from contracts.pixel_sampling import camera_z_at
-from exporter.flow_math import RowTerms
+from rowbeam.util.blocks import blockwise
+from rowbeam.check.event_points import camera_points, world_points
+from rowbeam.check.flow_checks import rotate_per_row
+from rowbeam.model.frames import apply_per_row, apply_rows_grid
+from rowbeam.model.lens import image_rays
+from rowbeam.model.pixel_sampling import camera_z_at
+from rowbeam.blender.flow.flow_math import RowTerms
 
 
 def _row_poses(rng, H):

@@ -4,10 +4,10 @@ from __future__ import annotations
 import bpy
 import numpy as np
 
-from exporter import blender_compat
-from exporter import cycles_setup as cs
-from exporter.scene_patch import ScenePatch
-from scenes import common, running_example
+from rowbeam.blender.compat import blender_compat
+from rowbeam.blender.cycles import cycles_setup as cs
+from rowbeam.blender.compat.scene_patch import ScenePatch
+from rowbeam.blender.scenes import common, running_example
 
 LABEL_PASSES = ("position", "normal", "true_normal", "depth", "index")
 
@@ -77,8 +77,8 @@ def test_data_pass_settings_keep_label_passes_bit_identical():
 
 
 def _moving(scene, objects, force: bool) -> set:
-    from exporter import scene_clock
-    from exporter.object_table import moving_objects
+    from rowbeam.blender.compat import scene_clock
+    from rowbeam.blender.objects.object_table import moving_objects
 
     scene_clock.FORCE_FRAME_SET = force
     try:
@@ -109,7 +109,7 @@ def test_moving_object_detection_direct_equals_frame_set():
 
 
 def _vertices_over(scene, clock, objects, times, guard=()):
-    from exporter.isolated_eval import world_vertices, mesh_evaluator
+    from rowbeam.blender.compat.isolated_eval import world_vertices, mesh_evaluator
 
     with mesh_evaluator(scene, clock, objects, guard) as (depsgraph_at, how):
         return [[world_vertices(o, depsgraph_at(t)) for o in objects] for t in times], how
@@ -121,8 +121,8 @@ def test_isolated_mesh_evaluation_equals_the_whole_scene():
     scene's own frame (which the scratch scene does not advance) is caught by the guard and falls back."""
     from fractions import Fraction
 
-    from exporter.isolated_eval import METHOD_ISOLATED, METHOD_SCENE, world_vertices
-    from exporter.scene_clock import scene_clock, set_time
+    from rowbeam.blender.compat.isolated_eval import METHOD_ISOLATED, METHOD_SCENE, world_vertices
+    from rowbeam.blender.compat.scene_clock import scene_clock, set_time
 
     running_example.build(64, 36, frames=10)
     scene = bpy.context.scene
@@ -161,11 +161,11 @@ def test_isolated_mesh_evaluation_equals_the_whole_scene():
 def test_lidar_beam_passes_bit_identical_without_shading(tmp_path, monkeypatch):
     """The LiDAR beam render (OSL beam camera, per-firing times) gives the same beam passes with the data-pass-only
     settings as with a sun and the scene's bounces, on the moving-wall calibration scene plus a box."""
-    from exporter import lidar_event
-    from exporter.lidar_layout import sweep_layout
-    from exporter.lidar_osl import lidar_shader_source
-    from exporter.run import ExportRequest, plan_export
-    from scenes import lidar_calibration
+    from rowbeam.blender.sensors import lidar_event
+    from rowbeam.blender.sensors.lidar_layout import sweep_layout
+    from rowbeam.blender.sensors.lidar_osl import lidar_shader_source
+    from rowbeam.blender.export.run import ExportRequest, plan_export
+    from rowbeam.blender.scenes import lidar_calibration
 
     _, rig = lidar_calibration.moving_wall(steps=64)
     common.add_box("room_box", (2, 2, 2), (-6, 3, 1))

@@ -1,4 +1,4 @@
-"""Object labels through a lens (issue 16): the per-pixel lens rasteriser (contracts.rasterize.rasterize_rays)
+"""Object labels through a lens (issue 16): the per-pixel lens rasteriser (rowbeam.check.rasterize.rasterize_rays)
 against OpenCV as the independent oracle, exported plates through opencv / opencv_fisheye, the checker's lens
 re-rasterisation and ray cast, planted faults, adapters."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contracts.lens import LensSpec, make_lens
-from contracts.rasterize import canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows
+from rowbeam.model.lens import LensSpec, make_lens
+from rowbeam.check.rasterize import canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows
 
 cv2 = pytest.importorskip("cv2")
 
@@ -90,7 +90,7 @@ def _plate_mesh(rect):
 @pytest.mark.parametrize("name", list(LENSES))
 def test_lens_rasteriser_matches_opencv(name):
     """A plate moving along camera x (its own pose per canvas row) through each lens: the canvas mask from
-    rasterize_rays (rays from contracts.lens.unproject) equals the set of pixels whose OpenCV ray
+    rasterize_rays (rays from rowbeam.model.lens.unproject) equals the set of pixels whose OpenCV ray
     (cv2.undistortPoints, reprojected by cv2.projectPoints within 1e-6 px) meets the plate at the row's pose,
     0 px mismatch away from 0.02 px of an edge; the pinhole rasteriser with the same K does not."""
     lens = _lens(name)
@@ -150,7 +150,7 @@ def test_lens_rasteriser_with_pinhole_lens_equals_scanline():
 def test_canvas_ray_tiles_equal_direct_unprojection():
     """CanvasRays (tiles unprojected once, shared; tiles not asked dropped beyond its memory budget) returns the
     rays canvas_rays gives for any box (Newton from a different batch: within 2e-15 relative), NaN alike."""
-    from contracts.rasterize import CanvasRays
+    from rowbeam.check.rasterize import CanvasRays
 
     for name in ("opencv", "opencv_fisheye"):
         lens = _lens(name)
@@ -168,13 +168,13 @@ def test_canvas_ray_tiles_equal_direct_unprojection():
 # ----- exported plates through each lens (real Cycles, 320x180) --------------------------------------------------
 
 def _plates(exports, lens):
-    from scenes import lens_scenes
+    from rowbeam.blender.scenes import lens_scenes
 
     return exports(f"lens_plates_{lens}", lens_scenes.lens_plates, lens=lens)
 
 
 def _event_lens(m):
-    from contracts.lens import lens_from_calibration
+    from rowbeam.model.lens import lens_from_calibration
 
     return lens_from_calibration(m["calibration"])
 
@@ -186,8 +186,8 @@ def test_plate_object_labels_through_lens(exports, lens_name):
     0.02 px of an edge) and its bbox holds the plate's outline projected by cv2.projectPoints; px counts, visib_fract
     and truncation follow from the OpenCV masks and the rendered ids; box3d and the pose are the plate's closed
     form; the manifest declares the lens canvas; `rowbeam check` passes."""
-    from contracts.check import check_bundle
-    from contracts.object_checks import object_masks
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.check.object_checks import object_masks
 
     from .helpers import load_event
 
@@ -253,9 +253,9 @@ def test_plate_object_labels_through_lens(exports, lens_name):
 def test_pinhole_rasterisation_through_a_lens_is_caught(exports, tmp_path, monkeypatch):
     """Planted fault: the exporter rasterises a lens camera's objects with the pinhole model (same K): the checker's
     lens re-rasterisation and its ray cast both fail."""
-    from contracts import rasterize
-    from exporter import object_labels
-    from scenes import lens_scenes
+    from rowbeam.check import rasterize
+    from rowbeam.blender.objects import object_labels
+    from rowbeam.blender.scenes import lens_scenes
 
     from .conftest import build_and_export
 
@@ -286,11 +286,11 @@ def test_object_adapters_with_a_lens(exports, tmp_path):
 
     e = _plates(exports, "opencv")
     for fmt in ("bop", "kitti-object"):
-        r = run_python("-m", "contracts", "adapt", fmt, e.bundle, tmp_path / fmt)
+        r = run_python("-m", "rowbeam", "adapt", fmt, e.bundle, tmp_path / fmt)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("rowbeam adapt: error:"), r.stderr
         assert "lens model opencv" in lines[0] and not (tmp_path / fmt).exists(), lines
-    r = run_python("-m", "contracts", "adapt", "coco", e.bundle, tmp_path / "c.json")
+    r = run_python("-m", "rowbeam", "adapt", "coco", e.bundle, tmp_path / "c.json")
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "c.json").read_text())
     from .helpers import load_event
@@ -306,8 +306,8 @@ def test_running_example_through_a_lens_exports_object_labels(tmp_path, lens_nam
     MODEL`: D from SCENE_LENSES, K from the Blender camera) exports object labels through the lens: rigid objects
     rasterised, the walking pedestrian (armature-deformed) too, from its evaluated mesh at each row's time (row_mesh);
     `rowbeam check` passes and re-rasterises the pedestrian from its per-row meshes (lens ray cast included)."""
-    from contracts.check import check_bundle
-    from scenes import lens_scenes, running_example
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.blender.scenes import lens_scenes, running_example
 
     from .conftest import build_and_export
     from .helpers import load_event
@@ -337,8 +337,8 @@ def test_running_example_through_a_lens_exports_object_labels(tmp_path, lens_nam
 def test_checker_catches_a_mask_pixel_beyond_the_fisheye_domain(exports, tmp_path):
     """Planted fault: one canvas pixel beyond the fisheye's valid domain (no ray: not part of the canvas) set in the
     plate's amodal canvas mask, counts and box updated to match: the lens re-rasterisation fails it."""
-    from contracts.lens import unproject
-    from contracts.object_checks import unpack
+    from rowbeam.model.lens import unproject
+    from rowbeam.check.object_checks import unpack
 
     from .helpers import assert_fails, load_event
     from .test_checker_faults import _copy, _edit_manifest, _replace
@@ -356,7 +356,7 @@ def test_checker_catches_a_mask_pixel_beyond_the_fisheye_domain(exports, tmp_pat
     packed = a["amodal_masks_canvas"].copy()
     packed[i] = np.packbits(canvas, axis=-1)
     _replace(ev, "amodal_masks_canvas", packed)
-    from contracts.object_checks import tight_box
+    from rowbeam.check.object_checks import tight_box
 
     def edit(mm):
         p = next(p for p in mm["object_labels"]["objects"] if p["name"] == "plate")
@@ -405,9 +405,9 @@ def test_deforming_and_hidden_objects_through_lens(exports, lens_name):
     render's time (hidden in the first canvas rows) is labelled in every row, its mask the static rectangle's; the
     one hidden then is skipped (and has no rendered pixel). `rowbeam check` passes and re-rasterises the deforming
     plate from its per-row meshes."""
-    from contracts.check import check_bundle
-    from contracts.object_checks import object_masks
-    from scenes import lens_scenes
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.check.object_checks import object_masks
+    from rowbeam.blender.scenes import lens_scenes
 
     from .helpers import load_event
 
@@ -477,8 +477,8 @@ def test_wrong_deforming_rows_are_caught(tmp_path, monkeypatch, lens_name):
     the plain camera, no lens) at every row from the mesh of the first canvas row's time (and exports those per-row
     meshes): Cycles' visible pixels of the stretched plate fall outside that silhouette, and the checker's
     re-rasterisation from the exported per-row meshes fails them."""
-    from exporter import object_labels
-    from scenes import lens_scenes
+    from rowbeam.blender.objects import object_labels
+    from rowbeam.blender.scenes import lens_scenes
 
     from .conftest import build_and_export
 
@@ -503,7 +503,7 @@ def test_band_x_range_bounds_the_triangle_in_its_band():
     """band_x_range (the candidate x range of a (row, triangle) pair in rasterize_rays) holds every point of the
     triangle whose y lies in the band (dense barycentric samples) and is tight: within 0.03 (about the sampling step) of
     the samples' extremes, where the triangle's own x extent would not be."""
-    from contracts.rasterize import band_x_range
+    from rowbeam.check.rasterize import band_x_range
 
     rng = np.random.default_rng(7)
     n = 400
@@ -530,7 +530,7 @@ def test_band_x_range_bounds_the_triangle_in_its_band():
 # ----- a deforming object on the plain pinhole camera (no lens): the same per-row mesh path -----------------------
 
 def _pinhole_stretching(exports, readout="top_to_bottom"):
-    from scenes import lens_scenes
+    from rowbeam.blender.scenes import lens_scenes
 
     return exports(f"pinhole_changing_{readout}", lens_scenes.lens_changing_plates, lens="pinhole",
                    readout_direction=readout)
@@ -545,9 +545,9 @@ def test_deforming_object_on_a_pinhole_camera(exports, readout):
     from the scene's K) with 0 mismatch away from 0.02 px of an edge, its unclipped box within 1 px, while any one
     row's shape for all rows misses many pixels. `rowbeam check` passes and re-rasterises it from the per-row meshes
     (not skipped)."""
-    from contracts.check import check_bundle
-    from contracts.object_checks import object_masks
-    from scenes import lens_scenes
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.check.object_checks import object_masks
+    from rowbeam.blender.scenes import lens_scenes
 
     from .helpers import load_event
 
@@ -601,7 +601,7 @@ def test_deforming_object_on_a_pinhole_camera(exports, readout):
 def test_pinhole_deforming_mask_shifted_one_pixel_is_caught(exports, tmp_path):
     """Planted fault: the pinhole stretching plate's amodal masks (canvas and image) shifted 1 px right: the
     re-rasterisation from its per-row meshes fails it."""
-    from contracts.object_checks import unpack
+    from rowbeam.check.object_checks import unpack
 
     from .helpers import assert_fails, load_event
     from .test_checker_faults import _copy, _replace

@@ -1,4 +1,4 @@
-"""Lens models (contracts/lens.py) against OpenCV as the independent oracle; refusals; renders through each model."""
+"""Lens models (rowbeam/model/lens.py) against OpenCV as the independent oracle; refusals; renders through each model."""
 from __future__ import annotations
 
 import copy
@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from contracts.errors import RowbeamError
-from contracts.lens import LensSpec, make_lens, parse_lens_spec, project, unproject, unproject_grid
-from contracts.lens import distorted_normalized as unproject_distorted
-from contracts.rig import parse_rig
+from rowbeam.util.errors import RowbeamError
+from rowbeam.model.lens import LensSpec, make_lens, parse_lens_spec, project, unproject, unproject_grid
+from rowbeam.model.lens import distorted_normalized as unproject_distorted
+from rowbeam.model.rig import parse_rig
 
 cv2 = pytest.importorskip("cv2")
 
@@ -81,7 +81,7 @@ def test_grid_unprojection_is_unproject_of_every_pixel_solved_once_per_lens(monk
     """unproject_grid (shared by the exporter and the checker) = unproject of every pixel centre, bit for bit,
     read-only; a second call for an equal lens is the cached result, a lens differing in one coefficient or in K
     is solved anew, and the oldest results leave the cache beyond its byte budget."""
-    import contracts.lens as lens_module
+    import rowbeam.model.lens as lens_module
     monkeypatch.setattr(lens_module, "_grid_cache", {})
     lens = _lens("opencv5")
     v, u = np.mgrid[0:H, 0:W].astype(np.float64)
@@ -107,8 +107,8 @@ def test_grid_unprojection_is_unproject_of_every_pixel_solved_once_per_lens(monk
 def test_image_rays_are_the_grid_rays_of_the_lens_or_k():
     """image_rays (flow, its checks and the report): through a lens of the image's size the cached unproject_grid
     rays themselves; for a pinhole K or a lens of another image size, pixel_rays of every pixel centre."""
-    from contracts.camera_model import pixel_grid
-    from contracts.lens import image_rays, pixel_rays
+    from rowbeam.model.camera_model import pixel_grid
+    from rowbeam.model.lens import image_rays, pixel_rays
 
     lens = _lens("opencv5")
     assert image_rays(lens, W, H) is unproject_grid(lens)[0]
@@ -120,7 +120,7 @@ def test_image_rays_are_the_grid_rays_of_the_lens_or_k():
 def test_unit_ray_grid_is_the_normalised_grid_kept_with_it():
     """unit_ray_grid (the exporter's label rays, the checker's range / camera_z factor): the grid rays over
     np.linalg.norm's |ray|, bit for bit, NaN exactly off the valid domain, read-only and solved once."""
-    from contracts.lens import unit_ray_grid
+    from rowbeam.model.lens import unit_ray_grid
 
     lens = _lens("fisheye")                                  # corners beyond its domain: NaN rays there
     rays, ok, _ = unproject_grid(lens)
@@ -134,13 +134,13 @@ def test_unit_ray_grid_is_the_normalised_grid_kept_with_it():
 
 
 def test_rays_started_on_a_worker_thread_are_the_main_threads(monkeypatch):
-    """exporter.lens_camera.start_pixel_rays (solved while Cycles renders) gives the rays, lengths and largest
+    """rowbeam.blender.cycles.lens_camera.start_pixel_rays (solved while Cycles renders) gives the rays, lengths and largest
     residual that pixel_rays gives on the main thread, bit for bit, for the whole image and from a cold cache; the
     cache may be hit from several threads at once and every caller gets the same arrays."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import contracts.lens as lens_module
-    from exporter.lens_camera import pixel_rays, start_pixel_rays
+    import rowbeam.model.lens as lens_module
+    from rowbeam.blender.cycles.lens_camera import pixel_rays, start_pixel_rays
 
     lens = _lens("fisheye")                                  # NaN rays off the domain too
     monkeypatch.setattr(lens_module, "_grid_cache", {})
@@ -163,7 +163,7 @@ def test_unprojection_stops_at_the_rounding_floor(monkeypatch):
     CONVERGED (float64 rounding floor): they stop once their residual stops decreasing. So 8 Newton steps give the
     same rays, bit for bit, as 60 (the old loop oscillated there for all 60), and the rays still equal OpenCV's
     (1e-6 px) and reproject onto the pixel (<= 1e-9 px)."""
-    import contracts.lens as lens_module
+    import rowbeam.model.lens as lens_module
     k = np.array([[800.0, 0.0, 640.0], [0.0, 800.0, 360.0], [0.0, 0.0, 1.0]])
     d = (-0.28, 0.07, 1e-3, -5e-4, 0.0)
     lens = make_lens(LensSpec("opencv", d), k, 1280, 720, where="canvas")
@@ -207,7 +207,7 @@ def test_unprojection_matches_opencv(name):
 def test_ray_and_hit_norm_has_numpy_norm_bits():
     """camera_model.norm (the |ray|, |hit| and |normal| of every label on a lens ray, exact_ray_depths) gives
     np.linalg.norm's bits, NaN and inf included; the data is one where another summation order differs."""
-    from contracts.camera_model import norm
+    from rowbeam.model.camera_model import norm
 
     rng = np.random.default_rng(9)
     a = rng.normal(size=(200, 300, 3)) * 10.0 ** rng.integers(-4, 4, size=(200, 300, 1))
@@ -285,8 +285,8 @@ def test_bad_coefficients_refused(lens, fragments):
 def test_custom_camera_blender_refused(monkeypatch):
     """A lens renders through a custom (OSL) camera: on Blender 4.2 (no CUSTOM camera) the sensor is refused in one
     line naming the version needed, like the LiDAR."""
-    from exporter import blender_compat
-    from exporter.lens_camera import sensor_lens
+    from rowbeam.blender.compat import blender_compat
+    from rowbeam.blender.cycles.lens_camera import sensor_lens
 
     sensor = parse_rig({**RIG, "sensors": [{**RIG["sensors"][0], "lens": {"model": "opencv", "D": [0.1, 0, 0, 0]}}]}
                        ).sensors[0]
@@ -319,14 +319,14 @@ CENTROID_TOL_PX = 0.01
 
 
 def _board(exports, lens, **kw):
-    from scenes import lens_scenes
+    from rowbeam.blender.scenes import lens_scenes
 
     return exports(f"lens_board_{lens}_{'_'.join(f'{k}{v}' for k, v in kw.items())}", lens_scenes.marker_board,
                    lens=lens, **kw)
 
 
 def _event_lens(m):
-    from contracts.camera_checks import _manifest_lens
+    from rowbeam.check.camera_checks import _manifest_lens
 
     cal = m["calibration"]
     return _manifest_lens(cal, np.array(cal["K"], np.float64), lambda *a, **k: None)
@@ -358,8 +358,8 @@ def test_marker_board_through_lens(exports, lens_name):
     """Every marker's rendered mask is the set of pixels whose OpenCV ray hits the marker (centroids <= 0.01 px);
     every valid pixel's 3D label point lies on the board (closed form) and projects onto its pixel through OpenCV;
     the checker passes; the manifest carries the rig's K and D and the valid domain."""
-    from contracts.check import check_bundle
-    from scenes.lens_scenes import LENS_PRESETS
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.blender.scenes.lens_scenes import LENS_PRESETS
 
     from .helpers import load_event
 
@@ -456,8 +456,8 @@ def test_lens_camera_newton_exit_changes_no_label(exports, monkeypatch, tmp_path
     (labels and rgb) equal bit for bit."""
     import re
 
-    from exporter import lens_camera
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.cycles import lens_camera
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     from .helpers import load_event
 
@@ -475,7 +475,7 @@ def test_lens_camera_newton_exit_changes_no_label(exports, monkeypatch, tmp_path
 
 
 def _board_builder():
-    from scenes import lens_scenes
+    from rowbeam.blender.scenes import lens_scenes
 
     return lens_scenes.marker_board
 
@@ -483,7 +483,7 @@ def _board_builder():
 def test_rolling_shutter_rows_through_lens(exports):
     """A camera yawing at 3 rad/s, bottom_to_top readout, opencv lens: every row's camera_z equals the closed form on
     the OpenCV ray with the pose at that row's reference time (half-row correction, flip and timing as pinhole)."""
-    from contracts.timing import RollingShutterTiming
+    from rowbeam.model.timing import RollingShutterTiming
 
     from .helpers import load_event
 
@@ -518,7 +518,7 @@ def test_cli_refuses_non_monotonic_lens(tmp_path):
     import json
     import os
 
-    from scenes import common
+    from rowbeam.blender.scenes import common
 
     from .conftest import REPO, run_python
 
@@ -540,8 +540,8 @@ def test_flow_through_lens_matches_an_independent_solution(exports):
     """Yawing camera (3 rad/s) with the opencv lens, events 0 -> 1: forward flow equals a separate solver built on
     OpenCV (undistortPointsIter for the source ray, projectPoints for the destination, fixed point over the
     destination row times) within 2e-3 px; the flow bundle passes the checker (reprojection through the lens)."""
-    from contracts.check import check_bundle
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     from .helpers import load_event
 
@@ -591,7 +591,7 @@ def test_rectified_pinhole_view(exports, tmp_path, lens_name):
     its sidecar records what is lost and the nearest-neighbour distance; pixels the lens does not see are invalid."""
     import json
 
-    from contracts.__main__ import main
+    from rowbeam.cli.bundle_commands import main
 
     e = _board(exports, lens_name)
     out = tmp_path / "rect"
@@ -645,7 +645,7 @@ sys.path.insert(0, {repo!r})
 import bpy
 import addon
 from addon import rig_props
-from contracts.rig import parse_rig
+from rowbeam.model.rig import parse_rig
 addon.register()
 scene = bpy.context.scene
 cam = bpy.data.objects.new("cam", bpy.data.cameras.new("cam"))
@@ -731,11 +731,11 @@ def test_calibration_scene_through_fisheye_with_blender_k(tmp_path):
     event has, on every row, the closed-form camera_z on the OpenCV fisheye ray at that row's time; checks pass."""
     import json
 
-    from contracts.check import check_bundle
-    from contracts.timing import RollingShutterTiming
-    from exporter.run import ExportRequest, plan_export, run_export
-    from scenes import calibration
-    from scenes.build import main as build
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.model.timing import RollingShutterTiming
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.scenes import calibration
+    from rowbeam.blender.scenes.build import main as build
 
     from .conftest import skip_without_custom_camera
     from .helpers import load_event
@@ -773,10 +773,10 @@ def test_calibration_scene_through_fisheye_with_blender_k(tmp_path):
 
 @pytest.mark.parametrize("name", ["opencv5", "fisheye"])
 def test_lidar_returns_pair_with_the_camera_row_through_the_lens(name):
-    """The cross-modal pairing (contracts.cross_modal.row_of_projection) projects through the declared lens: on a
+    """The cross-modal pairing (rowbeam.check.cross_modal.row_of_projection) projects through the declared lens: on a
     camera whose row r is translated by 1 mm x r, each world point lands where OpenCV projects it with the pose of
     the row it lands on (a pinhole projection misses by up to tens of px near the corners)."""
-    from contracts.cross_modal import row_of_projection
+    from rowbeam.check.cross_modal import row_of_projection
     rng = np.random.default_rng(7)
     rows = np.tile(np.eye(4), (H, 1, 1))
     rows[:, 0, 3] = 1e-3 * np.arange(H)

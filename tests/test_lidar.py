@@ -8,12 +8,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from contracts.check import check_bundle
-from contracts.errors import RowbeamError
-from contracts.lidar import beam_directions, preset_table
-from contracts.rig import parse_rig
-from exporter.lidar_layout import sweep_layout
-from scenes import lidar_calibration as lc
+from rowbeam.check.runner import check_bundle
+from rowbeam.util.errors import RowbeamError
+from rowbeam.sensors.lidar import beam_directions, preset_table
+from rowbeam.model.rig import parse_rig
+from rowbeam.blender.sensors.lidar_layout import sweep_layout
+from rowbeam.blender.scenes import lidar_calibration as lc
 
 from .conftest import REPO, run_python
 from .helpers import assert_fails, load_event, rehash
@@ -84,7 +84,7 @@ def test_bad_lidar_rig_values(fields, fragment):
 
 
 def test_bad_lidar_rig_on_the_command_line_is_one_line(tmp_path):
-    from scenes import common
+    from rowbeam.blender.scenes import common
 
     _, rig = lc.box_room(steps=16)
     rig["sensors"][0]["elevations_deg"] = [0.0, 91.0]
@@ -116,7 +116,7 @@ def _half_up(q: Fraction) -> int:
 
 def _rig_beams(sensor: dict, sweep: int) -> dict:
     """Truth of one sweep from the rig document alone, by the README's definitions (not the exported beam
-    table, not contracts.lidar): beam times (F, C) int64 ns, unit directions (F, C, 3) in the LiDAR frame
+    table, not rowbeam.sensors.lidar): beam times (F, C) int64 ns, unit directions (F, C, 3) in the LiDAR frame
     (x forward, y left, z up), sweep start and reference (centre) time in ns."""
     preset = sensor.get("preset")
     if preset and preset.startswith("uniform_"):             # evenly from -25 deg to +15 deg
@@ -296,12 +296,12 @@ def test_verification_sees_the_same_scene_inside_the_beam_render_settings(tmp_pa
     material and a sun."""
     import bpy
 
-    from exporter import lidar_event
-    from exporter.lidar_labels import labels_from_beams
-    from exporter.lidar_osl import lidar_shader_source
-    from exporter.run import ExportRequest, plan_export
-    from exporter.scene_clock import rigid_poses
-    from scenes import common
+    from rowbeam.blender.sensors import lidar_event
+    from rowbeam.blender.sensors.lidar_labels import labels_from_beams
+    from rowbeam.blender.sensors.lidar_osl import lidar_shader_source
+    from rowbeam.blender.export.run import ExportRequest, plan_export
+    from rowbeam.blender.compat.scene_clock import rigid_poses
+    from rowbeam.blender.scenes import common
 
     from .conftest import skip_without_custom_camera
 
@@ -370,7 +370,7 @@ def room_copy(exports, tmp_path):
 
 
 def test_checker_catches_a_range_off_its_world_point(room_copy):
-    from contracts.arrays import write_exr
+    from rowbeam.bundle.arrays import write_exr
 
     root, ev = room_copy
     _, a = load_event(ev)
@@ -382,7 +382,7 @@ def test_checker_catches_a_range_off_its_world_point(room_copy):
 
 
 def test_checker_catches_points_stamped_with_the_sweep_start(room_copy):
-    from contracts.arrays import write_npy
+    from rowbeam.bundle.arrays import write_npy
 
     root, ev = room_copy
     _, a = load_event(ev)

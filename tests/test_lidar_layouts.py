@@ -11,10 +11,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from contracts.lidar import preset_table
-from exporter.cycles_timing import cycles_row_time_ns
-from exporter.lidar_layout import MAX_ROWS, sweep_layout
-from scenes import lidar_calibration as lc
+from rowbeam.sensors.lidar import preset_table
+from rowbeam.blender.cycles.cycles_timing import cycles_row_time_ns
+from rowbeam.blender.sensors.lidar_layout import MAX_ROWS, sweep_layout
+from rowbeam.blender.scenes import lidar_calibration as lc
 
 from .conftest import REPO, run_python
 from .helpers import load_event
@@ -53,7 +53,7 @@ def _with(builder, **sensor_fields):
 
 
 def _check_passes(bundle):
-    r = run_python("-m", "contracts", "check", bundle)
+    r = run_python("-m", "rowbeam", "check", bundle)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -138,7 +138,7 @@ def test_the_issue_rigs_need_split_renders():
 
 def test_largest_legal_layout_splits_within_the_row_limit():
     """The schema's most firings (100,000) at the most slots (256): 25.6 M rows in renders of <= 65,536 rows."""
-    from exporter.lidar_layout import MAX_SLOTS, SweepLayout
+    from rowbeam.blender.sensors.lidar_layout import MAX_SLOTS, SweepLayout
 
     big = SweepLayout(100_000, MAX_SLOTS, 4, (0,), (0,), 0.0)
     renders = big.renders()
@@ -235,7 +235,7 @@ def _events_ending_by(first_ns: int, rate_hz, duration_ns: int, end_ns: Fraction
 
 
 def _two_sensor_scene(tmp_path, fps, frame_end, lidar_fields=None, camera_fields=None):
-    from scenes import common
+    from rowbeam.blender.scenes import common
 
     _, rig = lc.box_room(steps=64)
     s = rig["sensors"][0]
@@ -290,7 +290,7 @@ def test_default_count_beyond_the_bundle_indices_is_one_line(tmp_path):
 
 
 def test_closed_form_count_agrees_with_enumeration():
-    from contracts.timing import periodic_event_count
+    from rowbeam.model.timing import periodic_event_count
 
     rng = random.Random(8)
     for _ in range(400):

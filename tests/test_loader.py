@@ -1,4 +1,4 @@
-"""The public bundle loader (contracts.bundle_reader): open a bundle, iterate events and flows, lazy typed
+"""The public bundle loader (rowbeam.bundle.reader): open a bundle, iterate events and flows, lazy typed
 arrays with hashes verified, and one-line errors for what it cannot read."""
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import shutil
 import numpy as np
 import pytest
 
-from contracts.arrays import read_exr_channels
-from contracts.bundle_reader import Bundle, open_event, open_flow, read_payload
-from contracts.errors import RowbeamError
-from scenes import flow_scenes
+from rowbeam.bundle.arrays import read_exr_channels
+from rowbeam.bundle.reader import Bundle, open_event, open_flow, read_payload
+from rowbeam.util.errors import RowbeamError
+from rowbeam.blender.scenes import flow_scenes
 
 
 @pytest.fixture(scope="module")
 def van(exports):
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     e = exports("loader_van", flow_scenes.passing_van, scale=4, events={"camera_front": (0, 2)})
     if not (e.bundle / "flows").exists():
@@ -107,7 +107,7 @@ def test_kitti_flow_is_the_new_name_and_kitti_still_works(van, tmp_path):
     outs = []
     for name in ("kitti-flow", "kitti"):
         out = tmp_path / f"{name}.png"
-        r = run_python("-m", "contracts", "adapt", name, flow, out, "--variant", "occ")
+        r = run_python("-m", "rowbeam", "adapt", name, flow, out, "--variant", "occ")
         assert r.returncode == 0, r.stderr
         side = json.loads((tmp_path / f"{name}.png.json").read_text())
         assert side["format"] == "kitti2015_flow_png" and side["variant"] == "occ"

@@ -4,10 +4,10 @@ import numpy as np
 import OpenEXR
 import pytest
 
-from contracts.arrays import read_exr_channels, read_exr_parts, write_exr
-from exporter import camera_labels
-from exporter.camera_labels import derive_labels
-from exporter.lens_camera import PixelRays
+from rowbeam.bundle.arrays import read_exr_channels, read_exr_parts, write_exr
+from rowbeam.blender.sensors import camera_labels
+from rowbeam.blender.sensors.camera_labels import derive_labels
+from rowbeam.blender.cycles.lens_camera import PixelRays
 
 K = np.array([[90.0, 0, 31.5], [0, 90.0, 20.5], [0, 0, 1]])
 
@@ -117,8 +117,8 @@ def test_label_render_in_bands_equals_one_render(tmp_path, monkeypatch, directio
     """A plane approaching at 40 m/s rendered as 3 horizontal bands (border renders): every row's camera_z is the
     closed form z0 + v*t_row (each band keeps its rows' times), ids and validity equal the one-render export's and
     the exact-row verification passes."""
-    from exporter import camera_event
-    from scenes import calibration
+    from rowbeam.blender.sensors import camera_event
+    from rowbeam.blender.scenes import calibration
 
     from .conftest import build_and_export
     from .helpers import load_event
@@ -139,12 +139,12 @@ def test_label_render_in_bands_equals_one_render(tmp_path, monkeypatch, directio
 
 
 def test_thread_map_keeps_order_and_finishes_every_call_before_raising():
-    """contracts.worker_threads.thread_map: results in item order whatever finishes first; a failure is raised only after
+    """rowbeam.util.worker_threads.thread_map: results in item order whatever finishes first; a failure is raised only after
     every other call has finished (a writer never leaves a call running into a removed staging folder)."""
     import threading
     import time
 
-    from contracts.worker_threads import thread_map
+    from rowbeam.util.worker_threads import thread_map
 
     assert thread_map(lambda i: (time.sleep(0.02 * (3 - i)), i * i)[1], range(4), workers=3) == [0, 1, 4, 9]
     finished, lock = [], threading.Lock()

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 
-from contracts.ontology import DEFAULT_ONTOLOGY
-from scenes import calibration
+from rowbeam.model.ontology import DEFAULT_ONTOLOGY
+from rowbeam.blender.scenes import calibration
 
 from .helpers import failures, load_event
 

@@ -11,11 +11,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from contracts.errors import RowbeamError
-from contracts.frames import invert_rigid
-from contracts.object_checks import object_masks, tight_box
-from contracts.rasterize import ply_bytes, rasterize_rows, read_ply
-from scenes import object_scenes
+from rowbeam.util.errors import RowbeamError
+from rowbeam.model.frames import invert_rigid
+from rowbeam.check.object_checks import object_masks, tight_box
+from rowbeam.check.rasterize import ply_bytes, rasterize_rows, read_ply
+from rowbeam.blender.scenes import object_scenes
 
 from .helpers import failures, load_event, object_scene_poses, rehash
 
@@ -93,7 +93,7 @@ def test_static_poses_and_box3d_vs_analytic(calib):
     """T_camera_object of the static objects equals the analytic placement (camera frame); box3d = mesh box."""
     _, m, _, objs = calib
     truth = object_scenes.object_calibration.__defaults__      # noqa: F841 (documented defaults)
-    from scenes import calibration
+    from rowbeam.blender.scenes import calibration
     T = calibration.seed_pose()
     poses = object_scene_poses(SCALE)
     worst_t, worst_r = 0.0, 0.0
@@ -261,7 +261,7 @@ def test_ray_cast_closed_form_rows_and_clip_planes():
     """No bpy: the checker's second path. A square spanning u 9.5..29.5, v 4.5..14.5 at z = 10 m; row v's pose
     shifts it by 0.25 v + 0.1 px: pixel centres inside/outside follow the closed form; a clip plane beyond the
     square (near = 11 m) hides it; centres 0.01 px from an edge are not judged."""
-    from contracts.ray_cast import ray_hits, robust_hits
+    from rowbeam.check.ray_cast import ray_hits, robust_hits
     K = np.array([[100.0, 0, 39.5], [0, 100.0, 22.0], [0, 0, 1]])
     z = 10.0
     V = np.array([[(u - 39.5) * z / 100, (v - 22.0) * z / 100, z] for u, v in
@@ -291,7 +291,7 @@ def _shift_T(x):
 def test_ray_cast_agrees_with_the_rasteriser_on_a_random_mesh():
     """Two independent algorithms (scanline edge functions vs Möller–Trumbore) on 40 random triangles with a
     per-row pose: every pixel centre the ray cast judges (not within 0.02 px of an edge) agrees."""
-    from contracts.ray_cast import robust_hits
+    from rowbeam.check.ray_cast import robust_hits
     rng = np.random.default_rng(3)
     K = np.array([[60.0, 0, 31.5], [0, 55.0, 17.25], [0, 0, 1]])
     V = rng.uniform([-2, -1.2, 4], [2, 1.2, 9], (60, 3))
@@ -308,10 +308,10 @@ def test_ray_cast_agrees_with_the_rasteriser_on_a_random_mesh():
 
 
 def test_checker_ray_cast_catches_what_a_shared_rasteriser_would_hide(calib, tmp_path, monkeypatch):
-    """The exporter and the checker share contracts.rasterize for rigid objects: if it were wrong, the
+    """The exporter and the checker share rowbeam.check.rasterize for rigid objects: if it were wrong, the
     rasterisation check would agree with a wrong mask. Emulated: the checker's rasteriser returns the exported
     mask, and the asset is scaled by 1.15 (its silhouette grows by px everywhere): the ray cast alone fails."""
-    from contracts import object_checks
+    from rowbeam.check import object_checks
     root, ev = _copy(calib[0], tmp_path)
     V, F = _asset(root, ev, "back")
     _readdress_asset(root, ev, "back", V * 1.15, F)
@@ -343,7 +343,7 @@ def test_bad_input_curve_without_geometry_and_non_uniform_scale(exports):
 
 def test_bad_input_negative_scale_refused(tmp_path, monkeypatch):
     """Refused at planning time, before anything renders, by one line naming the object."""
-    from exporter import cycles_setup
+    from rowbeam.blender.cycles import cycles_setup
     from .conftest import build_and_export
 
     def no_render(*a, **k):
@@ -379,7 +379,7 @@ def test_unoccluded_shortcut_and_rasterised_masks_equal_rendering_every_object(c
     """Objects nothing can cover take amodal = modal and rigid ones are rasterised from their assets (the
     default); rendering every object with Cycles instead (an independent second path) gives the same masks
     and counts, the mover's per-row shear and the truncated square's off-image half included."""
-    from exporter import object_labels
+    from rowbeam.blender.objects import object_labels
     from .conftest import build_and_export
     e0, m0, a0, objs0 = calib
     assert m0["object_labels"]["method"]["objects_from_modal"] >= 1
@@ -442,8 +442,8 @@ def test_object_labels_through_a_fisheye_lens(tmp_path):
     the deforming object from its per-row meshes."""
     import bpy
 
-    from contracts.check import check_bundle
-    from scenes import common
+    from rowbeam.check.runner import check_bundle
+    from rowbeam.blender.scenes import common
 
     from .conftest import build_and_export
 

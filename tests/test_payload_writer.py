@@ -1,13 +1,13 @@
-"""Payload files written on worker threads (exporter.manifest.PayloadWriter; no Blender): the files and the
+"""Payload files written on worker threads (rowbeam.blender.export.manifest.PayloadWriter; no Blender): the files and the
 modalities table are those of one-by-one writes, arrays handed over early are frozen, and errors surface."""
 import hashlib
 
 import numpy as np
 import pytest
 
-from contracts.arrays import decode_payload
-from exporter import manifest
-from exporter.manifest import PayloadWriter, write_payload_file, write_payloads
+from rowbeam.bundle.arrays import decode_payload
+from rowbeam.blender.export import manifest
+from rowbeam.blender.export.manifest import PayloadWriter, write_payload_file, write_payloads
 
 KIND, SENSOR, DIMS = "rolling_shutter_camera", "cam", {"W": 40, "H": 24}
 
@@ -76,8 +76,8 @@ def test_an_array_replaced_after_handover_or_a_failed_write_is_refused(tmp_path,
 def test_openexr_threads_decode_the_same_arrays_and_restore_the_pool(tmp_path):
     import OpenEXR
 
-    from contracts.arrays import read_exr_channels
-    from contracts.worker_threads import openexr_threads
+    from rowbeam.bundle.arrays import read_exr_channels
+    from rowbeam.util.worker_threads import openexr_threads
 
     arrays = _arrays(h=200, w=64)           # 13 ZIP line blocks per plane: decoded on the pool's threads
     table = write_payloads(tmp_path, arrays, KIND, SENSOR, {"W": 64, "H": 200}, 7)
@@ -109,7 +109,7 @@ def test_a_withdrawn_array_is_written_again_as_the_final_one(tmp_path):
 
 
 def test_read_back_is_the_checks_read_of_each_written_file(tmp_path):
-    from contracts.bundle_reader import read_payload
+    from rowbeam.bundle.reader import read_payload
 
     arrays = _arrays()
     with PayloadWriter(tmp_path, KIND, read_back=(SENSOR, DIMS, 7)) as w:
@@ -125,8 +125,8 @@ def test_read_back_is_the_checks_read_of_each_written_file(tmp_path):
 
 
 def test_the_check_takes_a_read_back_only_for_the_same_entry_of_an_unchanged_file(tmp_path, monkeypatch):
-    from contracts import check
-    from contracts.errors import RowbeamError
+    from rowbeam.check import runner as check
+    from rowbeam.util.errors import RowbeamError
 
     arrays = _arrays()
     with PayloadWriter(tmp_path, KIND, read_back=(SENSOR, DIMS, 7)) as w:

@@ -1,4 +1,4 @@
-"""Direct pose evaluation (exporter.pose_eval) against frame_set on every animation kind of the calibration
+"""Direct pose evaluation (rowbeam.blender.compat.pose_eval) against frame_set on every animation kind of the calibration
 scenes, the running example's parent chain, synthetic Euler orders / quaternions / deltas / Bezier / parent
 inverses, and the frame_set fallback (constraints, drivers, NLA)."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exporter import scene_clock
-from exporter.pose_eval import EULER_ORDERS, plain_reason
-from scenes import calibration, common, flow_scenes, lidar_calibration, running_example
+from rowbeam.blender.compat import scene_clock
+from rowbeam.blender.compat.pose_eval import EULER_ORDERS, plain_reason
+from rowbeam.blender.scenes import calibration, common, flow_scenes, lidar_calibration, running_example
 
 TOL = 1e-12     # the direct path replays Blender's float32 arithmetic: equal to frame_set bit for bit here
 
@@ -141,7 +141,7 @@ def test_frames_subframes_equal_the_clock():
     negative times, numpy ints)."""
     from fractions import Fraction
 
-    from contracts.timing import SceneClock
+    from rowbeam.model.timing import SceneClock
 
     for clock in (SceneClock(30, 1.0, 1), SceneClock(30000, 1001.0, 7), SceneClock(24, 1.001, -3)):
         times = [0, 1, -5, 33_366_667, np.int64(123_456_789), Fraction(10**9, 3), Fraction(-7, 11),
@@ -152,7 +152,7 @@ def test_frames_subframes_equal_the_clock():
 
 def test_certainly_static_only_when_nothing_can_move_the_object():
     """Motion blur is turned off only for objects nothing animates (own or parent F-curves, constraints, drivers)."""
-    from exporter.pose_eval import certainly_static
+    from rowbeam.blender.compat.pose_eval import certainly_static
 
     common.new_scene(8, 8)
     still = common.add_empty("still", (1, 2, 3), (0.1, 0.2, 0.3))
@@ -175,7 +175,7 @@ def test_constant_rotation_channels_give_the_bits_of_the_row_by_row_evaluation()
     """A rotation channel whose rows are all bit-identical is converted once and repeated; rows equal as numbers but
     not as bits (-0.0 vs 0.0, whose sine differs in sign) or different anywhere take the row-by-row path. Either way
     the matrices are those of converting every row."""
-    from exporter.pose_eval import _euler_to_mat3, _per_distinct_value, _quat_to_mat3
+    from rowbeam.blender.compat.pose_eval import _euler_to_mat3, _per_distinct_value, _quat_to_mat3
 
     rng = np.random.default_rng(3)
     eul = np.repeat(rng.uniform(-3, 3, (1, 3)).astype(np.float32), 50, axis=0)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contracts.errors import RowbeamError
-from contracts.rig import parse_rig
+from rowbeam.util.errors import RowbeamError
+from rowbeam.model.rig import parse_rig
 
 
 def _radar(**fields):
@@ -100,10 +100,10 @@ def test_bad_radar_rig_values(fields, fragment):
     assert "\n" not in str(exc.value)
 
 
-# ---- exported frames against the analytic scenes (scenes/radar_scenes.py) ----
+# ---- exported frames against the analytic scenes (rowbeam/blender/scenes/radar_scenes.py) ----
 
-from contracts.check import check_bundle  # noqa: E402
-from scenes import radar_scenes as rs  # noqa: E402
+from rowbeam.check.runner import check_bundle  # noqa: E402
+from rowbeam.blender.scenes import radar_scenes as rs  # noqa: E402
 
 from .helpers import load_event  # noqa: E402
 
@@ -184,8 +184,8 @@ def test_ego_driving_past_static_poles(exports):
 
 
 def test_schema_bounds_match_radar_constants():
-    from contracts.radar import MAX_BEAMS, MAX_CHIRPS
-    from contracts.schema import validator
+    from rowbeam.sensors.radar import MAX_BEAMS, MAX_CHIRPS
+    from rowbeam.bundle.schema import validator
 
     props = validator("rowbeam/rig@1").schema["$defs"]["radar"]["properties"]
     assert props["chirps"]["maximum"] == MAX_CHIRPS
@@ -197,7 +197,7 @@ def test_schema_bounds_match_radar_constants():
 def test_state_log_of_the_ego_and_the_spinning_disc(exports):
     """The log holds the ego body (parent of the radar) at 200 Hz on the analytic trajectory, the radar mount, and
     the spinning disc with its angular velocity; the checker compares every chirp pose and radial velocity to it."""
-    from contracts.state_log import load_state_log
+    from rowbeam.model.state_log import load_state_log
 
     e = exports("radar_poles", rs.ego_past_poles)
     m, a = load_event(e.event)
@@ -235,7 +235,7 @@ def poles_copy(exports, tmp_path):
 
 def test_checker_catches_a_radial_velocity_with_the_wrong_sign(poles_copy):
     """Flipped consistently in the per-beam array and the points (so only the motion can tell)."""
-    from contracts.arrays import write_exr, write_npy
+    from rowbeam.bundle.arrays import write_exr, write_npy
 
     from .helpers import assert_fails, rehash
 
@@ -251,7 +251,7 @@ def test_checker_catches_a_radial_velocity_with_the_wrong_sign(poles_copy):
 
 
 def test_checker_catches_chirp_poses_stamped_at_the_frame_start(poles_copy):
-    from contracts.arrays import write_npy
+    from rowbeam.bundle.arrays import write_npy
 
     from .helpers import assert_fails, rehash
 
@@ -265,7 +265,7 @@ def test_checker_catches_chirp_poses_stamped_at_the_frame_start(poles_copy):
 def test_checker_catches_a_log_velocity_that_disagrees_with_its_poses(poles_copy):
     import hashlib
 
-    from contracts.files import canonical_json
+    from rowbeam.bundle.files import canonical_json
 
     root, ev = poles_copy
     m = json.loads((ev / "manifest.json").read_text())
@@ -291,7 +291,7 @@ def test_checker_catches_a_log_velocity_that_disagrees_with_its_poses(poles_copy
 # ---- the running example: radar + state log + associations ----
 
 def _running_example():
-    from scenes import running_example
+    from rowbeam.blender.scenes import running_example
 
     running_example.build(80, 45)
     return None, running_example.rig(radar=True, state_log=True, rgb_samples=0, verify_rows=1,
@@ -324,7 +324,7 @@ def _rows_and_partners(rig: dict, sensor_id: str, index: int):
 
 
 def test_running_example_radar_state_log_and_associations(running, tmp_path):
-    from contracts.__main__ import main as contracts_main
+    from rowbeam.cli.bundle_commands import main as contracts_main
 
     e = running
     assert len(e.summary["published"]) == 3 and not e.summary["quarantined"]
@@ -375,7 +375,7 @@ def test_running_example_radar_state_log_and_associations(running, tmp_path):
 def test_checker_catches_an_association_beyond_the_tolerance(running, tmp_path):
     import shutil
 
-    from contracts.associations import associate_bundle
+    from rowbeam.bundle.associations import associate_bundle
 
     root = tmp_path / "b"
     shutil.copytree(running.bundle, root)
@@ -395,7 +395,7 @@ def test_checker_catches_an_association_beyond_the_tolerance(running, tmp_path):
 
 @pytest.mark.parametrize("value", ["-5", "nan", "2e6"])
 def test_associate_refuses_a_bad_tolerance_in_one_line(running, value, capsys):
-    from contracts.__main__ import main as contracts_main
+    from rowbeam.cli.bundle_commands import main as contracts_main
 
     assert contracts_main(["associate", str(running.bundle), "--max-skew-us", value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -407,7 +407,7 @@ def test_checker_catches_radar_returns_off_the_lidar_surface(running, tmp_path):
     every per-event check passes): only the LiDAR's surface disagrees."""
     import shutil
 
-    from contracts.arrays import write_exr, write_npy
+    from rowbeam.bundle.arrays import write_exr, write_npy
 
     from .helpers import assert_fails, rehash
 
@@ -441,7 +441,7 @@ sys.path.insert(0, sys.argv[1])
 import bpy
 import addon
 from addon.rig_props import load_rig_document, rig_document
-from contracts.rig import parse_rig
+from rowbeam.model.rig import parse_rig
 from scenes import common
 
 common.new_scene(4, 4)
@@ -469,7 +469,7 @@ print("RESULT" + json.dumps(out))
 
 
 def test_sensors_panel_adds_and_edits_a_radar_with_presets(tmp_path):
-    from contracts.radar import PRESETS
+    from rowbeam.sensors.radar import PRESETS
 
     from .conftest import REPO, run_python
 
@@ -503,8 +503,8 @@ def test_checker_catches_camera_row_poses_in_reverse_order(running, tmp_path):
     log at the rows' times by up to 12 ms x 10 m/s = 0.12 m."""
     import shutil
 
-    from contracts.arrays import write_npy
-    from contracts.bundle_reader import Bundle
+    from rowbeam.bundle.arrays import write_npy
+    from rowbeam.bundle.reader import Bundle
 
     from .helpers import assert_fails, rehash
 

@@ -1,8 +1,8 @@
-"""`rowbeam adapt rectify` (contracts/adapters/rectify.py) against OpenCV and closed forms.
+"""`rowbeam adapt rectify` (rowbeam/adapters/rectify.py) against OpenCV and closed forms.
 
 Oracles: cv2.getOptimalNewCameraMatrix / cv2.fisheye.estimateNewCameraMatrixForUndistortRectify for the --alpha
 intrinsics; cv2.initUndistortRectifyMap + cv2.remap(INTER_NEAREST) for every nearest-neighbour pixel; the marker
-board's plane and the yawing camera's poses (scenes/lens_scenes.py) with OpenCV rays for camera_z and flow.
+board's plane and the yawing camera's poses (rowbeam/blender/scenes/lens_scenes.py) with OpenCV rays for camera_z and flow.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from contracts.adapters.rectify import RectMap, opencv_alpha_K, rectified_K
-from contracts.errors import RowbeamError
-from contracts.lens import LensSpec, make_lens
+from rowbeam.adapters.rectify import RectMap, opencv_alpha_K, rectified_K
+from rowbeam.util.errors import RowbeamError
+from rowbeam.model.lens import LensSpec, make_lens
 
 cv2 = pytest.importorskip("cv2")
 
@@ -111,7 +111,7 @@ def _board(exports, lens, **kw):
 
 
 def _rectify(bundle, out, *args) -> dict:
-    from contracts.__main__ import main
+    from rowbeam.cli.bundle_commands import main
 
     assert main(["adapt", "rectify", str(bundle), str(out), *args]) == 0
     return json.loads((out / "rowbeam_adapter_sidecar.json").read_text())
@@ -119,7 +119,7 @@ def _rectify(bundle, out, *args) -> dict:
 
 def _read(folder, name, entry=None):
     """An output array (.npy, or .exr decoded with the bundle entry's channels and dtype)."""
-    from contracts.arrays import decode_exr, read_exr_channels
+    from rowbeam.bundle.arrays import decode_exr, read_exr_channels
 
     if (folder / f"{name}.npy").exists():
         return np.load(folder / f"{name}.npy")
@@ -147,8 +147,8 @@ def test_nearest_view_equals_cv2_remap(exports, tmp_path, lens_name, alpha):
     """--interpolation nearest: ids, camera_z, range, normals and valid equal cv2.initUndistortRectifyMap + cv2.remap
     (INTER_NEAREST) at every pixel (0 mismatches); EXR outputs carry the bundle's channels and dtypes; object boxes
     equal the boxes of the remapped ids; the BOP depth PNG holds camera_z; rgb keeps its scene-linear values."""
-    from contracts.adapters.objects import mask_box
-    from contracts.adapters.rectify import LOST
+    from rowbeam.adapters.objects import mask_box
+    from rowbeam.adapters.rectify import LOST
 
     from .helpers import load_event
     from .test_lenses import _cv_project_lens, _event_lens
@@ -227,7 +227,7 @@ def _read_png16_grey(path):
 
 def _flow_export(exports):
     """The yawing (3 rad/s) opencv-lens board, events 0 and 1 with their flow (tests/test_lenses.py's export)."""
-    from exporter.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
 
     from .test_lenses import _board_builder
 
@@ -265,7 +265,7 @@ def test_rectified_flow_and_camera_z_closed_form(exports, tmp_path):
     camera frame and range its distance (1e-4 m); camera_z (bilinear) is the plane's z on the rectified pixel's
     own ray (tilted plane: z varies) at a time between its two source rows' (1e-5 m). The KITTI PNG holds the
     rectified flow to 1/128 px."""
-    from contracts.flow_formats import read_kitti
+    from rowbeam.adapters.flow_formats import read_kitti
 
     from .helpers import load_event
     from .test_lenses import _cv_project_lens, _cv_rays, _event_lens
@@ -346,7 +346,7 @@ def test_rectified_flow_and_camera_z_closed_form(exports, tmp_path):
 def test_bad_input_one_line_nothing_written(exports, tmp_path, capsys):
     """A pinhole bundle, a missing payload, a bad --alpha (and --alpha with --K): exit 2, one line, no output folder
     and no staging litter."""
-    from contracts.__main__ import main
+    from rowbeam.cli.bundle_commands import main
 
     from .test_checker_faults import _copy, _edit_manifest
 
@@ -377,7 +377,7 @@ def test_amodal_masks_rectified(exports, tmp_path):
     """Object labels (planted on a lens export: amodal masks = closed-form squares through OpenCV rays, one reaching
     past the image corner): rectified amodal masks equal cv2.remap(INTER_NEAREST) of the planted masks (--alpha 1:
     pixels with no source are 0), their counts and boxes are recomputed from the rectified masks."""
-    from contracts.arrays import write_npy
+    from rowbeam.bundle.arrays import write_npy
 
     from .helpers import load_event, rehash
     from .test_checker_faults import _copy, _edit_manifest
@@ -435,7 +435,7 @@ def test_plate_amodal_masks_closed_form(exports, tmp_path):
     image): rectified with --alpha 1, each amodal mask is the set of rectified pixels whose pinhole ray K'^-1 p meets
     the plate (closed form), beyond the source image too (from the 3x canvas), except within the nearest-neighbour
     band around the plate's edges; the rectified modal ids equal cv2.remap's; boxes and counts follow the masks."""
-    from scenes import lens_scenes
+    from rowbeam.blender.scenes import lens_scenes
 
     from .helpers import load_event
     from .test_lenses import _event_lens

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contracts.schema import schema_errors
+from rowbeam.bundle.schema import schema_errors
 
 from .conftest import REPO, skip_without_custom_camera
 from .helpers import run_on_a_terminal
@@ -28,8 +28,8 @@ CHROMIUM = "/usr/bin/chromium"
 def dusk(tmp_path_factory):
     """camera_front events 30, 31 (rgb 2 spp, object labels) + flow 30->31, lidar_top sweep 10, radar_front frame 20
     (its chirp train overlaps camera event 30's first rows), the state log; one bundle."""
-    from exporter.run import ExportRequest, plan_export, run_export
-    from scenes import common, running_example
+    from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
+    from rowbeam.blender.scenes import common, running_example
 
     tmp = tmp_path_factory.mktemp("report")
     running_example.build(80, 45)
@@ -88,9 +88,9 @@ def test_report_json_lists_every_folder_and_every_residual(report):
 def test_speed_slices_follow_the_object_table_and_the_state_log(report, dusk):
     """Camera pixels and LiDAR returns on static objects are in the 0 m/s bin, those on the moving pedestrian in the
     bin of its logged speed (|velocity| of its state-log track), counted independently from the arrays."""
-    from contracts.bundle_reader import Bundle
-    from contracts.report.stats import SPEED_BINS_M_S, _bin_labels
-    from contracts.state_log import load_state_log
+    from rowbeam.bundle.reader import Bundle
+    from rowbeam.report.stats import SPEED_BINS_M_S, _bin_labels
+    from rowbeam.model.state_log import load_state_log
 
     res = json.loads((report / "report.json").read_text())["residuals"]
     bundle = Bundle.open(dusk)
@@ -126,8 +126,8 @@ def test_overlay_images_are_the_bundle_arrays(report, dusk):
     """The camera_z overlay is the colour map of the exported camera_z (read independently with the loader)."""
     import cv2
 
-    from contracts.bundle_reader import Bundle
-    from contracts.report import colour
+    from rowbeam.bundle.reader import Bundle
+    from rowbeam.report import colour
 
     ev = Bundle.open(dusk).event("camera_front", 30)
     z, valid = ev.array("camera_z"), ev.array("valid") == 1
@@ -147,7 +147,7 @@ def test_instance_legend_gives_each_instance_the_colour_of_its_image(report, dus
 
     import cv2
 
-    from contracts.bundle_reader import Bundle
+    from rowbeam.bundle.reader import Bundle
 
     ids = Bundle.open(dusk).event("camera_front", 30).array("instance_id")
     img = cv2.imread(str(report / "img/bundle/events/camera_front/000030/instance_id.png"))[..., ::-1]
@@ -346,7 +346,7 @@ def test_failing_bundle_gets_a_report_with_failures_first_and_quarantine_reasons
     assert index.index("bad_events_camera_front_000031") < index.index("bad_events_camera_front_000030")  # failures first
     assert index.index("bad_quarantine_events_radar_front_000020") < index.index("bad_events_camera_front_000031")
     # quarantined folders do not count in the residuals: the good copy's radar frame only
-    from contracts.bundle_reader import Bundle
+    from rowbeam.bundle.reader import Bundle
 
     points = Bundle.open(out.parent / "ds" / "good").event("radar_front", 20).array("points")
     assert doc["residuals"]["radar.range_vs_point_m"]["count"] == len(points)

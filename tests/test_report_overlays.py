@@ -8,8 +8,8 @@ import cv2
 import numpy as np
 import pytest
 
-from contracts.report import colour, overlays, png, stats
-from contracts.timing import RollingShutterTiming
+from rowbeam.report import colour, overlays, png, stats
+from rowbeam.model.timing import RollingShutterTiming
 
 
 def test_colour_map_is_ordered_by_luminance_and_colourise_keeps_the_order():
@@ -151,7 +151,7 @@ def test_semantic_image_colours_each_id_as_its_legend_with_and_without_void():
 
 
 def test_finite_on_sees_a_single_non_finite_channel_inside_the_mask_only():
-    from contracts.report.build import _finite_on
+    from rowbeam.report.build import _finite_on
 
     mask = np.ones((4, 5), bool)
     mask[0, 0] = False
@@ -333,8 +333,8 @@ def test_radar_return_is_projected_through_the_cameras_lens():
 
 
 def test_point_speed_is_static_zero_tracked_rigid_motion_else_nan():
-    from contracts.report import motion
-    from contracts.state_log import BodyTrack
+    from rowbeam.report import motion
+    from rowbeam.model.state_log import BodyTrack
 
     T = np.repeat(np.eye(4)[None], 2, 0)
     T[1, 0, 3] = 3.0
@@ -508,7 +508,7 @@ def test_normal_colour_by_blocks_is_the_whole_image_formula():
 
 
 def test_report_writer_writes_every_image_and_thumbnail_from_its_threads_and_raises_their_errors(tmp_path):
-    from contracts.report.build import THUMB_SIDE, Writer
+    from rowbeam.report.build import THUMB_SIDE, Writer
 
     rng = np.random.default_rng(3)
     shapes = [(720, 1280, 3), (45, 80, 3), (321, 7, 3), (16, 256, 3), (700, 700, 4)] * 5   # more than MAX_PENDING
@@ -534,7 +534,7 @@ def test_report_writer_writes_every_image_and_thumbnail_from_its_threads_and_rai
 
 
 def test_report_writer_copies_an_image_equal_to_the_kept_one_and_encodes_one_that_differs(tmp_path, monkeypatch):
-    from contracts.report import build
+    from rowbeam.report import build
 
     rng = np.random.default_rng(5)
     a = rng.integers(0, 256, (720, 1280, 3), dtype=np.uint8)
@@ -565,7 +565,7 @@ def test_report_writer_copies_an_image_equal_to_the_kept_one_and_encodes_one_tha
 def test_report_writer_copies_without_making_an_image_its_test_says_is_the_same(tmp_path):
     """image(same_as=, same=): when same() is true the kept image's files are copied and the image is never made;
     when false the image is made and written as its own pixels."""
-    from contracts.report import build
+    from rowbeam.report import build
 
     a = np.random.default_rng(7).integers(0, 256, (90, 160, 3), dtype=np.uint8)
     made = []
@@ -643,7 +643,7 @@ def test_indexed_image_png_decodes_to_its_rgb_with_opencv():
 def test_histogram_svg_labels_end_inside_the_svg():
     import re
 
-    from contracts.report import html
+    from rowbeam.report import html
 
     svg = html.histogram_svg(stats.histogram(np.geomspace(1e-9, 2.5e-8, 50)), "m", width=300)
     right = re.findall(r'<text x="([0-9.]+)"[^>]*?( text-anchor="end")?>([^<]*)</text>', svg)[-1]
@@ -653,7 +653,7 @@ def test_histogram_svg_labels_end_inside_the_svg():
 def test_facing_by_components_is_the_row_sum():
     """The camera page's facing residual, n · d/|d| summed x, y, z over component arrays, has the bits of numpy's
     (n * d/|d|).sum(-1) on (N, 3) rows; the data is one where the other summation order differs."""
-    from contracts.camera_model import norm
+    from rowbeam.model.camera_model import norm
 
     rng = np.random.default_rng(12)
     n = rng.normal(size=(50000, 3)).astype(np.float32).astype(np.float64)
@@ -672,8 +672,8 @@ def test_class_counts_follow_from_the_instance_counts():
     """The class legend's (ids, pixel counts) from the instance counts equal _id_counts(semantic_id) when semantic_id
     is the checker's class of each instance (the table's class, background for 0, VOID_ID for an index not in the
     table): several instances of one class summed, an unknown index, background."""
-    from contracts.ontology import VOID_ID
-    from contracts.report.build import _class_counts, _id_counts
+    from rowbeam.model.ontology import VOID_ID
+    from rowbeam.report.build import _class_counts, _id_counts
 
     rng = np.random.default_rng(8)
     objects = [{"render_index": i, "class_id": c} for i, c in ((1, 3), (2, 3), (3, 7), (5, 1))]
@@ -704,7 +704,7 @@ def test_order_statistics_are_the_sorted_values_at_their_ranks():
 def test_report_writer_encodes_a_shared_read_only_image_once(tmp_path, monkeypatch):
     """colour.colour_bar() is one read-only array: the Writer encodes it once a report and copies its files for the
     other bars; an image given writeable is encoded each time (the Writer holds on to shared constants only)."""
-    from contracts.report import build
+    from rowbeam.report import build
 
     assert colour.colour_bar() is colour.colour_bar() and not colour.colour_bar().flags.writeable
     encoded = []

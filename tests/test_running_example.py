@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contracts.camera_model import ray_directions
-from contracts.check import check_bundle
-from contracts.frames import world_from_opencv_camera
-from contracts.timing import SceneClock
-from scenes import running_example
+from rowbeam.model.camera_model import ray_directions
+from rowbeam.check.runner import check_bundle
+from rowbeam.model.frames import world_from_opencv_camera
+from rowbeam.model.timing import SceneClock
+from rowbeam.blender.scenes import running_example
 
 from .helpers import assert_fails, failures, load_event, rehash
 
@@ -136,7 +136,7 @@ def test_lidar_sweep_sees_the_scene(dusk, lidar_event):
 
 def test_camera_depth_scaled_by_one_percent_breaks_the_lidar_agreement(dusk, tmp_path):
     """camera_z and range scaled together stay self-consistent; only the LiDAR cross-check catches it."""
-    from contracts.arrays import write_exr
+    from rowbeam.bundle.arrays import write_exr
 
     root = tmp_path / "bundle"
     shutil.copytree(dusk.bundle, root)

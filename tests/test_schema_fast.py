@@ -1,4 +1,4 @@
-"""The schema fast path (contracts.schema.fast_valid / compile_check) gives jsonschema's verdict exactly: every
+"""The schema fast path (rowbeam.bundle.schema.fast_valid / compile_check) gives jsonschema's verdict exactly: every
 compiled item check against jsonschema on valid items and on every planted fault (each field replaced by a value
 of every JSON kind, removed, an unknown field added, list lengths changed), and schema_errors with the fast path
 against plain jsonschema on a real camera manifest with object labels, valid and with planted-invalid tables."""
@@ -10,8 +10,8 @@ import json
 import jsonschema
 import pytest
 
-from contracts import schema as S
-from scenes import object_scenes
+from rowbeam.bundle import schema as S
+from rowbeam.blender.scenes import object_scenes
 
 # one value of every JSON kind and edge: wrong types, bool-for-int, integral float, huge, negative, empty, nested
 PROBES = [None, True, False, 0, 1, -1, 2, 1.0, 0.5, -0.5, 2 ** 64, "", "x", "0" * 64, "12345",

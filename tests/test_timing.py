@@ -4,8 +4,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from contracts.timing import RollingShutterTiming, SceneClock, periodic_event_start_ns
-from exporter.cycles_timing import cycles_row_time_ns, label_shutter, rgb_shutter, timed_rows_shutter
+from rowbeam.model.timing import RollingShutterTiming, SceneClock, periodic_event_start_ns
+from rowbeam.blender.cycles.cycles_timing import cycles_row_time_ns, label_shutter, rgb_shutter, timed_rows_shutter
 
 SEED = RollingShutterTiming(frame_start_ns=10_000_000_000, readout_ns=12_000_000, exposure_ns=4_000_000, rows=720)
 

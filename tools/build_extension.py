@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"
 CACHE = BUILD / "wheel-cache"
-PYTHONS = ("3.11", "3.13")                  # every Python a supported Blender embeds (exporter/blender_compat.py)
+PYTHONS = ("3.11", "3.13")                  # every Python a supported Blender embeds (rowbeam/blender/compat/blender_compat.py)
 PURE = ["jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "referencing==0.37.0", "attrs==26.1.0",
         "typing-extensions==4.16.0"]
 BINARY = ["OpenEXR==3.5.3", "rpds-py==2026.9.1"]
@@ -56,7 +56,7 @@ def version() -> str:
 
 def git_revision() -> str:
     sys.path.insert(0, str(REPO))
-    from exporter.blend_io import git_revision as rev  # noqa: PLC0415  (same code the exporter runs)
+    from rowbeam.blender.compat.blend_io import git_revision as rev  # noqa: PLC0415  (same code the exporter runs)
     return rev()
 
 
@@ -72,18 +72,18 @@ def _record_hash(data: bytes) -> str:
 
 
 def build_core_wheel(out_dir: Path) -> Path:
-    """Pure wheel of the `contracts` and `exporter` packages (schemas and ontologies included)."""
+    """Pure wheel of the `rowbeam` package (schemas and ontologies included)."""
     name, ver = "rowbeam_core", version()
     dist = f"{name}-{ver}.dist-info"
     files = {}
-    for package in ("contracts", "exporter"):
+    for package in ("rowbeam",):
         for path in sorted((REPO / package).rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json"):
                 files[path.relative_to(REPO).as_posix()] = path.read_bytes()
-    files["exporter/_build_info.py"] = f'GIT_REVISION = "{git_revision()}"\n'.encode()
+    files["rowbeam/_build_info.py"] = f'GIT_REVISION = "{git_revision()}"\n'.encode()
     requires = "".join(f"Requires-Dist: {d}\n" for d in core_dependencies())
     files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: rowbeam-core\nVersion: {ver}\n"
-                                 "Summary: rowbeam contracts and exporter (bundled in the Blender extension)\n"
+                                 "Summary: rowbeam (bundled in the Blender extension)\n"
                                  f"Requires-Python: >=3.11\n{requires}").encode()
     files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: rowbeam build_extension\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items()) + f"{dist}/RECORD,,\n"

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from contracts.errors import RowbeamError
+from rowbeam.util.errors import RowbeamError
 
 
 class _Parser(argparse.ArgumentParser):

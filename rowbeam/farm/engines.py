@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from contracts.errors import RowbeamError
+from rowbeam.util.errors import RowbeamError
 
 from .worker import EXIT_REFUSED, child_env, read_status
 

@@ -1,7 +1,7 @@
 """`rowbeam finalize DIR`: the dataset manifest (DIR/dataset.json), split lists (DIR/splits/<split>.txt), the
 dataset hash, the QA summary over all bundles (DIR/qa_summary.json) and the leakage audit.
 
-Every sample comes from the plan's expected sample ids, read through contracts.bundle_reader (sha256 of
+Every sample comes from the plan's expected sample ids, read through rowbeam.bundle.reader (sha256 of
 every payload verified); the split of a sample is the one its manifest carries. Exit status: 0 complete and
 every audit passed, 1 a sample missing, a QA failure or a failed leakage audit, 2 unusable input.
 """
@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from contracts.bundle_reader import Bundle, Event
-from contracts.check import check_bundle
-from contracts.dataset import (DATASET_HASH_RULE, LEVELS, SPLIT_HASH_RULE, dataset_hash, leakage_audit,
-                               rgb_fingerprint, sample_content_hash)
-from contracts.errors import RowbeamError
-from contracts.files import atomic_write_bytes, atomic_write_json
-from contracts.schema import schema_errors
+from rowbeam.bundle.reader import Bundle, Event
+from rowbeam.check.runner import check_bundle
+from rowbeam.farm.dataset import (
+    DATASET_HASH_RULE,
+    LEVELS,
+    SPLIT_HASH_RULE,
+    dataset_hash,
+    leakage_audit,
+    rgb_fingerprint,
+    sample_content_hash,
+)
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import atomic_write_bytes, atomic_write_json
+from rowbeam.bundle.schema import schema_errors
 
 from .plan import load_plan
 

@@ -18,9 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from contracts.dataset import load_spec
-from contracts.errors import RowbeamError
-from contracts.files import atomic_write_json, load_json
+from rowbeam.farm.dataset import load_spec
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import atomic_write_json, load_json
 
 MARK = "ROWBEAM_PACK "
 COLLECTIONS = ("images", "libraries", "sounds", "movieclips", "cache_files", "fonts", "volumes")
@@ -30,7 +30,7 @@ def _pack_one(blend: str, folder: str) -> dict:
     """In the bpy child: copy the dependencies of `blend` into folder/deps, rewrite, save folder/<name>.blend."""
     import bpy
 
-    from exporter.blend_io import open_blend
+    from rowbeam.blender.compat.blend_io import open_blend
 
     open_blend(blend)
     out = Path(folder)
@@ -102,7 +102,7 @@ def pack_spec(spec_path, pack_dir) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    from exporter.run_temp import enter_process_temp
+    from rowbeam.blender.export.run_temp import enter_process_temp
 
     enter_process_temp()
     for blend, folder in json.loads(argv[0]):

@@ -12,13 +12,13 @@ import hashlib
 import shlex
 from pathlib import Path
 
-from contracts.dataset import assign_splits, check_ranges, load_spec
-from contracts.errors import RowbeamError
-from contracts.files import atomic_write_json, canonical_json, canonical_sha256, load_json, sha256_file
-from contracts.rig import CameraSensor, load_rig, parse_rig_text
-from contracts.sample_identity import sample_id
-from contracts.schema import schema_errors
-from contracts.timing import MAX_EVENT_INDEX, SceneClock, periodic_event_count
+from rowbeam.farm.dataset import assign_splits, check_ranges, load_spec
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import atomic_write_json, canonical_json, canonical_sha256, load_json, sha256_file
+from rowbeam.model.rig import CameraSensor, load_rig, parse_rig_text
+from rowbeam.model.sample_identity import sample_id
+from rowbeam.bundle.schema import schema_errors
+from rowbeam.model.timing import MAX_EVENT_INDEX, SceneClock, periodic_event_count
 
 PLAN_FILE = "plan.json"
 PLAN_SCHEMA = "rowbeam/plan@1"

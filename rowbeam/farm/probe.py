@@ -1,6 +1,6 @@
 """What a plan needs from each .blend, read in a child process with bpy (`python -m rowbeam.farm.probe BLEND...`).
 
-The .blend is opened with its embedded scripts disabled (exporter.blend_io.open_blend). Prints one line
+The .blend is opened with its embedded scripts disabled (rowbeam.blender.compat.blend_io.open_blend). Prints one line
 `ROWBEAM_PROBE <json>` per file: render size (px, percentage applied), fps, fps_base, frame range, the
 lineage scene properties, the stored rig text, and the external files Blender would read
 (bpy.utils.blend_paths, absolute, packed files left out) with whether each exists.
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from contracts.errors import RowbeamError
+from rowbeam.util.errors import RowbeamError
 
 MARK = "ROWBEAM_PROBE "
 
@@ -21,8 +21,8 @@ MARK = "ROWBEAM_PROBE "
 def _probe_one(path: str) -> dict:
     import bpy
 
-    from exporter.blend_io import open_blend
-    from exporter.run import LINEAGE_PROPERTY, RIG_PROPERTY, SCENARIO_PROPERTY
+    from rowbeam.blender.compat.blend_io import open_blend
+    from rowbeam.blender.export.run import LINEAGE_PROPERTY, RIG_PROPERTY, SCENARIO_PROPERTY
 
     open_blend(path)
     scene = bpy.context.scene
@@ -80,7 +80,7 @@ def probe_blends(paths: list) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from exporter.run_temp import enter_process_temp
+    from rowbeam.blender.export.run_temp import enter_process_temp
 
     enter_process_temp()
     for path in argv:

@@ -1,5 +1,5 @@
 """`rowbeam replay DIR SAMPLE_ID`: re-export one planned event into a temporary folder and compare it with the
-published (or quarantined) one under the declared reproducibility levels (contracts.dataset), printing the
+published (or quarantined) one under the declared reproducibility levels (rowbeam.farm.dataset), printing the
 first divergence. Exit 0 reproduced, 1 diverged, 2 unusable input."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from contracts.bundle_reader import Event
-from contracts.dataset import first_divergence, manifest_content
-from contracts.errors import RowbeamError
-from contracts.files import canonical_json
+from rowbeam.bundle.reader import Event
+from rowbeam.farm.dataset import first_divergence, manifest_content
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import canonical_json
 
 from .plan import load_plan, verify_inputs
 from .worker import child_env, python_argv

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from contracts.errors import RowbeamError
-from contracts.files import atomic_write_json, load_json
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import atomic_write_json, load_json
 
 from .plan import load_plan, shard_by_id, verify_inputs
 

@@ -1,0 +1,132 @@
+"""COCO instances JSON from camera object labels (`adapt coco BUNDLE OUT.json`).
+
+One image per labelled camera event, one annotation per object with at least one visible pixel:
+segmentation = COCO RLE of the modal mask (instance_id == the object's render index) in compressed string
+form, area = visible pixel count, bbox = [u_min, v_min, u_max - u_min + 1, v_max - v_min + 1] of the visible
+pixels (pixel centres at integers; COCO's box runs from the left edge of u_min to the right edge of u_max).
+category_id = the ontology class id (manifest `ontology`); extra keys (strings of the stable 64-bit id, the
+amodal boxes, fractions) are prefixed `rowbeam_`. Objects with no visible pixel or a void class are skipped
+and counted in the sidecar.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rowbeam.bundle.reader import Bundle
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import sha256_file
+from rowbeam.adapters.objects import VOID_ID, image_size, labelled_events, mask_box, modal_mask
+from rowbeam.adapters.output import check_output_file, sidecar, sidecar_bytes, write_file
+
+
+def rle_counts(mask: np.ndarray) -> list[int]:
+    """Uncompressed COCO RLE counts of an (H, W) mask: run lengths over the column-major (Fortran order)
+    flattening, alternating 0-runs and 1-runs, starting with the number of leading zeros (possibly 0)."""
+    flat = np.asarray(mask, bool).reshape(-1, order="F")
+    if flat.size == 0:
+        return [0]
+    change = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    bounds = np.concatenate([[0], change, [flat.size]])
+    runs = np.diff(bounds).tolist()
+    return ([0] + runs) if flat[0] else runs
+
+
+def rle_string(counts: list[int]) -> str:
+    """COCO's compressed RLE string (pycocotools maskApi rleToString): each count, minus the count two
+    places before it from the third on, written as 5-bit groups, low first, 0x20 = more follow, offset by 48."""
+    out = []
+    for i, count in enumerate(counts):
+        x = int(count) - (int(counts[i - 2]) if i > 2 else 0)
+        more = True
+        while more:
+            c = x & 0x1F
+            x >>= 5                                  # arithmetic shift, as on C's signed long
+            more = (x != -1) if (c & 0x10) else (x != 0)
+            if more:
+                c |= 0x20
+            out.append(chr(c + 48))
+    return "".join(out)
+
+
+def encode_rle(mask: np.ndarray) -> dict:
+    """{"size": [H, W], "counts": compressed string} of an (H, W) mask."""
+    H, W = mask.shape
+    return {"size": [int(H), int(W)], "counts": rle_string(rle_counts(mask))}
+
+
+def _categories(events) -> list[dict]:
+    classes = {}
+    for e in events:
+        for c in e.manifest["ontology"]["classes"]:
+            classes.setdefault(int(c["id"]), c)
+    if any(cid == 0 for cid in classes):
+        raise RowbeamError("ontology class id 0 is background in rowbeam and reserved in COCO; cannot map it")
+    return [{"id": cid, "name": c["name"], "supercategory": c.get("tags", [c["name"]])[0]}
+            for cid, c in sorted(classes.items())]
+
+
+def coco_document(bundle: Bundle, sensor: str | None = None) -> tuple[dict, dict]:
+    """(COCO instances document, statistics for the sidecar)."""
+    events = labelled_events(bundle, sensor)
+    categories = _categories(events)
+    known = {c["id"] for c in categories}
+    images, annotations, skipped = [], [], []
+    for image_id, event in enumerate(events, start=1):
+        W, H = image_size(event)
+        rgb = event.manifest["modalities"].get("rgb")
+        images.append({"id": image_id, "width": W, "height": H,
+                       "file_name": f"events/{event.sensor}/{event.index:06d}/{rgb['uri']}" if rgb else "",
+                       "rowbeam_sample_id": event.sample_id, "rowbeam_reference_time_ns": event.reference_time_ns})
+        for label in event.object_labels:
+            mask = modal_mask(event, label)
+            why = ("no visible pixel" if not mask.any() else
+                   "void class (no ontology class, no COCO category)" if int(label["semantic_id"]) == VOID_ID else
+                   f"class id {label['semantic_id']} not in the ontology" if int(label["semantic_id"]) not in known
+                   else None)
+            if why:
+                skipped.append({"sample_id": event.sample_id, "id": str(label["id"]), "reason": why})
+                continue
+            u0, v0, u1, v1 = mask_box(mask)
+            annotations.append({
+                "id": len(annotations) + 1, "image_id": image_id, "category_id": int(label["semantic_id"]),
+                "segmentation": encode_rle(mask), "area": int(mask.sum()),
+                "bbox": [u0, v0, u1 - u0 + 1, v1 - v0 + 1], "iscrowd": 0,
+                "rowbeam_id": str(label["id"]), "rowbeam_instance_id": int(label["instance_id"]),
+                "rowbeam_bbox_amodal": label.get("bbox_amodal_unclipped"),
+                "rowbeam_bbox_amodal_clipped": label.get("bbox_amodal_clipped"),
+                "rowbeam_visib_fract": label.get("visib_fract"),
+                "rowbeam_truncation_fraction": label.get("truncation_fraction"),
+                "rowbeam_occlusion_fraction": label.get("occlusion_fraction")})
+    doc = {"info": {"description": f"rowbeam bundle {bundle.info.get('dataset_id', bundle.path.name)}",
+                    "rowbeam_conventions": "bbox [x, y, w, h] of visible pixels, pixel centres at integers, "
+                    "w = u_max - u_min + 1; rowbeam_bbox_amodal = amodal box on the 3x canvas, same convention "
+                    "(x, y may be negative); rowbeam_id = stable 64-bit object id (decimal string)"},
+           "images": images, "annotations": annotations, "categories": categories}
+    return doc, {"skipped": skipped, "events": [e.sample_id for e in events]}
+
+
+LOST = ["amodal masks (only the rowbeam_bbox_amodal boxes are kept), the 3x-canvas silhouettes and counts",
+        "per-row acquisition times, object poses, 3D boxes, depth and every other modality",
+        "objects with no visible pixel and objects of the void class (listed in skipped)"]
+
+
+def export_coco(bundle_path, out, sensor: str | None = None) -> dict:
+    """Write OUT (COCO instances JSON) and OUT.json (sidecar); return the sidecar."""
+    bundle = Bundle.open(bundle_path)
+    out = check_output_file(out, bundle.path)
+    side = check_output_file(Path(str(out) + ".json"), bundle.path)
+    doc, stats = coco_document(bundle, sensor)
+    write_file(out, json.dumps(doc, separators=(",", ":")).encode() + b"\n")
+    try:
+        meta = sidecar("coco_instances", out.name, {"bundle": str(bundle.path), "events": stats["events"]}, LOST,
+                       {"px": 0.0}, sha256=sha256_file(out), skipped=stats["skipped"],
+                       annotations=len(doc["annotations"]), units="px",
+                       segmentation="compressed COCO RLE of the modal mask (column-major runs, zeros first)")
+        write_file(side, sidecar_bytes(meta))
+    except BaseException:
+        out.unlink(missing_ok=True)                # never a file without its sidecar
+        raise
+    return meta

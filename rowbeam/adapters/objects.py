@@ -1,0 +1,73 @@
+"""Shared reading of per-object camera labels (manifest `object_labels`, issue 10) for the object adapters."""
+from __future__ import annotations
+
+import numpy as np
+
+from rowbeam.bundle.reader import Bundle, Event
+from rowbeam.util.errors import RowbeamError
+
+CAMERA = "rolling_shutter_camera"
+VOID_ID = 2**32 - 1
+
+
+def labelled_events(bundle: Bundle, sensor: str | None = None, single_sensor: bool = False) -> list[Event]:
+    """Camera events that carry object labels (sorted by sensor, index); RowbeamError when there are none.
+    `single_sensor`: refuse a bundle whose labelled cameras are several unless `sensor` picks one."""
+    events = [e for e in bundle.events(sensor) if e.sensor_type == CAMERA and e.manifest.get("object_labels")]
+    if not events:
+        where = f"sensor {sensor!r}" if sensor else "any camera"
+        raise RowbeamError(f"{bundle.path}: no camera events with object labels for {where} (set "
+                           "\"object_labels\": true on the camera in the rig and export again)")
+    sensors = sorted({e.sensor for e in events})
+    if single_sensor and len(sensors) > 1:
+        raise RowbeamError(f"{bundle.path}: several cameras with object labels ({', '.join(sensors)}); "
+                           "choose one with --sensor")
+    return events
+
+
+def refuse_lens(events: list[Event], fmt: str, why: str) -> None:
+    """RowbeamError (one line) when a camera event renders through a lens (calibration.distortion model != none):
+    `fmt`'s camera model is the pinhole K only (`why`), so its labels would be read with the wrong projection."""
+    for e in events:
+        model = e.manifest["calibration"].get("distortion", {}).get("model", "none")
+        if model != "none":
+            raise RowbeamError(f"{e.path}: camera {e.sensor!r} renders through lens model {model} "
+                               f"(calibration.distortion); {fmt} {why}, so its masks, boxes and poses would be read "
+                               "with the wrong projection: export this camera without a lens for " + fmt)
+
+
+def image_size(event: Event) -> tuple[int, int]:
+    """(W, H) of a camera event."""
+    W, H = event.manifest["calibration"]["image_size_px"]
+    return int(W), int(H)
+
+
+def modal_mask(event: Event, label: dict) -> np.ndarray:
+    """(H, W) bool visible mask (instance_id == the object's render index), checked against px_count_visib."""
+    mask = event.modal_mask(label)
+    if int(mask.sum()) != int(label["px_count_visib"]):
+        raise RowbeamError(f"{event.path}: object {label['id']}: instance_id holds {int(mask.sum())} pixels, "
+                           f"object_labels.px_count_visib says {label['px_count_visib']}; run `rowbeam check`")
+    return mask
+
+
+def amodal_mask(event: Event, label: dict) -> np.ndarray:
+    """(H, W) bool amodal mask inside the image (all False when the object is not in the image),
+    checked against px_count_in_image."""
+    W, H = image_size(event)
+    mask = event.amodal_mask(label)
+    mask = np.zeros((H, W), bool) if mask is None else mask
+    if int(mask.sum()) != int(label["px_count_in_image"]):
+        raise RowbeamError(f"{event.path}: object {label['id']}: amodal mask holds {int(mask.sum())} pixels, "
+                           f"object_labels.px_count_in_image says {label['px_count_in_image']}; run `rowbeam check`")
+    return mask
+
+
+def mask_box(mask: np.ndarray) -> tuple[int, int, int, int] | None:
+    """(u_min, v_min, u_max, v_max) pixel indices of the set pixels, or None when empty."""
+    rows, cols = np.any(mask, axis=1), np.any(mask, axis=0)
+    if not rows.any():
+        return None
+    v = np.flatnonzero(rows)
+    u = np.flatnonzero(cols)
+    return int(u[0]), int(v[0]), int(u[-1]), int(v[-1])

@@ -1,0 +1,1 @@
+"""Export orchestration inside Blender: command line, runs, bundle output folders, manifests, verification."""

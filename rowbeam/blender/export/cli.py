@@ -1,0 +1,149 @@
+"""Command line of the exporter (render_export.py). User errors: one line, exit 2, nothing written."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rowbeam.util.errors import RowbeamError, quiet_numpy_float_warnings
+from rowbeam.model.timing import MAX_EVENT_INDEX
+
+from rowbeam.blender.export.console import export_console
+
+USAGE = """\
+  blender -b scene.blend -P render_export.py -- --out DIR [--rig RIG.json] [options]
+  python render_export.py scene.blend --out DIR [--rig RIG.json] [options]   (bpy wheel)"""
+
+
+def parse_args(argv: list[str], blend_positional: bool, prog: str = "render_export.py") -> argparse.Namespace:
+    p = _Parser(prog=prog, usage=USAGE if prog == "render_export.py" else None,
+                description="Export rowbeam sensor events (labels + manifests) from a .blend.")
+    if blend_positional:
+        p.add_argument("blend", help=".blend file (opened with its scripts disabled)")
+    p.add_argument("--rig", help="rig file (rowbeam/rig@1); default: the rig stored in the .blend")
+    p.add_argument("--out", required=True, help="output bundle folder (new, empty, or this dataset's)")
+    p.add_argument("--sensors", help="comma-separated sensor ids (default: every sensor in the rig)")
+    p.add_argument("--first-event", type=_bounded_int(MAX_EVENT_INDEX), default=0,
+                   help=f"first event index, 0 .. {MAX_EVENT_INDEX} (default 0)")
+    p.add_argument("--count", type=_bounded_int(MAX_EVENT_INDEX + 1),
+                   help="number of events per sensor (default: all inside the frame range)")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="Cycles device: GPU when available (auto), or force one")
+    p.add_argument("--flow", action="store_true",
+                   help="also export optical/scene flow between consecutive exported events of each camera")
+    p.add_argument("--flow-pairs", metavar="I:J,...",
+                   help="flow between these event pairs of each camera (exported first when missing)")
+    p.add_argument("--scenario", help="scenario token (a dataset plan sets it; default: rig lineage, scene "
+                   "property rowbeam_scenario, else the .blend's name)")
+    p.add_argument("--lineage-group", help="lineage group (with --scenario; default: the scenario)")
+    p.add_argument("--split", help="dataset split of these events (a dataset plan assigns it before rendering); "
+                   "written into every manifest's lineage")
+    talk = p.add_mutually_exclusive_group()
+    talk.add_argument("-q", "--quiet", action="store_true", help="print errors only (no progress, no summary)")
+    talk.add_argument("-v", "--verbose", action="store_true",
+                      help="also show Blender's own output (render temp files, device probes)")
+    return p.parse_args(argv)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with rowbeam's error contract: one line `rowbeam: error: ...`, exit status 2."""
+
+    def error(self, message):
+        print(f"rowbeam: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _bounded_int(largest: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+        if not 0 <= value <= largest:
+            raise argparse.ArgumentTypeError(f"{value} is outside 0 .. {largest}")
+        return value
+    return parse
+
+
+def parse_sensors(text: str | None) -> list | None:
+    """--sensors ID,...: None (every sensor) when absent; empty entries and repeats are refused."""
+    if text is None:
+        return None
+    ids = text.split(",")
+    if "" in ids:
+        raise RowbeamError(f"--sensors: {text[:80]!r} has an empty entry")
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise RowbeamError(f"--sensors: {repeated[0][:80]!r} is named twice")
+    return ids
+
+
+def parse_pairs(text: str | None) -> list | None:
+    """--flow-pairs I:J,...: pairs of event indices, each 0 .. MAX_EVENT_INDEX."""
+    if text is None:
+        return None
+    pairs = []
+    for item in text.split(","):
+        try:
+            a, b = (_bounded_int(MAX_EVENT_INDEX)(x) for x in item.split(":"))
+        except (ValueError, argparse.ArgumentTypeError):
+            raise RowbeamError(f"--flow-pairs: {item[:80]!r} is not SOURCE:DESTINATION event indices "
+                               f"(0 .. {MAX_EVENT_INDEX})") from None
+        pairs.append((a, b))
+    return pairs
+
+
+def parse_lineage(scenario: str | None, group: str | None) -> dict | None:
+    """--scenario/--lineage-group: None when neither is given (the rig or the scene decides)."""
+    if scenario is None:
+        if group is not None:
+            raise RowbeamError("--lineage-group needs --scenario")
+        return None
+    return {"scenario": scenario, "lineage_group": scenario if group is None else group}
+
+
+def main(argv: list[str], blend_positional: bool, prog: str = "render_export.py") -> int:
+    quiet_numpy_float_warnings()
+    args = parse_args(argv, blend_positional, prog)
+    with export_console(args.quiet, args.verbose) as console:
+        return _export(args, blend_positional, console)
+
+
+def _export(args, blend_positional: bool, console) -> int:
+    """Plan and run the export; rowbeam's lines go to `console`, user errors to stderr (one line, exit 2)."""
+    try:
+        from rowbeam.blender.export.allocator import keep_freed_memory
+        from rowbeam.blender.export.run_temp import enter_process_temp
+
+        enter_process_temp()        # before bpy loads, so Blender's own temp folder is created inside it
+        keep_freed_memory()         # process-wide allocator settings: ours to set in a headless export process only
+        from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
+
+        request = ExportRequest(
+            out=Path(args.out), blend=Path(args.blend) if blend_positional else None,
+            rig=Path(args.rig) if args.rig else None,
+            sensors=parse_sensors(args.sensors),
+            first_event=args.first_event, count=args.count, device=args.device, flow=args.flow,
+            flow_pairs=parse_pairs(args.flow_pairs), lineage=parse_lineage(args.scenario, args.lineage_group),
+            split=args.split)
+        plan = plan_export(request)
+        flows = sum(j.is_flow for j in plan.jobs)
+        console.say(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "
+                    f"(device {plan.context.device})")
+        plan.context.progress = console.progress
+        console.watch_cycles()
+        summary = run_export(plan, progress=lambda d, t, text: console.say(f"rowbeam: [{d}/{t}] {text}"))
+    except RowbeamError as exc:
+        print(f"rowbeam: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except OSError as exc:          # disk full, read-only or not permitted: one line naming the path
+        from rowbeam.blender.export.bundle import write_error
+
+        error = write_error(exc, args.out, "export stopped")
+        if error is None:
+            raise
+        print(f"rowbeam: error: {error}", file=sys.stderr)
+        return error.exit_code
+    console.say(f"rowbeam: published {len(summary['published'])}, quarantined {len(summary['quarantined'])}, "
+                f"skipped {len(summary['skipped'])} -> {summary['out']}")
+    return 1 if summary["quarantined"] else 0

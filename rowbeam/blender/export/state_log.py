@@ -1,0 +1,116 @@
+"""Sample and write the bundle's state log (`rowbeam/state_log@1`, rowbeam/model/state_log.py) (bpy).
+
+Bodies: the ego (rig `state_log.ego_object`) and every planned sensor's object at `ego_rate_hz`, every moving
+object of the object table at `objects_rate_hz`, over the span of the planned events. Each pose is matrix_world
+(scale removed) at the sample's integer-ns time (`scene_clock.objects_world_matrices`: direct F-curve evaluation,
+identical to frame_set, or frame_set); velocities by central differences.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import atomic_write_bytes, canonical_json, sha256_file
+from rowbeam.model.frames import rigid_part
+from rowbeam.model.state_log import (
+    INTERPOLATION,
+    SCHEMA,
+    STATE_DIR,
+    VELOCITY_METHOD,
+    VELOCITY_STEP_NS,
+    angular_velocity,
+    sample_times_ns,
+)
+
+from rowbeam.blender.compat.scene_clock import objects_world_matrices
+
+
+def check_state_log_config(scene, rig) -> None:
+    """The ego object named in the rig must be in the scene (one line naming the field)."""
+    cfg = rig.state_log
+    if cfg and scene.objects.get(cfg["ego_object"]) is None:
+        raise RowbeamError(f"{rig.source}: state_log.ego_object: object {cfg['ego_object']!r} is not in scene "
+                           f"{scene.name!r}")
+
+
+def plan_bodies(ctx, rig, sensors) -> list[tuple[str, str, float, str | None]]:
+    """[(object name, role, rate_hz, 64-bit id or None)]: ego, the objects of `sensors` (every rig sensor, so
+    associations find both partners' poses), moving objects (each once)."""
+    cfg = rig.state_log
+    bodies, seen = [], set()
+    for name, role, rate, oid in ([(cfg["ego_object"], "ego", cfg["ego_rate_hz"], None)]
+                                  + [(s.object, "sensor", cfg["ego_rate_hz"], None) for s in sensors
+                                     if ctx.scene.objects.get(s.object) is not None]
+                                  + [(e.obj_name, "object", cfg["objects_rate_hz"], str(e.id)) for e in ctx.table
+                                     if e.motion != "static"]):
+        if name not in seen:
+            seen.add(name)
+            bodies.append((name, role, rate, oid))
+    return bodies
+
+
+def sample_body_tracks(ctx, bodies, start_ns: int, end_ns: int) -> dict:
+    """{name: (t_ns, T (N,4,4), v (N,3), w (N,3))} sampled per rate group."""
+    scene, clock = ctx.scene, ctx.clock
+    out = {}
+    for rate in sorted({b[2] for b in bodies}):
+        names = [b[0] for b in bodies if b[2] == rate]
+        objs = [scene.objects[n] for n in names]
+        t = sample_times_ns(rate, start_ns, end_ns)
+        M = objects_world_matrices(scene, clock, objs, t.tolist())
+        before = objects_world_matrices(scene, clock, objs, [int(x) - VELOCITY_STEP_NS for x in t])
+        after = objects_world_matrices(scene, clock, objs, [int(x) + VELOCITY_STEP_NS for x in t])
+        h2 = 2 * VELOCITY_STEP_NS * 1e-9
+        for i, n in enumerate(names):
+            T = np.stack([rigid_part(m) for m in M[i]])
+            Rb = np.stack([rigid_part(m)[:3, :3] for m in before[i]])
+            Ra = np.stack([rigid_part(m)[:3, :3] for m in after[i]])
+            v = (after[i][:, :3, 3] - before[i][:, :3, 3]) / h2
+            out[n] = (t, T, v, angular_velocity(Rb, Ra, h2))
+    return out
+
+
+def _npy_bytes(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a.astype(a.dtype.newbyteorder("<"), copy=False), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _write_once(path: Path, data: bytes, sha: str) -> None:
+    if path.exists() and sha256_file(path) == sha:
+        return
+    atomic_write_bytes(path, data)
+
+
+def write_state_log(root, ctx, rig, sensors, span_ns: tuple[int, int]) -> dict:
+    """Write state/<sha>.npy arrays and state/state_log_<sha>.json under bundle `root`; return the manifest pointer
+    {"log": uri relative to the bundle root, "sha256"}."""
+    import hashlib
+
+    bodies = plan_bodies(ctx, rig, sensors)
+    tracks = sample_body_tracks(ctx, bodies, *span_ns)
+    d = Path(root) / STATE_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, role, rate, oid in bodies:
+        arrays = {}
+        for key, a in zip(("t_ns", "T_world_object", "velocity", "angular_velocity"), tracks[name], strict=True):
+            data = _npy_bytes(np.asarray(a))
+            sha = hashlib.sha256(data).hexdigest()
+            _write_once(d / f"{sha}.npy", data, sha)
+            arrays[key] = {"uri": f"{STATE_DIR}/{sha}.npy", "sha256": sha, "bytes": len(data), "format": "npy",
+                           "dtype": str(np.asarray(a).dtype), "shape": list(np.asarray(a).shape)}
+        entries.append({"name": name, "role": role, "rate_hz": rate, **({"id": oid} if oid else {}),
+                        "samples": int(len(tracks[name][0])), "arrays": arrays})
+    doc = {"schema": SCHEMA, "clock": "scene_monotonic_ns", "span_ns": [int(span_ns[0]), int(span_ns[1])],
+           "frames": "T_world_object: world <- the object's local axes (Blender), scale removed; velocity: the object "
+                     "origin's, world, m/s; angular_velocity: world, rad/s",
+           "interpolation": INTERPOLATION, "velocity_method": VELOCITY_METHOD, "bodies": entries}
+    data = canonical_json(doc)
+    sha = hashlib.sha256(data).hexdigest()
+    uri = f"{STATE_DIR}/state_log_{sha}.json"
+    _write_once(Path(root) / uri, data, sha)
+    return {"log": uri, "sha256": sha}

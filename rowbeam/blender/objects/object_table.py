@@ -1,0 +1,141 @@
+"""Stable object identity: 64-bit ids stored on objects, render indices, semantic classes (bpy).
+
+An object's id lives in its custom property `rowbeam_id` as a decimal or 0x-hex string
+(Blender integer properties are 32-bit). Its class tag lives in `rowbeam_class`.
+The render index (1..N, written into Cycles' Object Index pass) is assigned per export in a
+deterministic order (by id) and mapped back to the id in the manifest's object table.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from rowbeam.util.errors import RowbeamError
+from rowbeam.model.ontology import Ontology
+
+ID_PROPERTY = "rowbeam_id"
+CLASS_PROPERTY = "rowbeam_class"
+MAX_ID = 2**64 - 1
+MAX_RENDER_INDEX = 2**24 - 1        # Object Index is a float32 pass: integers exact below 2^24
+RENDERABLE_TYPES = {"MESH", "CURVE", "SURFACE", "META", "FONT", "CURVES", "POINTCLOUD", "VOLUME"}
+
+
+def parse_object_id(text, where: str) -> int:
+    try:
+        value = int(str(text).strip(), 0)
+    except ValueError:
+        raise RowbeamError(f"{where}: {ID_PROPERTY} {text!r} is not an integer (decimal or 0x-hex)") from None
+    if not 1 <= value <= MAX_ID:
+        raise RowbeamError(f"{where}: {ID_PROPERTY} {text!r} is outside 1..2^64-1")
+    return value
+
+
+def format_object_id(value: int) -> str:
+    return f"0x{value:016x}"
+
+
+def name_hash_id(name: str) -> int:
+    """Fallback id from the object name (unstable under renaming; declared as such)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little") or 1
+
+
+@dataclass(frozen=True)
+class ObjectEntry:
+    obj_name: str
+    id: int
+    render_index: int
+    class_id: int
+    class_tag: str | None
+    id_source: str
+    motion: str = "static"
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "render_index": self.render_index, "class_id": self.class_id,
+                "class_tag": self.class_tag, "name": self.obj_name, "id_source": self.id_source,
+                "motion": self.motion}
+
+
+def renderable_objects(scene, view_layer) -> list:
+    return [o for o in scene.objects
+            if o.type in RENDERABLE_TYPES and not o.hide_render and o.visible_get(view_layer=view_layer)]
+
+
+def _mesh_signature(obj, depsgraph) -> tuple:
+    """(vertex count, triangle count, sum of local coordinates) of the evaluated object's mesh."""
+    ev = obj.evaluated_get(depsgraph)
+    mesh = ev.to_mesh()
+    try:
+        mesh.calc_loop_triangles()
+        return len(mesh.vertices), len(mesh.loop_triangles), sum(sum(v.co) for v in mesh.vertices)
+    finally:
+        ev.to_mesh_clear()
+
+
+def moving_objects(scene, objects) -> set[str]:
+    """Names of objects that move or deform: matrix_world differs between any two frames of the
+    scene's range (every frame and half frame), a modifier deforms them, or the evaluated mesh of an
+    object with modifiers or animated shape keys changes (e.g. a Build or geometry-nodes modifier).
+
+    matrix_world of plain objects (`pose_eval.plain_reason`) is evaluated directly at every sample time,
+    bit-identical to frame_set (none at all for `certainly_static` ones); frame_set runs only for the rest
+    and for mesh signatures."""
+    import bpy
+
+    from rowbeam.blender.compat import pose_eval, scene_clock
+
+    moving = {o.name for o in objects if o.is_deform_modified(scene, "RENDER")}
+    direct = not scene_clock.FORCE_FRAME_SET and scene.render.frame_map_old == scene.render.frame_map_new
+    plain = [o for o in objects if direct and o.name not in moving and pose_eval.plain_reason([o]) is None]
+    plain_names = {o.name for o in plain}
+    sampled = [o for o in objects if o.name not in moving and o.name not in plain_names]
+    meshed = [o for o in objects if o.name not in moving and o.modifiers]
+    samples = [(f, half) for f in range(scene.frame_start, scene.frame_end + 1) for half in (0.0, 0.5)]
+    animated = [o for o in plain if not pose_eval.certainly_static(o)]
+    if animated:
+        frames = [scene.frame_current] + [f for f, _ in samples]
+        subframes = [scene.frame_subframe] + [h for _, h in samples]
+        mats = pose_eval.world_matrices_direct(animated, frames, subframes)
+        moving |= {o.name for o, m in zip(animated, mats, strict=True) if not (m[1:] == m[0]).all()}
+    if not sampled and not meshed:
+        return moving
+    frame, sub = scene.frame_current, scene.frame_subframe
+    first = {o.name: [list(r) for r in o.matrix_world] for o in sampled}
+    first_mesh = {}
+    for f, half in samples:
+        scene.frame_set(f, subframe=half)
+        moving |= {o.name for o in sampled if o.name not in moving and
+                   [list(r) for r in o.matrix_world] != first[o.name]}
+        if any(o.name not in moving for o in meshed):
+            depsgraph = bpy.context.evaluated_depsgraph_get()
+            for o in meshed:
+                if o.name not in moving and first_mesh.setdefault(o.name, _mesh_signature(o, depsgraph)) \
+                        != _mesh_signature(o, depsgraph):
+                    moving.add(o.name)
+    scene.frame_set(frame, subframe=sub)
+    return moving
+
+
+def build_object_table(scene, view_layer, ontology: Ontology) -> list[ObjectEntry]:
+    """Object table for every renderable object, render indices 1..N in id order."""
+    rows = []
+    seen = {}
+    for o in renderable_objects(scene, view_layer):
+        raw = o.get(ID_PROPERTY)
+        if raw is None:
+            oid, source = name_hash_id(o.name), "name_hash_unstable"
+        else:
+            oid, source = parse_object_id(raw, f"object {o.name!r}"), "object_property"
+        if oid in seen:
+            raise RowbeamError(f"object {o.name!r}: {ID_PROPERTY} {format_object_id(oid)} is also used by "
+                               f"{seen[oid]!r}; ids must be unique (a duplicated object needs a new id)")
+        seen[oid] = o.name
+        tag = o.get(CLASS_PROPERTY)
+        tag = str(tag) if tag is not None else None
+        rows.append((oid, o.name, tag, source))
+    if len(rows) > MAX_RENDER_INDEX:
+        raise RowbeamError(f"scene has {len(rows)} renderable objects; at most {MAX_RENDER_INDEX} are supported")
+    rows.sort()
+    moving = moving_objects(scene, [scene.objects[name] for _, name, _, _ in rows])
+    return [ObjectEntry(name, oid, i + 1, ontology.class_of(tag), tag, source,
+                        "moving" if name in moving else "static")
+            for i, (oid, name, tag, source) in enumerate(rows)]

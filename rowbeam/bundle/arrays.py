@@ -1,0 +1,187 @@
+"""Encode and decode payload arrays: OpenEXR (images) and NumPy .npy (int64/float64 tables).
+
+OpenEXR stores FLOAT (float32), HALF and UINT (uint32) channels; a uint8 plane (validity)
+is stored as UINT and decoded back to uint8. Compression is lossless ZIP. Row 0 is the top.
+An array of shape (H, W, C) is stored as C channels named in the manifest's `channels`.
+"""
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import OpenEXR
+
+from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle.files import fsync_path
+
+EXR_PIXEL_TYPE = {"float32": "FLOAT", "float16": "HALF", "uint32": "UINT", "uint8": "UINT"}
+STORED_DTYPE = {"FLOAT": np.float32, "HALF": np.float16, "UINT": np.uint32}
+
+
+def write_exr(path, array: np.ndarray, channels: list[str], dtype: str, attributes=None) -> dict:
+    """Write `array` ((H, W) or (H, W, C)) losslessly; returns the manifest `storage` entry."""
+    a = np.asarray(array)
+    planes = [a] if a.ndim == 2 else [a[..., i] for i in range(a.shape[-1])]
+    if len(planes) != len(channels):
+        raise ValueError(f"{len(planes)} planes but channels {channels}")
+    stored = STORED_DTYPE[EXR_PIXEL_TYPE[dtype]]
+    data = {}
+    for name, plane in zip(channels, planes, strict=True):
+        if dtype == "uint8" and (plane.min(initial=0) < 0 or plane.max(initial=0) > 255):
+            raise ValueError("uint8 plane out of range")
+        data[name] = np.ascontiguousarray(plane.astype(stored, copy=False))
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    header.update(attributes or {})
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with OpenEXR.File(header, data) as f:
+        f.write(str(tmp))
+    fsync_path(tmp)
+    os.replace(tmp, path)
+    return {"pixel_type": EXR_PIXEL_TYPE[dtype], "compression": "ZIP", "line_order": "increasing_y (row 0 at top)"}
+
+
+def _owned(pixels: np.ndarray) -> np.ndarray:
+    """The binding's pixel array itself when numpy owns its memory (OpenEXR 3.5: no second copy of a large
+    image), else a copy that outlives the File."""
+    return pixels if pixels.flags.owndata else pixels.copy()
+
+
+def read_exr_channels(path) -> tuple[dict, dict]:
+    """{channel name: 2-D array} and the header of a single-part EXR; RowbeamError if unreadable."""
+    try:
+        with OpenEXR.File(str(path), separate_channels=True) as f:
+            channels = {name: _owned(ch.pixels) for name, ch in f.channels().items()}
+            header = dict(f.header())
+    except Exception as exc:  # OpenEXR raises RuntimeError for truncated or corrupt files
+        raise RowbeamError(f"{path}: unreadable OpenEXR file ({exc}); truncated or corrupt") from None
+    return channels, header
+
+
+def read_exr_parts(path) -> dict:
+    """{channel name: 2-D array} over every part of a (multi-part) EXR, e.g. a Cycles render."""
+    try:
+        with OpenEXR.File(str(path), separate_channels=True) as f:
+            return {name: _owned(ch.pixels) for part in f.parts for name, ch in part.channels.items()}
+    except Exception as exc:
+        raise RowbeamError(f"{path}: unreadable OpenEXR file ({exc})") from None
+
+
+def decode_exr_planes(path, channels: list[str], dtype: str) -> list[np.ndarray]:
+    """The named channels as (H, W) planes with the declared logical dtype, in `channels` order (each plane as
+    the file stores it: contiguous, no copy into an interleaved array).
+
+    Raises RowbeamError naming a missing channel or a stored pixel type that differs from the
+    one the declared dtype requires.
+    """
+    data, _ = read_exr_channels(path)
+    want = STORED_DTYPE[EXR_PIXEL_TYPE[dtype]]
+    planes = []
+    for name in channels:
+        if name not in data:
+            raise RowbeamError(f"{path}: channel {name!r} is missing (has {sorted(data)})")
+        if data[name].dtype != want:
+            raise RowbeamError(f"{path}: channel {name!r} is stored as {data[name].dtype}, "
+                               f"declared dtype {dtype} needs {np.dtype(want)}")
+        planes.append(data[name])
+    extra = sorted(set(data) - set(channels))
+    if extra:
+        raise RowbeamError(f"{path}: undeclared channel(s) {extra}")
+    if dtype == "uint8":
+        if any(p.max(initial=0) > 255 for p in planes):
+            raise RowbeamError(f"{path}: values above 255 in a uint8 plane")
+        planes = [p.astype(np.uint8) for p in planes]
+    return planes
+
+
+def decode_exr(path, channels: list[str], dtype: str) -> np.ndarray:
+    """Stack the named channels into (H, W) or (H, W, C) with the declared logical dtype (decode_exr_planes)."""
+    planes = decode_exr_planes(path, channels, dtype)
+    return planes[0] if len(planes) == 1 else np.stack(planes, axis=-1)
+
+
+def write_npy(path, array: np.ndarray) -> dict:
+    """Little-endian .npy, no pickle; atomic. Returns the manifest `storage` entry."""
+    a = np.asarray(array)
+    a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+    buf = io.BytesIO()
+    np.save(buf, a, allow_pickle=False)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return {"byte_order": "little", "npy_version": "1.0"}
+
+
+def declared_numpy_dtype(entry: dict) -> np.dtype:
+    """The little-endian numpy dtype a manifest entry declares (structured for dtype "record")."""
+    if entry["dtype"] == "record":
+        return np.dtype([(f["name"], np.dtype(f["dtype"]).newbyteorder("<")) for f in entry.get("fields", [])])
+    return np.dtype(entry["dtype"]).newbyteorder("<")
+
+
+def decode_npy(path, expected: np.dtype) -> np.ndarray:
+    try:
+        a = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise RowbeamError(f"{path}: unreadable .npy file ({exc})") from None
+    if a.dtype.newbyteorder("<") != expected or (a.dtype.byteorder == ">"):
+        raise RowbeamError(f"{path}: stored dtype {a.dtype}, declared {expected}")
+    return a
+
+
+def decode_payload(path, entry: dict) -> np.ndarray:
+    """Decode one manifest modality entry's file into its declared array (dtype verified)."""
+    if entry["format"] == "openexr":
+        return decode_exr(path, entry["channels"], entry["dtype"])
+    return decode_npy(path, declared_numpy_dtype(entry))
+
+
+class DecodedArrays(Mapping):
+    """{modality name: decoded array} as the checker holds an event's payloads. A multi-channel image can be added
+    as its channel planes (decode_exr_planes); it is stacked into its declared (H, W, C) array, once, only when
+    first read as `arrays[name]`, so checks that work channel by channel (`planes`) never pay for that copy.
+    Reading a name gives exactly what decode_payload returns for it."""
+
+    def __init__(self):
+        self._items: dict = {}              # name: ndarray, or tuple of (H, W) planes not stacked yet
+
+    def add(self, name: str, value) -> None:
+        """value: the decoded array, or a list of >= 2 channel planes (declared channel order)."""
+        self._items[name] = tuple(value) if isinstance(value, list) else value
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        value = self._items[name]
+        if isinstance(value, tuple):
+            value = self._items[name] = np.stack(value, axis=-1)
+        return value
+
+    def __contains__(self, name) -> bool:        # Mapping's default would read (stack) the array
+        return name in self._items
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def held_planes(self, name: str) -> list[np.ndarray] | None:
+        """The channel planes of `name` while it is held unstacked (contiguous (H, W) arrays), else None."""
+        value = self._items[name]
+        return list(value) if isinstance(value, tuple) else None
+
+
+def channel_planes(arrays, name: str) -> list[np.ndarray]:
+    """The C planes (H, W) of the (H, W, C) array arrays[name]: the held planes of a DecodedArrays that has not
+    stacked it, else views of the array's channels. Same values either way."""
+    held = arrays.held_planes(name) if isinstance(arrays, DecodedArrays) else None
+    if held is not None:
+        return held
+    a = arrays[name]
+    return [a[..., c] for c in range(a.shape[-1])]

@@ -1,0 +1,220 @@
+"""Timed associations (`rowbeam/associations@1`, seed 000 §5.2): camera row bands <-> LiDAR beams / radar chirps.
+
+For a camera event and a LiDAR or radar event whose span overlaps it (within the tolerance), every camera row
+(reference time t_row, `rowbeam.rolling_shutter@1`) is paired with the other event's nearest acquisition time
+(LiDAR: a firing's channel time group; radar: a chirp), ties to the earlier one, and kept only when
+|t_row - t_other| <= max_skew_ns: no pair beyond the tolerance is ever written. Consecutive rows paired with the same
+firing group / chirp form a band: rows [v0, v1], their times, the other time, the largest |skew| in the band and
+the pose support (the state log samples bracketing the band's times, when the bundle has a state log). The camera
+reference time is paired the same way. The checker recomputes every record from the manifests.
+
+`rowbeam associate BUNDLE --max-skew-us N` writes BUNDLE/associations/max_skew_<ns>ns.json (atomic).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rowbeam.sensors.lidar import SpinningTiming
+from rowbeam.sensors.radar import RadarTiming
+from rowbeam.model.timing import RollingShutterTiming
+
+SCHEMA = "rowbeam/associations@1"
+FOLDER = "associations"
+RULE = ("each camera row's reference time paired with the nearest LiDAR firing-group / radar chirp time of an "
+        "overlapping event (ties: the earlier), kept only when |t_row - t_other| <= max_skew_ns; consecutive rows with "
+        "the same partner form a band; skew_ns = t_row - t_other")
+
+
+def other_times(manifest: dict) -> tuple[np.ndarray, list[dict]]:
+    """(sorted int64 times, what each time is) of a LiDAR or radar event."""
+    e = manifest["event"]
+    if manifest["sensor"]["type"] == "radar":
+        t = RadarTiming.from_manifest(e).chirp_times_ns()
+        return t, [{"chirp": j} for j in range(len(t))]
+    timing = SpinningTiming.from_manifest(e)
+    offsets, group_of = timing.time_groups()
+    t = timing.firing_times_ns()[:, None] + np.array(offsets, dtype=np.int64)[None, :]
+    what = [{"firing": k, "channel_group": g, "channels": [c for c, x in enumerate(group_of) if x == g]}
+            for k in range(t.shape[0]) for g in range(t.shape[1])]
+    return t.ravel(), what
+
+
+def nearest(sorted_t: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Index of the nearest sorted_t to each query time (ties: the earlier)."""
+    i = np.clip(np.searchsorted(sorted_t, query), 1, len(sorted_t) - 1)
+    left = sorted_t[i - 1]
+    return np.where(np.abs(query - left) <= np.abs(sorted_t[i] - query), i - 1, i) if len(sorted_t) > 1 \
+        else np.zeros(len(query), dtype=np.int64)
+
+
+def _support(track, t0: int, t1: int) -> list[int] | None:
+    """[first, last] state-log sample times bracketing [t0, t1] (None without a covering track)."""
+    if track is None or not track.covers([t0, t1]).all():
+        return None
+    a = int(np.clip(np.searchsorted(track.t, t0, side="right") - 1, 0, len(track.t) - 1))
+    b = int(np.clip(np.searchsorted(track.t, t1, side="left"), 0, len(track.t) - 1))
+    return [int(track.t[a]), int(track.t[b])]
+
+
+def span_ns(manifest: dict) -> tuple[int, int]:
+    if manifest["sensor"]["type"] == "rolling_shutter_camera":
+        t = RollingShutterTiming.from_manifest(manifest["event"]).row_reference_times_ns()
+        return int(t.min()), int(t.max())
+    t, _ = other_times(manifest)
+    return int(t.min()), int(t.max())
+
+
+def _ref(m: dict) -> dict:
+    return {"sensor": m["sensor"]["id"], "type": m["sensor"]["type"], "index": m["event"]["index"],
+            "sample_id": m["sample_id"]}
+
+
+def associate_pair(camera: dict, other: dict, max_skew_ns: int, tracks: dict | None = None) -> dict | None:
+    """The association record of one camera event with one LiDAR/radar event (manifests), or None when no row
+    pairs within max_skew_ns."""
+    timing = RollingShutterTiming.from_manifest(camera["event"])
+    rows_t = timing.row_reference_times_ns()
+    t_other, what = other_times(other)
+    idx = nearest(t_other, rows_t)
+    skew = rows_t - t_other[idx]
+    keep = np.abs(skew) <= max_skew_ns
+    if not keep.any():
+        return None
+    tracks = tracks or {}
+    cam_track, other_track = tracks.get(camera["sensor"]["object"]), tracks.get(other["sensor"]["object"])
+    bands, v = [], 0
+    H = len(rows_t)
+    while v < H:
+        if not keep[v]:
+            v += 1
+            continue
+        w = v
+        while w + 1 < H and keep[w + 1] and idx[w + 1] == idx[v]:
+            w += 1
+        t0, t1 = int(min(rows_t[v], rows_t[w])), int(max(rows_t[v], rows_t[w]))
+        to = int(t_other[idx[v]])
+        band = {"rows": [v, w], "camera_time_ns": [int(rows_t[v]), int(rows_t[w])], "other": what[idx[v]],
+                "other_time_ns": to, "max_abs_skew_ns": int(np.abs(skew[v:w + 1]).max())}
+        support = {k: s for k, s in (("camera", _support(cam_track, t0, t1)), ("other", _support(other_track, to, to)))
+                   if s is not None}
+        if support:
+            band["pose_support_ns"] = support
+        bands.append(band)
+        v = w + 1
+    ref_t = timing.reference_time_ns()
+    j = int(nearest(t_other, np.array([ref_t]))[0])
+    ref_skew = ref_t - int(t_other[j])
+    reference = ({"camera_reference_time_ns": ref_t, "other_time_ns": int(t_other[j]), "other": what[j],
+                  "skew_ns": ref_skew} if abs(ref_skew) <= max_skew_ns else None)
+    return {"camera": _ref(camera), "other": _ref(other), "reference": reference, "bands": bands,
+            "rows_paired": int(keep.sum()), "rows": H}
+
+
+def associate(manifests: list[dict], max_skew_ns: int, tracks: dict | None = None, state: dict | None = None) -> dict:
+    """The rowbeam/associations@1 document for a bundle's event manifests (every camera x overlapping LiDAR/radar)."""
+    cams = [m for m in manifests if m["sensor"]["type"] == "rolling_shutter_camera"]
+    others = [m for m in manifests if m["sensor"]["type"] in ("spinning_lidar", "radar")]
+    key = lambda m: (m["sensor"]["id"], m["event"]["index"])  # noqa: E731
+    pairs = []
+    for c in sorted(cams, key=key):
+        c0, c1 = span_ns(c)
+        for o in sorted(others, key=key):
+            o0, o1 = span_ns(o)
+            if o1 < c0 - max_skew_ns or o0 > c1 + max_skew_ns:
+                continue
+            rec = associate_pair(c, o, max_skew_ns, tracks)
+            if rec is not None:
+                pairs.append(rec)
+    return {"schema": SCHEMA, "max_skew_ns": int(max_skew_ns), "rule": RULE, "state": state, "pairs": pairs}
+
+
+def _manifests(root) -> list[dict]:
+    """Schema-valid event manifests of a bundle (flows skipped); RowbeamError naming a bad one."""
+    from rowbeam.check.runner import scan_layout
+    from rowbeam.util.errors import RowbeamError
+    from rowbeam.bundle.files import load_json
+    from rowbeam.bundle.schema import schema_errors
+
+    out = []
+    for path in scan_layout(root)[0]:
+        m = load_json(path, "manifest")
+        if isinstance(m, dict) and m.get("schema") == "rowbeam/flow@1":
+            continue
+        errors = schema_errors(m, "rowbeam/sample@1")
+        if errors:
+            raise RowbeamError(f"{path}: invalid manifest: {errors[0]}")
+        out.append(m)
+    return out
+
+
+def _state_of(manifests: list[dict], root):
+    """(state pointer, tracks) of the first camera event that has a state log, else (None, None)."""
+    from rowbeam.model.state_log import load_state_log
+
+    for m in manifests:
+        if m["sensor"]["type"] == "rolling_shutter_camera" and "state" in m:
+            return m["state"], load_state_log(root, m["state"])[1]
+    return None, None
+
+
+def associate_bundle(bundle, max_skew_us: float) -> tuple[str, dict]:
+    """Write BUNDLE/associations/max_skew_<ns>ns.json; return (its path, the document)."""
+    import math
+    from pathlib import Path
+
+    from rowbeam.util.errors import RowbeamError
+    from rowbeam.bundle.files import atomic_write_json
+
+    root = Path(bundle)
+    if not (root / "bundle.json").is_file():
+        raise RowbeamError(f"{root}: not a rowbeam bundle (no bundle.json)")
+    if not (isinstance(max_skew_us, (int, float)) and math.isfinite(max_skew_us) and 0 <= max_skew_us <= 1e6):
+        raise RowbeamError(f"--max-skew-us {max_skew_us}: must be 0 .. 1000000 (microseconds)")
+    manifests = _manifests(root)
+    state, tracks = _state_of(manifests, root)
+    doc = associate(manifests, round(max_skew_us * 1000), tracks, state)
+    (root / FOLDER).mkdir(exist_ok=True)
+    path = root / FOLDER / f"max_skew_{doc['max_skew_ns']}ns.json"
+    atomic_write_json(path, doc)
+    return str(path), doc
+
+
+def check_associations(root, add) -> None:
+    """Every associations/*.json: schema, no pair beyond its tolerance, and equal to the records recomputed from the
+    bundle's manifests and state log (complete: no pair within tolerance missing)."""
+    from pathlib import Path
+
+    from rowbeam.util.errors import RowbeamError
+    from rowbeam.bundle.files import load_json
+    from rowbeam.bundle.schema import schema_errors
+
+    folder = Path(root) / FOLDER
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob("*.json")):
+        name = f"associations:{path.name}"
+        try:
+            doc = load_json(path, "associations")
+            errors = schema_errors(doc, SCHEMA)
+            if errors:
+                add(name, False, f"violates {SCHEMA}: {errors[0]}")
+                continue
+            beyond = sum(1 for p in doc["pairs"] for b in p["bands"] if b["max_abs_skew_ns"] > doc["max_skew_ns"])
+            beyond += sum(1 for p in doc["pairs"] if p["reference"] and abs(p["reference"]["skew_ns"]) > doc["max_skew_ns"])
+            manifests = _manifests(root)
+            tracks = None
+            if doc["state"]:
+                from rowbeam.model.state_log import load_state_log
+
+                tracks = load_state_log(root, doc["state"])[1]
+            expected = associate(manifests, doc["max_skew_ns"], tracks, doc["state"])
+        except (RowbeamError, OSError) as exc:
+            add(name, False, f"unusable: {exc}")
+            continue
+        same = expected["pairs"] == doc["pairs"]
+        bands = sum(len(p["bands"]) for p in doc["pairs"])
+        add(name, same and not beyond, f"{beyond} pairs beyond max_skew_ns {doc['max_skew_ns']}" if beyond else
+            (f"{len(doc['pairs'])} event pairs, {bands} row bands, all within {doc['max_skew_ns']} ns and equal to the "
+             "records recomputed from the manifests" if same else "records differ from those recomputed from the "
+             "bundle's manifests and state log (stale or edited; rerun rowbeam associate)"),
+            pairs=len(doc["pairs"]), bands=bands)

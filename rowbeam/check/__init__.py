@@ -1,0 +1,1 @@
+"""The checker (no Blender): every executable contract a bundle is proved against."""

@@ -1,0 +1,45 @@
+"""QA tolerances, each with the reason for its size.
+
+float32 storage carries ~6e-8 relative error per value; derived products (range from
+camera_z) compare two independently rounded float32 values.
+"""
+
+Z_RANGE_REL_TOL = 1e-6          # 16x float32 epsilon: both stored values rounded once
+Z_RANGE_ABS_TOL = 1e-6          # m
+NORMAL_UNIT_TOL = 1e-4          # | |n| - 1 |; float32 components renormalised before storage
+GEOMETRIC_FACING_TOL = 1e-4     # n_g . ray_dir must be <= this (Cycles flips normals toward the ray)
+RIGID_TOL = 1e-6                # orthonormality of stored poses
+# Label-vs-exact-reference thresholds (measured by the exporter, recorded in the manifest).
+# 1 mm range and 1 px silhouette: below a 2 m/s pedestrian's motion in one 0.5 ms readout step.
+VERIFY_MAX_RANGE_ERROR_M = 1e-3
+VERIFY_MAX_SILHOUETTE_ERROR_PX = 1.0
+# Deformation between Cycles' motion steps (linear per vertex) vs the exactly evaluated mesh: the exporter
+# raises an object's motion_steps until its worst vertex error is within both (1 mm: VERIFY_MAX_RANGE_ERROR_M).
+DEFORM_MAX_ERROR_M = 1e-3
+DEFORM_MAX_ERROR_PX = 0.1
+
+# LiDAR
+LIDAR_RANGE_TOL_M = 2e-5            # |range - |p_world - origin||: float32 world hits near 100 m carry ~8e-6 m
+LIDAR_LATERAL_TOL_M = 2e-4          # distance of a return from its beam-table line: float32 OSL angles
+                                    # (~5e-7 rad x 120 m) + float32 hit positions (~2e-5 m on 300 m triangles)
+LIDAR_POINT_TOL_M = 1e-6            # point table vs its own world point and pose (float64 arithmetic)
+COS_INCIDENCE_TOL = 1e-5
+VERIFY_MAX_ID_MISMATCH_FRACTION = 0.01   # beams grazing an edge may hit the neighbour in the BVH cast
+
+# LiDAR <-> camera: a static return projected into the camera row whose time matches
+LIDAR_CAMERA_MAX_SKEW_NS = 1_000_000     # pair a return with a camera row at most 1 ms apart
+LIDAR_CAMERA_Z_ABS_TOL_M = 5e-3          # inverse-depth interpolation between pixel centres on planar faces
+LIDAR_CAMERA_Z_REL_TOL = 1e-3            # + neighbouring rows' poses differ by one row period of motion
+
+# Flow
+FLOW_DEPTH_TEST_ABS_M = 0.02        # dest_visible depth test: inverse-depth interpolation across a pixel on
+FLOW_DEPTH_TEST_REL = 0.01          # slanted faces, not occluders (those show another object id)
+FLOW_CYCLE_TOL_PX = 0.1             # forward then backward (bilinear) returns within 0.1 px where both visible
+FLOW_REPROJECTION_TOL_PX = 1e-3     # flow = projection of (source point + scene flow) at the landing row
+FLOW_SCENE_FLOW_TOL_M = 1e-4        # scene flow consistency (float32 storage of metres-scale vectors)
+
+# State log (rowbeam/model/state_log.py): 200 Hz samples, lerp + slerp between them
+STATE_LOG_POSE_TOL_M = 1e-4             # chord error of curved motion between samples (a*dt^2/8) + float32 poses
+STATE_LOG_ROTATION_TOL_RAD = 1e-4
+STATE_LOG_VELOCITY_TOL_MPS = 1e-2       # central differences of float32 matrix_world over +-2 ms, lerp between samples
+RADAR_LIDAR_PLANE_TOL_M = 1e-3          # radar return vs the LiDAR's tangent plane on one static face (both refined)
