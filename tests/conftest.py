@@ -11,6 +11,91 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+# Markers (pyproject.toml declares them): `pytest -m "not bpy"` runs the Blender-free tests.
+#   bpy      the test or one of its fixtures uses Blender (bpy, a scene builder, an export, a Blender child process)
+#   cycles   it renders with Cycles (an export or a render)
+#   engines  it starts a farm engine (Slurm daemons, a Ray cluster, worker processes)
+#   browser  it drives a real Chromium
+#   slow     it takes longer than ~20 s on its own on 2 cores
+# bpy and cycles are read from the source of the test and of every fixture it uses (so a new test is marked
+# without a table); the others come from the tables below.
+_CYCLES_SIGNS = ("build_and_export", "exports(", "render_export", "run_export(", "plan_export(", "farm_run",
+                 "bpy.ops.render", "render_rows", "render_labels", "bpy.ops.wm.save")
+_BPY_SIGNS = _CYCLES_SIGNS + ("bpy", "scenes.", "common.save", "rowbeam.blender", "extension_session", "scenes ",
+                              "\"scenes\"", "blender_binary")
+_FILE_MARKS = {
+    "test_farm_engines.py": ("engines", "slow"),
+    "test_extension.py": ("slow",),
+    "test_crash_recovery.py": ("slow",),
+    "test_concurrency.py": ("slow",),
+    "test_memory.py": ("slow",),
+    "test_label_speed.py": ("slow",),
+}
+_TEST_MARKS = {"test_report_opens_in_headless_chromium": ("browser",)}
+_SOURCE_CACHE: dict = {}
+
+
+def _source(func) -> str:
+    import inspect
+
+    if func not in _SOURCE_CACHE:
+        try:
+            _SOURCE_CACHE[func] = inspect.getsource(func)
+        except (OSError, TypeError):
+            _SOURCE_CACHE[func] = ""
+    return _SOURCE_CACHE[func]
+
+
+def _names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names(const)
+    return names
+
+
+def _reach(func, seen: set) -> list[str]:
+    """The source of `func` and of every test-side function it reaches by name (helpers in the test modules),
+    plus a marker text for any rowbeam.blender / bpy object it names."""
+    if func is None or func in seen or not hasattr(func, "__code__"):
+        return []
+    seen.add(func)
+    texts = [_source(func)]
+    for name in _names(func.__code__):
+        obj = func.__globals__.get(name)
+        module = getattr(obj, "__module__", None) or getattr(obj, "__name__", "")
+        if module == "bpy" or str(module).startswith(("rowbeam.blender", "bpy")):
+            texts.append("rowbeam.blender")
+        if callable(obj) and str(getattr(obj, "__module__", "")).startswith(("tests", "conftest", "helpers")):
+            texts += _reach(obj, seen)
+    return texts
+
+
+def _sources(item) -> list[str]:
+    seen: set = set()
+    texts = _reach(getattr(item, "function", None), seen)
+    for defs in item._fixtureinfo.name2fixturedefs.values() if hasattr(item, "_fixtureinfo") else ():
+        for d in defs:
+            if not d.func.__module__.startswith("_pytest"):
+                texts += _reach(d.func, seen)
+    return texts
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        texts = _sources(item)
+        marks = set(_FILE_MARKS.get(item.path.name, ())) | set(_TEST_MARKS.get(getattr(item, "originalname", ""), ()))
+        if any(sign in t for t in texts for sign in _CYCLES_SIGNS):
+            marks |= {"cycles", "bpy"}
+        elif any(sign in t for t in texts for sign in _BPY_SIGNS):
+            marks.add("bpy")
+        if getattr(getattr(item, "module", None), "bpy", None) is not None:
+            marks.add("bpy")                      # the module itself imports bpy
+        if marks & {"engines", "browser"}:
+            marks.add("bpy")                      # their fixtures export bundles
+        for name in sorted(marks):
+            item.add_marker(getattr(pytest.mark, name))
+
 
 @dataclass
 class Exported:
