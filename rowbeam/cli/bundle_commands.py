@@ -23,7 +23,7 @@ def main(argv=None, prog: str = "rowbeam") -> int:
                          description="Check a bundle (or one event/flow folder) against its contracts: JSON Schema "
                          "of every document, sha256 of every payload, conventions, timing models and cross-modal "
                          "invariants. Exit 0 publishable, 1 a hard QA failure, 2 unusable input.",
-                         epilog="The schemas are published: `rowbeam schemas DIR` writes them; the README shows "
+                         epilog="The schemas are published: `rowbeam schemas DIR` writes them; docs/check.md shows "
                          "how to validate with plain jsonschema + referencing.")
     chk.add_argument("bundle", help="bundle folder (holds bundle.json), or one event/flow folder, or its manifest.json")
     chk.add_argument("--report", help="also write the JSON QA report (rowbeam/qa_report@1) to this file")
