@@ -442,7 +442,7 @@ import bpy
 import addon
 from addon.rig_props import load_rig_document, rig_document
 from rowbeam.model.rig import parse_rig
-from scenes import common
+from rowbeam.blender.scenes import common
 
 common.new_scene(4, 4)
 mount = common.add_empty("radar_mount")
