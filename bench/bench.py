@@ -120,6 +120,53 @@ def print_figures() -> None:
         print(f"  {f['name']:<{width}}  {f['value']:10.3f} {f['unit']:<6} {target:<16} {verdict:<8} {f['note']}")
 
 
+RESULTS = REPO / "bench" / "results.md"
+HISTORY = REPO / "bench" / "results.jsonl"
+LOAD_AT_START = None
+
+
+def _machine() -> str:
+    """CPU model, cores this process may use, memory: the machine the figures belong to."""
+    import os
+
+    model = "unknown CPU"
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{model}, {len(os.sched_getaffinity(0))} cores, {mem:.0f} GiB"
+
+
+def write_results(argv: list) -> None:
+    """Write this run's figures to bench/results.md (the latest run: date, machine, load, revision, each figure
+    with its target and met / not met) and append them to bench/results.jsonl (every run, one JSON line)."""
+    import datetime
+    import json
+    import os
+    import subprocess
+
+    if not FIGURES:
+        return
+    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip() or "unknown"
+    run = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "machine": _machine(), "revision": rev, "arguments": " ".join(argv) or "(defaults)",
+           "load_start": LOAD_AT_START, "load_end": round(os.getloadavg()[0], 2), "figures": FIGURES}
+    rows = [f"| {f['name']} | {f['value']:.3f} {f['unit']} | {f['target'] or '—'} | "
+            f"{'—' if f['met'] is None else ('met' if f['met'] else 'NOT MET')} | {f['note']} |" for f in FIGURES]
+    RESULTS.write_text(
+        "# rowbeam bench results\n\nWritten by `make bench` (bench/bench.py); every run is also appended to "
+        "bench/results.jsonl. Ratios are measured side by side in one run.\n\n"
+        f"- date: {run['date']}\n- machine: {run['machine']}\n- revision: {rev}\n- arguments: {run['arguments']}\n"
+        f"- load (1-min average) at start / end: {run['load_start']} / {run['load_end']}\n\n"
+        "| figure | measured | target | verdict | note |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+    with HISTORY.open("a") as f:
+        f.write(json.dumps(run, default=str) + "\n")
+    print(f"bench results: {RESULTS}")
+
+
 def fit_exponent(xs, ys) -> float:
     """Least-squares slope of log y against log x: the exponent of y ~ x^k."""
     return float(np.polyfit(np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float)), 1)[0])
@@ -806,6 +853,17 @@ def _print_checker(r: dict) -> None:
 
 
 def main() -> int:
+    import os
+
+    global LOAD_AT_START
+    LOAD_AT_START = round(os.getloadavg()[0], 2)
+    try:
+        return _main()
+    finally:
+        write_results(sys.argv[1:])
+
+
+def _main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sample-rows", type=int, default=12)
