@@ -334,7 +334,7 @@ def flow_benchmark(work: Path, repeat: int) -> dict:
 
 
 def object_label_benchmark(work: Path, width: int = 1280, height: int = 720, fractions=(0.25, 0.5, 1.0)) -> list:
-    """Object labels (issue 10) on the running example's camera event: object-label seconds against the same
+    """Object labels on the running example's camera event: object-label seconds against the same
     event's label export (row poses + label render + derive + verify, measured in the same export), with a
     fraction of the objects kept (the others hide_render) to show how the cost scales with object count."""
     import json
@@ -1036,7 +1036,7 @@ def _run_section(name: str, work: Path, args):
 
 
 def _report_issue12(args, cam, lidar, flow, multi, poses, scale) -> None:
-    """Issue 12's figures (of the sections that ran): details printed here, each figure recorded for the summary
+    """The label-export figures (of the sections that ran): details printed here, each figure recorded for the summary
     table."""
     import os
 
@@ -1092,7 +1092,7 @@ def _report_issue12(args, cam, lidar, flow, multi, poses, scale) -> None:
 
 
 def _lidar_flow_figures(lidar: dict | None, flow: dict | None) -> None:
-    """Issue 12 items 2 and 3 (of the sections that ran), wall and CPU side by side (CPU seconds hold up when other
+    """The per-event and flow figures (of the sections that ran), wall and CPU side by side (CPU seconds hold up when other
     jobs share the machine)."""
     if lidar:
         _lidar_figures(lidar)

@@ -33,7 +33,7 @@ def scene(tmp_path_factory):
 
 def expected_locations(ranges) -> set[str]:
     """Folders the ranges [(first, count, flow)] ask for: events first..first+count-1, and with flow the
-    flows between consecutive events of the range (as README documents --flow)."""
+    flows between consecutive events of the range (as docs/export.md documents --flow)."""
     out = set()
     for first, count, flow in ranges:
         out |= {f"events/camera_front/{i:06d}" for i in range(first, first + count)}

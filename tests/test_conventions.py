@@ -44,7 +44,7 @@ def test_seed_point_camera_z_range_and_pixel():
 
 
 def test_seed_world_round_trip():
-    """Seed §3.2: camera at (10,2,1) looking along +x; (18,1,2) -> (740,260) -> back with z = 8."""
+    """Worked projection example: camera at (10,2,1) looking along +x; (18,1,2) -> (740,260) -> back with z = 8."""
     T_world_camera = seed_pose((10.0, 2.0, 1.0))
     T_camera_world = invert_rigid(T_world_camera)
     X_c = apply(T_camera_world, [18.0, 1.0, 2.0])

@@ -331,7 +331,7 @@ def two_cameras(tmp_path_factory):
 
 
 def test_sensors_option_exports_only_the_named_sensor(two_cameras):
-    """Only camera_small's folder exists, and its row times follow camera_small's timing (README formula:
+    """Only camera_small's folder exists, and its row times follow camera_small's timing (docs/camera.md formula:
     start + readout (v + 0.5)/H + exposure/2, rounded half up), not camera_front's."""
     from .helpers import load_event
 

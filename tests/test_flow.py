@@ -51,7 +51,7 @@ def van(exports):
 
 
 def test_seed_camera_advancing_half_a_metre(seed):
-    """Seed §4.5: (1,-1,8) seen at (740, 260); the camera advances 0.5 m -> (746.67, 253.33): flow (6.67, -6.67)."""
+    """Worked flow example: (1,-1,8) seen at (740, 260); the camera advances 0.5 m -> (746.67, 253.33): flow (6.67, -6.67)."""
     _, flow = seed
     m, a = load_event(flow)
     assert a["flow_forward"][260, 740] == pytest.approx([20 / 3, -20 / 3], abs=1e-3)

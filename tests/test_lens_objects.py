@@ -1,4 +1,4 @@
-"""Object labels through a lens (issue 16): the per-pixel lens rasteriser (rowbeam.check.rasterize.rasterize_rays)
+"""Object labels through a lens: the per-pixel lens rasteriser (rowbeam.check.rasterize.rasterize_rays)
 against OpenCV as the independent oracle, exported plates through opencv / opencv_fisheye, the checker's lens
 re-rasterisation and ray cast, planted faults, adapters."""
 from __future__ import annotations

@@ -115,7 +115,7 @@ def _half_up(q: Fraction) -> int:
 
 
 def _rig_beams(sensor: dict, sweep: int) -> dict:
-    """Truth of one sweep from the rig document alone, by the README's definitions (not the exported beam
+    """Truth of one sweep from the rig document alone, by the definitions in docs/lidar.md (not the exported beam
     table, not rowbeam.sensors.lidar): beam times (F, C) int64 ns, unit directions (F, C, 3) in the LiDAR frame
     (x forward, y left, z up), sweep start and reference (centre) time in ns."""
     preset = sensor.get("preset")
@@ -263,7 +263,7 @@ def _cw_uniform_128(steps: int = 96):
 
 def test_cw_sweep_with_azimuth_offsets_and_uniform_128(exports):
     """Every range equals the corridor's closed form along the rig-derived beam (cw spin, start azimuth,
-    offsets, README preset elevations) from the mount's position at the beam's own time."""
+    offsets, preset elevations of docs/lidar.md) from the mount's position at the beam's own time."""
     e = exports("cw_uniform_128", _cw_uniform_128)
     m, a = load_event(e.event)
     sensor = json.loads(e.rig.read_text())["sensors"][0]
@@ -346,7 +346,7 @@ def test_point_table_format(exports):
     beams = m["calibration"]["beams"]
     assert len(beams["channels"]) == 32 and beams["spin_direction"] == "ccw"
     assert m["calibration"]["range_limits_m"] == {"min": 0.3, "max": 120.0}
-    # the file itself, read by numpy alone, has the README's little-endian record layout
+    # the file itself, read by numpy alone, has docs/adapters.md's little-endian record layout
     readme = [("t_ns", "<i8"), ("channel", "<u2"), ("firing", "<u4")] + [(n, "<f8") for n in (
         "x", "y", "z", "x_world", "y_world", "z_world")] + [("instance_id", "<u4"), ("semantic_id", "<u4")]
     raw = np.load(e.event / entry["uri"], allow_pickle=False)

@@ -1,4 +1,4 @@
-"""Object labels (issue 10): exact amodal masks on the 3x canvas, counts, boxes, fractions and poses against
+"""Object labels: exact amodal masks on the 3x canvas, counts, boxes, fractions and poses against
 closed form on a calibration scene (squares whose projections are known pixel rectangles, a rotated box, a
 square moving along camera x under a rolling shutter); the checker's independent re-rasterisation and the
 faults it must catch; bad input."""

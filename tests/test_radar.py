@@ -113,7 +113,7 @@ VELOCITY_TOL = 2e-3         # m/s: central difference of float32 matrix_world ov
 
 
 def _rig_truth(sensor: dict, frame: int):
-    """Chirp times (K,) and beam directions (B, 3) from the rig document alone, by the README's definitions."""
+    """Chirp times (K,) and beam directions (B, 3) from the rig document alone, by the definitions in docs/radar.md."""
     start = sensor["first_frame_ns"] + _half_up(Fraction(frame * 10**9) / Fraction(sensor["rate_hz"]))
     P, off = sensor["chirp_period_ns"], sensor.get("chirp_offset_ns", 0)
     t = np.array([start + off + _half_up(Fraction((2 * j + 1) * P, 2)) for j in range(sensor["chirps"])], np.int64)
@@ -307,7 +307,7 @@ def running(tmp_path_factory):
 
 
 def _rows_and_partners(rig: dict, sensor_id: str, index: int):
-    """Camera row times (README formula) and the partner's sorted times from the rig alone."""
+    """Camera row times (docs/camera.md formula) and the partner's sorted times from the rig alone."""
     cam = rig["sensors"][0]
     H = 45
     start = cam["first_event_ns"] + _half_up(Fraction(30 * 10**9, cam["rate_hz"]))

@@ -164,7 +164,7 @@ def test_instance_legend_gives_each_instance_the_colour_of_its_image(report, dus
         assert (img[at] == (int(r), int(g), int(b))).all()
 
 
-# every overlay of issue 14 (seed 000 §8.2) by page kind: the full-resolution images each page links to
+# every overlay of the report by page kind: the full-resolution images each page links to
 OVERLAYS = {
     "camera_event": {"rgb", "camera_z", "camera_z_log", "range", "range_log", "normal_geometric", "normal_shading",
                      "instance_id", "semantic_id", "timing_band", "objects", "lidar_lidar_top_10_residual",

@@ -1,4 +1,4 @@
-"""One-way adapters from a rowbeam bundle to external formats (seed 004). Each writes its output plus a
+"""One-way adapters from a rowbeam bundle to external formats. Each writes its output plus a
 `rowbeam/adapter_sidecar@1` JSON listing what the format loses and the largest rounding error.
 
 - lidar_formats: KITTI velodyne .bin and PLY point clouds from LiDAR events

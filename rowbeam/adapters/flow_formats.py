@@ -1,4 +1,4 @@
-"""One-way adapters from a rowbeam flow folder to external flow formats (seed 004). Each writes the
+"""One-way adapters from a rowbeam flow folder to external flow formats. Each writes the
 file plus a JSON sidecar (`rowbeam/adapter_sidecar@1`) that records what the format lost and the
 largest rounding error it introduced.
 

@@ -1,4 +1,4 @@
-"""Object assets (issue 10; rowbeam.check.rasterize reads and writes them) for the adapters: reading a label's asset,
+"""Object assets (rowbeam.check.rasterize reads and writes them) for the adapters: reading a label's asset,
 writing a model PLY in other units/precision, and a mesh's diameter."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared reading of per-object camera labels (manifest `object_labels`, issue 10) for the object adapters."""
+"""Shared reading of per-object camera labels (manifest `object_labels`) for the object adapters."""
 from __future__ import annotations
 
 import numpy as np

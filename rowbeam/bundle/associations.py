@@ -1,4 +1,4 @@
-"""Timed associations (`rowbeam/associations@1`, seed 000 §5.2): camera row bands <-> LiDAR beams / radar chirps.
+"""Timed associations (`rowbeam/associations@1`): camera row bands <-> LiDAR beams / radar chirps.
 
 For a camera event and a LiDAR or radar event whose span overlaps it (within the tolerance), every camera row
 (reference time t_row, `rowbeam.rolling_shutter@1`) is paired with the other event's nearest acquisition time

@@ -374,7 +374,7 @@ def _short(value) -> str:
 
 def schemas_main(argv: list[str]) -> int:
     """`rowbeam schemas OUT_DIR`: write every published schema as <name>.schema.json (their $refs name each
-    other by $id; validate with jsonschema + a referencing.Registry of these files, see the README)."""
+    other by $id; validate with jsonschema + a referencing.Registry of these files, see docs/check.md)."""
     import argparse
     import shutil
 

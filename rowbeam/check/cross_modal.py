@@ -1,5 +1,5 @@
 """Cross-modal invariant: LiDAR returns on static surfaces agree with the camera row whose time
-matches (seed 000 §8: "LiDAR projected into the correct camera row").
+matches: LiDAR projected into the correct camera row.
 
 For a return p_world at time t_p and a camera event, find the row v it projects into with that
 row's own pose (fixed point of v = row of projection(T_camera_world(t_v) p)). Keep the pair when

@@ -4,7 +4,7 @@ the dataset hash, reproducibility levels and the leakage audit. No bpy.
 Split assignment happens here, before anything renders: every lineage group gets exactly one split
 (explicit map, or a deterministic hash of the group name with declared ratios).
 
-Dataset hash (rule `rowbeam.dataset_hash@1`, seed 004): SHA-256 over the 32-byte content hashes of every
+Dataset hash (rule `rowbeam.dataset_hash@1`): SHA-256 over the 32-byte content hashes of every
 sample, ordered by sample id. A sample's content hash covers its decoded payloads (not file bytes: EXR
 compression, file names and timestamps do not enter) and its manifest's content (identity, timing,
 calibration, objects, lineage and split), each array normalised at its declared reproducibility level.
@@ -31,7 +31,7 @@ DATASET_HASH_RULE = ("rowbeam.dataset_hash@1: sha256 of the concatenated 32-byte
                      "followed by, per modality in name order, its name, dtype, shape and the decoded array bytes "
                      "(little-endian, C order) after normalisation at the modality's declared level")
 
-# Reproducibility levels (seed 000 §7.1). "bitwise": the decoded values are equal bit for bit between two runs
+# Reproducibility levels. "bitwise": the decoded values are equal bit for bit between two runs
 # of one plan (any worker count, any Cycles thread count on the CPU). "numeric": equal within `tol` (absolute, in
 # the modality's units); hashed after rounding to multiples of `tol` (NaN kept as NaN), so values that differ by
 # less than `tol` hash equal unless they straddle a rounding boundary: equal hashes prove agreement, a hash

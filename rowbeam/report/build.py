@@ -3,9 +3,9 @@
 Runs the checker (rowbeam.check.runner.check_bundle) on each bundle, then writes, into a staging sibling of DIR
 that is renamed into place when complete (nothing half-written): index.html (QA pass/fail per event, flow
 and sweep, failures first, worst residuals, quarantine with reasons, residual distributions, dataset
-statistics, baseline drift), one page per camera event, flow and LiDAR sweep with the overlays of seed 000
-§8.2, img/ (full-resolution PNGs and thumbnails) and report.json (rowbeam/report@1). A DATASET is a folder
-whose sub-folders are bundles. A bundle that fails its checks still gets a report.
+statistics, baseline drift), one page per camera event, flow and LiDAR sweep with its overlays, img/
+(full-resolution PNGs and thumbnails) and report.json (rowbeam/report@1). A DATASET is a folder whose
+sub-folders are bundles. A bundle that fails its checks still gets a report.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Motion speed of what each sample sees, for the report's speed slices (seed 000 §8.1).
+"""Motion speed of what each sample sees, for the report's speed slices.
 
 Speed of a sample = |world velocity (m/s) of the material point it hit|: 0 on objects the manifest declares static;
 on a moving object, v + ω × (P − origin) of its rigid body from the bundle's state log (rowbeam.model.state_log, linear

@@ -1,4 +1,4 @@
-"""Distributions, not means (seed 000 §8.1): every QA residual as quantiles and a histogram, sliced by
+"""Distributions, not means: every QA residual as quantiles and a histogram, sliced by
 distance, image radius, motion speed and class; dataset statistics; drift against a baseline report.
 
 A residual is a 1-D array of non-negative values in declared units with, per sample, the slicing keys
@@ -16,7 +16,7 @@ RADIUS_BINS = (0.0, 0.25, 0.5, 0.75, np.inf)      # fraction of the half diagona
 SPEED_BINS_M_S = (0.0, 0.01, 1.0, 5.0, 15.0, np.inf)
 HIST_BINS = 24
 
-# Declared drift thresholds of `--baseline`: a value beyond them is flagged (seed 000 §8.2).
+# Declared drift thresholds of `--baseline`: a value beyond them is flagged.
 DRIFT_THRESHOLDS = {
     "residual_quantile": {"rule": "current > baseline * (1 + rel) + abs, per residual at p50, p90, p99 and max",
                           "rel": 0.5, "abs_by_unit": {"m": 1e-4, "px": 0.01, "ns": 1000.0, "1": 1e-4}},

@@ -25,7 +25,7 @@ from rowbeam.sensors.lidar import beam_directions
 from rowbeam.model.timing import NS_PER_S, exact, periodic_event_start_ns, round_half_up
 
 RADAR_MODEL = "rowbeam.radar@1"
-MAX_CHIRPS = 65_536                 # one Cycles render row per chirp (Blender's row limit, DESIGN.md)
+MAX_CHIRPS = 65_536                 # one Cycles render row per chirp (Blender's row limit, docs/design.md)
 MAX_BEAMS = 16_384                  # Cycles image columns
 RADIAL_VELOCITY_SIGN = "positive = receding (range growing): v_r = (v_point - v_sensor_origin) . d_world"
 CHIRP_TIME_DEFINITION = ("t(j) = frame_start_ns + chirp_offset_ns + (j + 1/2) * chirp_period_ns: the centre of chirp "

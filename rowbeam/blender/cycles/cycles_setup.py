@@ -1,6 +1,6 @@
 """Configure and run Cycles renders for labels, rgb and exact per-row references (bpy).
 
-Label renders use what makes data passes exact (DESIGN.md): 1 sample, Gaussian filter of
+Label renders use what makes data passes exact (docs/design.md): 1 sample, Gaussian filter of
 width 0.01 px (rays through pixel centres), no denoising, no adaptive sampling. Position,
 Object Index and Depth are first-sample passes; Normal and the true-normal AOV come from
 that same single sample.

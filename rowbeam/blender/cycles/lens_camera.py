@@ -10,7 +10,7 @@ ray from rowbeam.model.lens.unproject_grid). Pixels outside the valid domain sho
 The render camera is a child of the sensor camera with identity local axes; Cycles' camera space is the
 Blender-local frame with z negated, so an OpenCV ray (x, y, 1) is emitted as (x, -y, 1).
 Rows keep the pinhole path's timing: the same TOP rolling shutter and half-row correction
-(cycles_timing.label_shutter), measured for custom cameras too (DESIGN.md).
+(cycles_timing.label_shutter), measured for custom cameras too (docs/design.md).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ def _global_shutter_rig(cam_name: str) -> dict:
 
 
 def seed_advance(scale: int = 1):
-    """Seed §4.5: a global-shutter camera advancing 0.5 m per event (15 m/s) toward the marker at
+    """The worked flow example: a global-shutter camera advancing 0.5 m per event (15 m/s) toward the marker at
     camera (1, -1, 8): flow at (740, 260) is (6.67, -6.67) px."""
     truth, _ = calibration.marker(scale=scale)
     import bpy

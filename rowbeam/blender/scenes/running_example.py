@@ -1,4 +1,4 @@
-"""The running example (seed 000): a shuttle at dusk, a parked delivery van, and a pedestrian
+"""The running example: a shuttle at dusk, a parked delivery van, and a pedestrian
 emerging from behind it (bpy).
 
 World: x along the street (the shuttle's direction), y left, z up, metres. The ego camera

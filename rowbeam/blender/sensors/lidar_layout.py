@@ -9,7 +9,7 @@ together need one row per firing (S = 1, width C) and VLP-16-like sequential fir
 1800 steps needs S = 24 rows per firing. Blender renders at least 4 columns (resolution_x >= 4;
 measured: a 3-wide request renders 4 wide), so narrower layouts are padded.
 
-Blender renders at most MAX_ROWS = 65,536 rows (DESIGN.md). A sweep needing more (F*S > MAX_ROWS,
+Blender renders at most MAX_ROWS = 65,536 rows (docs/design.md). A sweep needing more (F*S > MAX_ROWS,
 e.g. 12 channels fired 1.5 us apart x 900 steps at 10 Hz: S = 73, 65,700 rows) is split into
 renders of contiguous firing ranges, as even as possible, each at most MAX_ROWS rows; render j
 covers firings [k0, k0 + n) and its row r = (k - k0)*S + s is traced at firing k's time +
@@ -28,7 +28,7 @@ from rowbeam.blender.cycles.cycles_timing import CyclesShutter, timed_rows_shutt
 MAX_SLOTS = 256
 TARGET_QUANTIZATION_NS = 250        # 250 ns at 30 m/s relative speed is 7.5 um of motion
 MIN_WIDTH = 4                       # Blender's minimum resolution_x
-MAX_ROWS = 65_536                   # Blender's maximum resolution_y (measured, DESIGN.md)
+MAX_ROWS = 65_536                   # Blender's maximum resolution_y (measured, docs/design.md)
 
 
 @dataclass(frozen=True)
