@@ -206,6 +206,16 @@ def test_pip_install_without_blender_gives_a_working_checker(rgb_bundle, tmp_pat
                          capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr[-2000:]
     assert subprocess.run([py, "-c", "import bpy"], capture_output=True).returncode != 0   # truly without Blender
+    # one top-level package of ours, with its public API; the old top-level names are gone
+    api = subprocess.run([py, "-c", "import rowbeam, sys; print(rowbeam.__version__, rowbeam.Bundle.__name__, "
+                          "rowbeam.check_bundle.__name__, rowbeam.load_rig.__name__, 'bpy' in sys.modules)"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert api.returncode == 0 and api.stdout.split()[1:] == ["Bundle", "check_bundle", "load_rig", "False"], api
+    site = Path(subprocess.run([py, "-c", "import rowbeam, pathlib; print(pathlib.Path(rowbeam.__file__).parent.parent)"],
+                               capture_output=True, text=True, cwd=tmp_path).stdout.strip())
+    ours = {d.name for d in site.iterdir() if d.is_dir() and (d / "__init__.py").exists() and
+            (d / "__init__.py").read_text().count("rowbeam")}
+    assert ours == {"rowbeam"}, ours
     check = subprocess.run([exe, "check", rgb_bundle.bundle], capture_output=True, text=True, cwd=tmp_path)
     assert check.returncode == 0 and "PASS" in check.stdout, check.stdout + check.stderr
     export = subprocess.run([exe, "export", rgb_bundle.blend, "--out", tmp_path / "o"], capture_output=True,

@@ -113,3 +113,19 @@ def test_kitti_flow_is_the_new_name_and_kitti_still_works(van, tmp_path):
         assert side["format"] == "kitti2015_flow_png" and side["variant"] == "occ"
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
+
+
+def test_docs_api_examples_run_on_a_real_bundle(van, tmp_path, capsys):
+    """The Python blocks of docs/api.md that need no torch run as written on an exported bundle with flows: the
+    documented public API (rowbeam.Bundle, rowbeam.check_bundle, rowbeam.MODALITIES) is the one that works."""
+    import re
+
+    from .conftest import REPO
+
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
+    runnable = [b for b in blocks if "import torch" not in b]
+    assert runnable, "docs/api.md has no runnable example"
+    for block in runnable:
+        exec(compile(block.replace('"out/bundle"', repr(str(van.bundle))), "docs/api.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "pass" in out and "m {sensor}:opencv_optical per_row" in out
