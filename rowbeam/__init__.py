@@ -33,7 +33,7 @@ _API = {
     "parse_rig": "rowbeam.model.rig",
     "Rig": "rowbeam.model.rig",
     # the declared meaning (units, frame, time support, dtype) of every modality of every sensor type
-    "MODALITIES": "rowbeam.model.modalities",
+    "MODALITIES": "rowbeam.sensors",
     # one-line user errors (every command prints these without a traceback and exits 2)
     "RowbeamError": "rowbeam.util.errors",
     "UnusableInput": "rowbeam.util.errors",

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from rowbeam.bundle.reader import Bundle, Event
+from rowbeam.sensors.lidar import LIDAR
 from rowbeam.adapters.objects import image_size, labelled_events, refuse_lens
 from rowbeam.adapters.output import (
     FOLDER_SIDECAR,
@@ -87,7 +88,7 @@ def _lidar_to_camera(bundle: Bundle, event: Event) -> tuple[np.ndarray, dict]:
     """(3x4 Tr_velo_to_cam, note) from the LiDAR firing nearest the camera reference time, or zeros."""
     t = event.reference_time_ns
     T_cw = np.asarray(event.manifest["calibration"]["T_camera_world"]["matrix"], np.float64)
-    for lidar in (e for e in bundle.events() if e.sensor_type == "spinning_lidar"):
+    for lidar in (e for e in bundle.events() if e.sensor_type == LIDAR):
         ev = lidar.manifest["event"]
         start = int(ev["sweep_start_ns"])
         times = start + lidar.array("time_offset_ns")[:, 0].astype(np.int64)

@@ -19,6 +19,7 @@ import numpy as np
 
 from rowbeam.bundle.reader import Bundle, Event, open_event
 from rowbeam.util.errors import RowbeamError
+from rowbeam.sensors.lidar import LIDAR
 from rowbeam.bundle.files import sha256_file
 from rowbeam.adapters.output import (
     FOLDER_SIDECAR,
@@ -31,7 +32,6 @@ from rowbeam.adapters.output import (
     write_file,
 )
 
-LIDAR = "spinning_lidar"
 FRAMES = {"own_time": "LiDAR frame (x forward, y left, z up, m) at each point's own beam time",
           "reference": "LiDAR frame (x forward, y left, z up, m) at event.reference_time_ns (motion compensated)"}
 INTENSITIES = {"cos_incidence": "cos_incidence of the return (-n . d, 1 = head-on), float32 in [0, 1]",

@@ -5,8 +5,8 @@ import numpy as np
 
 from rowbeam.bundle.reader import Bundle, Event
 from rowbeam.util.errors import RowbeamError
+from rowbeam.sensors.camera import CAMERA
 
-CAMERA = "rolling_shutter_camera"
 VOID_ID = 2**32 - 1
 
 

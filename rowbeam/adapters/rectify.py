@@ -40,6 +40,7 @@ import numpy as np
 from rowbeam.bundle.arrays import write_exr
 from rowbeam.bundle.reader import Bundle
 from rowbeam.util.errors import RowbeamError
+from rowbeam.sensors import sensor_type
 from rowbeam.model.lens import Lens, lens_from_calibration, pixel_rays, project, project_uv, unproject
 from rowbeam.model.modalities import FLAG_NAMES
 from rowbeam.model.pixel_sampling import bilinear_corners, camera_z_at, nearest_pixel
@@ -405,7 +406,7 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
                            f"{'|'.join(INTERPOLATIONS)}")
     bundle = Bundle.open(bundle_path)
     out_dir = check_output_dir(out_dir, bundle.path)
-    events = [e for e in bundle.events(sensor) if e.sensor_type == "rolling_shutter_camera"
+    events = [e for e in bundle.events(sensor) if sensor_type(e.sensor_type).has_rows
               and lens_from_calibration(e.manifest["calibration"]) is not None]
     if not events:
         raise RowbeamError(f"{bundle.path}: no camera event with a lens model (a pinhole bundle has nothing to "

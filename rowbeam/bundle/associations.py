@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rowbeam.sensors.lidar import SpinningTiming
-from rowbeam.sensors.radar import RadarTiming
 from rowbeam.model.timing import RollingShutterTiming
+from rowbeam.sensors import type_of
 
 SCHEMA = "rowbeam/associations@1"
 FOLDER = "associations"
@@ -26,17 +25,8 @@ RULE = ("each camera row's reference time paired with the nearest LiDAR firing-g
 
 
 def other_times(manifest: dict) -> tuple[np.ndarray, list[dict]]:
-    """(sorted int64 times, what each time is) of a LiDAR or radar event."""
-    e = manifest["event"]
-    if manifest["sensor"]["type"] == "radar":
-        t = RadarTiming.from_manifest(e).chirp_times_ns()
-        return t, [{"chirp": j} for j in range(len(t))]
-    timing = SpinningTiming.from_manifest(e)
-    offsets, group_of = timing.time_groups()
-    t = timing.firing_times_ns()[:, None] + np.array(offsets, dtype=np.int64)[None, :]
-    what = [{"firing": k, "channel_group": g, "channels": [c for c, x in enumerate(group_of) if x == g]}
-            for k in range(t.shape[0]) for g in range(t.shape[1])]
-    return t.ravel(), what
+    """(sorted int64 times, what each time is) of a LiDAR or radar event: its timing model's acquisition_times()."""
+    return type_of(manifest).timing_from_manifest(manifest["event"]).acquisition_times()
 
 
 def nearest(sorted_t: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -57,11 +47,8 @@ def _support(track, t0: int, t1: int) -> list[int] | None:
 
 
 def span_ns(manifest: dict) -> tuple[int, int]:
-    if manifest["sensor"]["type"] == "rolling_shutter_camera":
-        t = RollingShutterTiming.from_manifest(manifest["event"]).row_reference_times_ns()
-        return int(t.min()), int(t.max())
-    t, _ = other_times(manifest)
-    return int(t.min()), int(t.max())
+    """(first, last) row / beam / chirp time of an event (ns), from its timing model."""
+    return type_of(manifest).timing_from_manifest(manifest["event"]).times_span_ns()
 
 
 def _ref(m: dict) -> dict:
@@ -112,8 +99,8 @@ def associate_pair(camera: dict, other: dict, max_skew_ns: int, tracks: dict | N
 
 def associate(manifests: list[dict], max_skew_ns: int, tracks: dict | None = None, state: dict | None = None) -> dict:
     """The rowbeam/associations@1 document for a bundle's event manifests (every camera x overlapping LiDAR/radar)."""
-    cams = [m for m in manifests if m["sensor"]["type"] == "rolling_shutter_camera"]
-    others = [m for m in manifests if m["sensor"]["type"] in ("spinning_lidar", "radar")]
+    cams = [m for m in manifests if type_of(m).has_rows]
+    others = [m for m in manifests if type_of(m).timed_beams]
     key = lambda m: (m["sensor"]["id"], m["event"]["index"])  # noqa: E731
     pairs = []
     for c in sorted(cams, key=key):
@@ -152,7 +139,7 @@ def _state_of(manifests: list[dict], root):
     from rowbeam.model.state_log import load_state_log
 
     for m in manifests:
-        if m["sensor"]["type"] == "rolling_shutter_camera" and "state" in m:
+        if type_of(m).has_rows and "state" in m:
             return m["state"], load_state_log(root, m["state"])[1]
     return None, None
 

@@ -14,8 +14,11 @@ from rowbeam.model.lens import LensSpec, lens_from_calibration, unit_ray_grid, u
 from rowbeam.check.label_checks import check_ids, check_validity, row_blocks
 from rowbeam.model.sample_identity import rgb_seed
 from rowbeam.model.timing import RollingShutterTiming
+from rowbeam.sensors import sensor_hook
+from rowbeam.sensors.camera import CAMERA
 
 
+@sensor_hook(CAMERA, "check_event")
 def check_camera_event(manifest: dict, arrays: dict, add) -> None:
     """Run every camera invariant; `add(name, ok, message, **values)` records each result.
 
@@ -414,3 +417,9 @@ def _check_verification(manifest, add):
         f"labels vs exact per-row reference: worst range error {r:.3g} m, worst silhouette error {px:.3g} px"
         + ("" if ok else f" (limits {tol.VERIFY_MAX_RANGE_ERROR_M} m, {tol.VERIFY_MAX_SILHOUETTE_ERROR_PX} px)"),
         worst_range_error_m=r, worst_silhouette_error_px=px)
+
+
+@sensor_hook(CAMERA, "check_rig_calibration")
+def check_camera_rig(manifest: dict, sensor, add) -> None:
+    """The event's lens calibration equals the bundle rig's camera `sensor` (check_lens_against_rig)."""
+    check_lens_against_rig(manifest, sensor.lens, add)

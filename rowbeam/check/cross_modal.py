@@ -10,11 +10,23 @@ camera-frame z.
 """
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import numpy as np
 
 from rowbeam.model import qa_profile as tol
 from rowbeam.model.lens import lens_from_calibration, project_uv
 from rowbeam.model.pixel_sampling import bilinear_corners
+
+
+class CrossCheck(NamedTuple):
+    """A check of a subject sensor type's events against every overlapping event of a partner type (registered as the
+    subject's "cross_check" hook): fn(subject_manifest, subject_arrays, partner_manifest, partner_arrays, add)."""
+
+    partner: str                # sensor type name
+    subject_arrays: tuple       # modalities of the subject the check reads
+    partner_arrays: tuple       # modalities of the partner the check reads
+    fn: Callable
 
 
 def row_of_projection(points_world, row_T_world_camera, lens_or_K, iterations=4):

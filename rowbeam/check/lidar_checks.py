@@ -7,9 +7,18 @@ import numpy as np
 from rowbeam.model import qa_profile as tol
 from rowbeam.check.label_checks import check_ids, check_validity
 from rowbeam.model.frames import is_rigid, rigid_mask
-from rowbeam.sensors.lidar import SpinningTiming, beam_directions
+from rowbeam.check.cross_modal import CrossCheck, check_lidar_camera
+from rowbeam.sensors import sensor_hook
+from rowbeam.sensors.camera import CAMERA
+from rowbeam.sensors.lidar import LIDAR, SpinningTiming, beam_directions
 
 
+sensor_hook(LIDAR, "cross_check")(CrossCheck(
+    CAMERA, ("points",), ("camera_z", "valid", "instance_id", "normal_geometric", "row_time_ns", "row_T_world_camera"),
+    check_lidar_camera))
+
+
+@sensor_hook(LIDAR, "check_event")
 def check_lidar_event(manifest: dict, arrays: dict, add) -> None:
     event, cal = manifest["event"], manifest["calibration"]
     timing = SpinningTiming.from_manifest(event)

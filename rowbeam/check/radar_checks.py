@@ -8,9 +8,13 @@ import numpy as np
 from rowbeam.model import qa_profile as tol
 from rowbeam.check.label_checks import check_ids, check_validity
 from rowbeam.check.lidar_checks import check_beam_verification, check_sensor_poses
-from rowbeam.sensors.radar import RadarTiming, table_directions
+from rowbeam.check.cross_modal import CrossCheck
+from rowbeam.sensors import sensor_hook
+from rowbeam.sensors.lidar import LIDAR
+from rowbeam.sensors.radar import RADAR, RadarTiming, table_directions
 
 
+@sensor_hook(RADAR, "check_event")
 def check_radar_event(manifest: dict, arrays: dict, add) -> None:
     event, cal = manifest["event"], manifest["calibration"]
     timing = RadarTiming.from_manifest(event)
@@ -128,3 +132,19 @@ def check_radar_lidar(radar_m: dict, ra: dict, lidar_m: dict, la: dict, add) -> 
     add(name, ok, f"{pairs} static radar returns vs time-matched LiDAR returns on the same face: worst distance from "
         f"the LiDAR surface {worst:.3g} m" + ("" if ok else f" (limit {tol.RADAR_LIDAR_PLANE_TOL_M} m)"),
         pairs=pairs, worst_plane_distance_m=worst)
+
+
+sensor_hook(RADAR, "cross_check")(CrossCheck(
+    LIDAR, ("points", "normal_geometric", "chirp_T_world_radar"), ("points", "normal_geometric", "firing_T_world_lidar"),
+    check_radar_lidar))
+
+
+@sensor_hook(RADAR, "check_rig_acquisition")
+def check_radar_rig(manifest: dict, sensor, add) -> None:
+    """The event's chirp train and beam table equal the bundle rig's radar `sensor` (check `radar_rig`)."""
+    want = {"chirps": sensor.chirps, "chirp_period_ns": sensor.chirp_period_ns, "chirp_offset_ns": sensor.chirp_offset_ns}
+    got = {k: manifest["event"].get(k) for k in want}
+    table = [[b["azimuth_deg"], b["elevation_deg"]] for b in manifest["calibration"]["beams"]["table"]]
+    same = got == want and table == [list(x) for x in zip(sensor.azimuths_deg, sensor.elevations_deg, strict=True)]
+    add("radar_rig", same, "chirp train and beam table as the bundle's rig declares" if same else
+        f"the manifest's chirp train {got} or beam table differs from the bundle's rig ({want})")

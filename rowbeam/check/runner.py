@@ -30,13 +30,9 @@ from pathlib import Path
 from rowbeam.version import CONTRACTS_VERSION
 from rowbeam.bundle.arrays import DecodedArrays
 from rowbeam.bundle.reader import payload_path, read_payload
-from rowbeam.check.camera_checks import check_camera_event
-from rowbeam.check.cross_modal import check_lidar_camera
 from rowbeam.check.flow_checks import ENDPOINT_NEEDS, check_flow
-from rowbeam.check.lidar_checks import check_lidar_event
-from rowbeam.model.modalities import MODALITIES, manifest_dims, required
 from rowbeam.check.object_checks import check_object_labels
-from rowbeam.check.radar_checks import check_radar_event, check_radar_lidar
+from rowbeam.sensors import MODALITIES, load_layer, manifest_dims, required, sensor_type, sensor_types, type_of
 from rowbeam.util.errors import RowbeamError, UnusableInput
 from rowbeam.bundle.files import (
     STAGING_DIR,
@@ -49,15 +45,14 @@ from rowbeam.bundle.files import (
 from rowbeam.model.sample_identity import sample_id
 from rowbeam.bundle.schema import schema_errors
 from rowbeam.bundle.associations import check_associations
-from rowbeam.model.state_log import POSE_ARRAYS, check_event_against_log, check_log, load_state_log
+from rowbeam.model.state_log import check_event_against_log, check_log, load_state_log
 
 MANIFEST = "manifest.json"
 BUNDLE = "bundle.json"
 QA_REPORT = "qa_report.json"
 EVENT_FOLDER = re.compile(r"^[0-9]+$")
 FLOW_FOLDER = re.compile(r"^([0-9]+)-([0-9]+)$")
-INVARIANTS = {"rolling_shutter_camera": check_camera_event, "spinning_lidar": check_lidar_event,
-              "radar": check_radar_event}
+load_layer("check")      # each sensor type's checks (its "check_event", "check_rig_*" and "cross_check" hooks)
 
 
 class EventReport:
@@ -194,7 +189,7 @@ def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = 
         if endpoints:
             check_flow(manifest, arrays, *endpoints, report.add)
     else:
-        INVARIANTS[kind](manifest, arrays, report.add)
+        sensor_type(kind).hook("check_event")(manifest, arrays, report.add)
         if "object_labels" in manifest:
             check_object_labels(manifest, arrays, report.add, bundle_root or base_root)
     report.manifest, report.decoded = manifest, set(arrays)
@@ -451,25 +446,16 @@ def _check_schedule(report: EventReport, rig) -> None:
         report.add("schedule", False, f"the bundle's rig has {sensor.id!r} as {sensor.type} on {sensor.object!r}, "
                    f"the manifest as {m['sensor']['type']} on {m['sensor']['object']!r}")
         return
-    if sensor.type == "rolling_shutter_camera":
-        from rowbeam.check.camera_checks import check_lens_against_rig
-
-        check_lens_against_rig(m, sensor.lens, report.add)
-    index = m["event"]["index"]
-    lidar = sensor.type == "spinning_lidar"
-    key = "sweep_start_ns" if lidar else "frame_start_ns"
-    start = getattr(sensor, "sweep_start_ns" if lidar else "event_start_ns")(index)
+    kind = sensor_type(sensor.type)
+    if kind.hook("check_rig_calibration"):
+        kind.hook("check_rig_calibration")(m, sensor, report.add)
+    index, key = m["event"]["index"], kind.start_key
+    start = sensor.event_start_ns(index)
     report.add("schedule", start == m["event"][key],
                f"event {index} of {sensor.id} starts at {start} ns per the bundle's rig; the manifest says "
                f"{key} = {m['event'][key]}" if start != m["event"][key] else f"event {index} at {start} ns as the rig says")
-    if sensor.type == "radar":
-        want = {"chirps": sensor.chirps, "chirp_period_ns": sensor.chirp_period_ns,
-                "chirp_offset_ns": sensor.chirp_offset_ns}
-        got = {k: m["event"].get(k) for k in want}
-        table = [[b["azimuth_deg"], b["elevation_deg"]] for b in m["calibration"]["beams"]["table"]]
-        same = got == want and table == [list(x) for x in zip(sensor.azimuths_deg, sensor.elevations_deg, strict=True)]
-        report.add("radar_rig", same, "chirp train and beam table as the bundle's rig declares" if same else
-                   f"the manifest's chirp train {got} or beam table differs from the bundle's rig ({want})")
+    if kind.hook("check_rig_acquisition"):
+        kind.hook("check_rig_acquisition")(m, sensor, report.add)
 
 
 def _check_unique_ids(events, root: Path, bundle: EventReport) -> None:
@@ -480,15 +466,6 @@ def _check_unique_ids(events, root: Path, bundle: EventReport) -> None:
     dups = {k: v for k, v in seen.items() if len(v) > 1}
     bundle.add("sample_ids_unique", not dups, "; ".join(f"{k!r} in {', '.join(v)}" for k, v in list(dups.items())[:5])
                if dups else "every sample_id and flow_id occurs once")
-
-
-def _time_span(manifest) -> tuple[int, int]:
-    e = manifest["event"]
-    if manifest["sensor"]["type"] == "spinning_lidar":
-        return e["sweep_start_ns"], e["sweep_start_ns"] + round(e["firing_period_ns"] * e["azimuth_steps"])
-    if manifest["sensor"]["type"] == "radar":
-        return e["frame_start_ns"], e["frame_start_ns"] + e["chirp_offset_ns"] + e["chirps"] * e["chirp_period_ns"]
-    return e["frame_start_ns"], e["frame_start_ns"] + e["readout_ns"] + e["exposure_ns"]
 
 
 def _load(report: EventReport, names) -> dict | None:
@@ -517,7 +494,7 @@ def _check_state_logs(events, root: Path, bundle: EventReport) -> None:
             except RowbeamError as exc:
                 logs[uri] = None
                 bundle.add("state_log", False, f"{uri}: {exc}")
-        names = [n for n in POSE_ARRAYS.get(m["sensor"]["type"], []) if n in m["modalities"]]
+        names = [n for n in type_of(m).pose_arrays if n in m["modalities"]]
         arrays = _load(e, names)
         if logs[uri] is None or arrays is None:
             e.add("state_log_poses", False, f"not compared: the state log {uri} or the event's pose arrays are unusable")
@@ -526,34 +503,31 @@ def _check_state_logs(events, root: Path, bundle: EventReport) -> None:
 
 
 def _check_cross_modal(events) -> None:
-    """LiDAR sweeps against every camera event that overlaps them in time (same bundle, same clock); radar frames
-    against every overlapping LiDAR sweep."""
+    """Each sensor type's cross check ("cross_check" hook: LiDAR sweeps against every camera event that overlaps them
+    in time, radar frames against every overlapping LiDAR sweep; same bundle, same clock)."""
     usable = [e for e in events if e.manifest is not None and e.manifest["schema"] == "rowbeam/sample@1"]
-    cameras = [e for e in usable if e.manifest["sensor"]["type"] == "rolling_shutter_camera"]
-    for lid in (e for e in usable if e.manifest["sensor"]["type"] == "spinning_lidar"):
-        l0, l1 = _time_span(lid.manifest)
-        lidar_arrays = None
-        for cam in cameras:
-            c0, c1 = _time_span(cam.manifest)
-            if c1 < l0 or c0 > l1:
-                continue
-            lidar_arrays = lidar_arrays or _load(lid, ["points"])
-            camera_arrays = _load(cam, ["camera_z", "valid", "instance_id", "normal_geometric", "row_time_ns",
-                                        "row_T_world_camera"])
-            if lidar_arrays is None or camera_arrays is None:
-                continue
-            check_lidar_camera(lid.manifest, lidar_arrays, cam.manifest, camera_arrays, lid.add)
-    lidars = [e for e in usable if e.manifest["sensor"]["type"] == "spinning_lidar"]
-    for rad in (e for e in usable if e.manifest["sensor"]["type"] == "radar"):
-        r0, r1 = _time_span(rad.manifest)
-        for lid in lidars:
-            l0, l1 = _time_span(lid.manifest)
-            if l1 < r0 or l0 > r1:
-                continue
-            ra = _load(rad, ["points", "normal_geometric", "chirp_T_world_radar"])
-            la = _load(lid, ["points", "normal_geometric", "firing_T_world_lidar"])
-            if ra is not None and la is not None:
-                check_radar_lidar(rad.manifest, ra, lid.manifest, la, rad.add)
+    for kind in sensor_types():
+        cross = kind.hook("cross_check")
+        if cross is None:
+            continue
+        partners = [e for e in usable if e.manifest["sensor"]["type"] == cross.partner]
+        for subject in (e for e in usable if e.manifest["sensor"]["type"] == kind.name):
+            _cross_check(subject, partners, cross)
+
+
+def _cross_check(subject, partners, cross) -> None:
+    """cross.fn on `subject` and every partner event whose acquisition interval overlaps the subject's."""
+    s0, s1 = type_of(subject.manifest).span_ns(subject.manifest)
+    subject_arrays = None
+    for other in partners:
+        p0, p1 = type_of(other.manifest).span_ns(other.manifest)
+        if p1 < s0 or p0 > s1:
+            continue
+        subject_arrays = subject_arrays or _load(subject, list(cross.subject_arrays))
+        other_arrays = _load(other, list(cross.partner_arrays))
+        if subject_arrays is None or other_arrays is None:
+            continue
+        cross.fn(subject.manifest, subject_arrays, other.manifest, other_arrays, subject.add)
 
 
 def _worst_values(events) -> dict:

@@ -15,7 +15,8 @@ from pathlib import Path
 from rowbeam.farm.dataset import assign_splits, check_ranges, load_spec
 from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import atomic_write_json, canonical_json, canonical_sha256, load_json, sha256_file
-from rowbeam.model.rig import CameraSensor, load_rig, parse_rig_text
+from rowbeam.model.rig import load_rig, parse_rig_text
+from rowbeam.sensors import sensor_type
 from rowbeam.model.sample_identity import sample_id
 from rowbeam.bundle.schema import schema_errors
 from rowbeam.model.timing import MAX_EVENT_INDEX, SceneClock, periodic_event_count
@@ -31,16 +32,12 @@ COST_MODEL = {"unit": "pixel-sample (camera) or beam (LiDAR)",
 
 def event_cost(sensor, size_px) -> int:
     """Declared cost of one event of `sensor` (COST_MODEL); size_px = (W, H) of a camera."""
-    if isinstance(sensor, CameraSensor):
-        return int(size_px[0]) * int(size_px[1]) * (1 + int(sensor.rgb_samples))
-    if sensor.type == "radar":
-        return int(sensor.chirps) * int(sensor.beams)
-    return int(sensor.azimuth_steps) * len(sensor.beam_table())
+    return sensor.event_cost(size_px)
 
 
 def reference_time_ns(sensor, index: int, size_px) -> int:
     """Reference time (ns) of event `index`: the timing model's, as the exporter writes it."""
-    if isinstance(sensor, CameraSensor):
+    if sensor_type(sensor.type).has_rows:
         return sensor.timing(index, int(size_px[1])).reference_time_ns()
     return sensor.timing(index).reference_time_ns()
 
@@ -79,7 +76,7 @@ def make_plan(spec_path, probe=None) -> dict:
                 "dependencies": [{"path": d["path"], "sha256": sha256_file(d["path"])} for d in p["dependencies"]]}
             scenarios.append(seen[s.scenario])
         for sensor in sensors:
-            size = tuple(sensor.image_size_px or p["size_px"]) if isinstance(sensor, CameraSensor) else None
+            size = tuple(sensor.image_size_px or p["size_px"]) if sensor_type(sensor.type).has_rows else None
             available = periodic_event_count(sensor.first_event_ns, sensor.rate_hz, sensor.event_duration_ns(), end_ns)
             count = s.count if s.count is not None else available - s.first_event
             if count <= 0 or s.first_event + count > min(available, MAX_EVENT_INDEX + 1):

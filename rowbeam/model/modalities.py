@@ -260,29 +260,3 @@ FLOW_MODALITIES = _table(
                  {"policy": "validity_plane", "mask": "flow_forward_correspondence_defined", "fill": "nan"},
                  "per_row", "source event row_time_ns -> destination landing row time"),
 )
-
-MODALITIES = {"rolling_shutter_camera": CAMERA_MODALITIES, "spinning_lidar": LIDAR_MODALITIES,
-              "flow": FLOW_MODALITIES, "radar": RADAR_MODALITIES}
-
-
-def required(sensor_type: str) -> list[str]:
-    return [n for n, m in MODALITIES[sensor_type].items() if not m.optional]
-
-
-def manifest_dims(manifest: dict) -> dict:
-    """Named dimensions of an event, from its manifest (N from the declared point table)."""
-    if manifest["sensor"]["type"] == "rolling_shutter_camera" or manifest.get("schema") == "rowbeam/flow@1":
-        W, H = manifest["calibration"]["image_size_px"]
-        dims = {"W": W, "H": H, "Wp": (W + 7) // 8, "Hc": 3 * H, "Wcp": (3 * W + 7) // 8}
-        for name, dim in (("amodal_masks", "O"), ("amodal_masks_canvas", "T"), ("object_row_T_world_object", "M")):
-            shape = manifest["modalities"].get(name, {}).get("shape")
-            dims[dim] = shape[0] if isinstance(shape, list) and shape and isinstance(shape[0], int) else 0
-        return dims
-    if manifest["sensor"]["type"] == "radar":
-        points = manifest["modalities"].get("points", {}).get("shape", [0])
-        return {"K": manifest["event"]["chirps"], "B": len(manifest["calibration"]["beams"]["table"]),
-                "N": points[0] if points else 0}
-    beams = manifest["calibration"]["beams"]["channels"]
-    points = manifest["modalities"].get("points", {}).get("shape", [0])
-    return {"F": manifest["event"]["azimuth_steps"], "C": len(beams),
-            "G": len({b["time_offset_ns"] for b in beams}), "N": points[0] if points else 0}

@@ -6,45 +6,11 @@ in a .blend (scene property `rowbeam_rig`) by the add-on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import load_json
-from rowbeam.model.lens import LensSpec, make_lens, parse_lens_spec
-from rowbeam.sensors.lidar import parse_lidar_sensor
-from rowbeam.sensors.radar import parse_radar_sensor
+from rowbeam.sensors import sensor_type
 from rowbeam.bundle.schema import MAX_USER_JSON_BYTES, loads_user_json, schema_errors, validator
-from rowbeam.model.timing import MIN_FIRING_PERIOD_NS, NS_PER_S, RollingShutterTiming, exact, periodic_event_start_ns
-
-
-@dataclass(frozen=True)
-class CameraSensor:
-    """A rolling-shutter camera: events at first_event_ns + k/rate_hz (ns on the scene clock)."""
-
-    id: str
-    object: str
-    rate_hz: float
-    first_event_ns: int
-    readout_ns: int
-    exposure_ns: int
-    readout_direction: str
-    image_size_px: tuple[int, int] | None = None
-    rgb_samples: int = 64
-    motion_steps: int = 7
-    verify_rows: int = 3
-    object_labels: bool = False
-    lens: LensSpec = LensSpec()
-    type: str = "rolling_shutter_camera"
-
-    def event_start_ns(self, index: int) -> int:
-        return periodic_event_start_ns(self.first_event_ns, self.rate_hz, index)
-
-    def timing(self, index: int, rows: int) -> RollingShutterTiming:
-        return RollingShutterTiming(self.event_start_ns(index), self.readout_ns, self.exposure_ns,
-                                    rows, self.readout_direction)
-
-    def event_duration_ns(self) -> int:
-        return self.readout_ns + self.exposure_ns
 
 
 @dataclass(frozen=True)
@@ -91,26 +57,8 @@ def parse_rig(document, source: str = "<rig>") -> Rig:
 
 
 def _parse_sensor(raw: dict, where: str):
-    if raw["type"] == "rolling_shutter_camera":
-        values = {**_schema_defaults("rolling_shutter_camera"), **raw}
-        if values.get("image_size_px") is not None:
-            values["image_size_px"] = tuple(values["image_size_px"])
-        period = Fraction(NS_PER_S) / exact(values["rate_hz"])
-        for key in ("readout_ns", "exposure_ns"):      # a row cannot expose or read out longer than a frame
-            if values[key] > period:
-                raise RowbeamError(f"{where}.{key}: {values[key]} ns is longer than the frame period "
-                                   f"{float(period):.0f} ns (1/rate_hz)")
-        values["lens"] = parse_lens_spec(values.get("lens"), f"{where}.lens")
-        if values["lens"].K is not None and values.get("image_size_px"):     # else checked at export (K, size known)
-            make_lens(values["lens"], None, *values["image_size_px"], where=f"{where}.lens")
-        return CameraSensor(**values)
-    if raw["type"] == "radar":
-        return parse_radar_sensor(raw, _schema_defaults("radar"), where)
-    sensor = parse_lidar_sensor(raw, _schema_defaults("spinning_lidar"), where)
-    if sensor.timing(0).firing_period_ns < MIN_FIRING_PERIOD_NS:
-        raise RowbeamError(f"{where}.azimuth_steps: {sensor.azimuth_steps} firings per sweep at "
-                           f"{sensor.rotation_hz} Hz fire more than once per ns")
-    return sensor
+    """The sensor spec of a schema-valid rig entry, by its type's parser (defaults from the rig schema)."""
+    return sensor_type(raw["type"]).parse(raw, _schema_defaults(raw["type"]), where)
 
 
 def parse_rig_text(text, source: str) -> Rig:

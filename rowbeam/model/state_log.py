@@ -20,8 +20,8 @@ from fractions import Fraction
 import numpy as np
 
 from rowbeam.model import qa_profile as tol
-from rowbeam.model.frames import T_BLENDER_CAMERA_OPENCV, interpolate_rigid, rigid_mask
-from rowbeam.sensors.lidar import SpinningTiming
+from rowbeam.model.frames import interpolate_rigid, rigid_mask
+from rowbeam.sensors import type_of
 from rowbeam.model.timing import NS_PER_S, exact, round_half_up
 
 SCHEMA = "rowbeam/state_log@1"
@@ -114,18 +114,10 @@ def check_log(log: dict, tracks: dict, add) -> None:
              f"(worst {worst_v:.3g} m/s)"), worst_velocity_error_mps=worst_v)
 
 
-def sensor_poses(manifest: dict, arrays: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(times (M,) int64, poses (M, 4, 4) in the sensor object's local axes, what) of an event's row/beam/chirp poses."""
-    kind, e = manifest["sensor"]["type"], manifest["event"]
-    if kind == "rolling_shutter_camera" and {"row_time_ns", "row_T_world_camera"} <= arrays.keys():
-        return arrays["row_time_ns"], arrays["row_T_world_camera"] @ T_BLENDER_CAMERA_OPENCV.T, "row poses"
-    if kind == "spinning_lidar" and "firing_T_world_lidar" in arrays:
-        timing = SpinningTiming.from_manifest(e)
-        t = timing.firing_times_ns()[:, None] + np.array(timing.time_groups()[0], dtype=np.int64)[None, :]
-        return t.ravel(), arrays["firing_T_world_lidar"].reshape(-1, 4, 4), "firing poses"
-    if kind == "radar" and {"time_offset_ns", "chirp_T_world_radar"} <= arrays.keys():
-        return e["frame_start_ns"] + arrays["time_offset_ns"], arrays["chirp_T_world_radar"], "chirp poses"
-    return None
+def sensor_poses(manifest: dict, arrays: dict) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(times (M,) int64, poses (M, 4, 4) in the sensor object's local axes, what) of an event's row/beam/chirp poses,
+    by its sensor type (`SensorType.poses`); None when the arrays needed are absent."""
+    return type_of(manifest).poses(manifest, arrays)
 
 
 def check_event_against_log(manifest: dict, arrays: dict, tracks: dict, add) -> None:
@@ -150,11 +142,12 @@ def check_event_against_log(manifest: dict, arrays: dict, tracks: dict, add) -> 
         f"{worst_t:.3g} m, {worst_r:.3g} rad" + ("" if ok else f" (limits {tol.STATE_LOG_POSE_TOL_M} m, "
                                                   f"{tol.STATE_LOG_ROTATION_TOL_RAD} rad)"),
         worst_translation_m=worst_t, worst_rotation_rad=worst_r)
-    if manifest["sensor"]["type"] == "radar":
-        _check_radar_velocity(manifest, arrays, tracks, track, times, add)
+    _check_radar_velocity(manifest, arrays, tracks, track, times, add)
 
 
 def _check_radar_velocity(manifest, arrays, tracks, mount, times, add):
+    """Radial velocity of every return and the sensor velocity of every chirp vs the state log (events with
+    chirp_velocity_world and points, i.e. radar)."""
     if not {"chirp_velocity_world", "points"} <= arrays.keys():
         return
     sensor_v = np.array([mount.velocities(t)[0] for t in times])
@@ -182,11 +175,6 @@ def _check_radar_velocity(manifest, arrays, tracks, mount, times, add):
         f"mount motion differs by at most {worst:.3g} m/s, sensor velocity by {worst_s:.3g} m/s"
         + (f"; {missing} returns on moving objects the log does not cover" if missing else ""),
         worst_error_mps=worst, worst_sensor_velocity_error_mps=worst_s)
-
-
-POSE_ARRAYS = {"rolling_shutter_camera": ["row_time_ns", "row_T_world_camera"],
-               "spinning_lidar": ["firing_T_world_lidar"],
-               "radar": ["time_offset_ns", "chirp_T_world_radar", "chirp_velocity_world", "points"]}
 
 
 def load_state_log(root, pointer: dict) -> tuple[dict, dict]:

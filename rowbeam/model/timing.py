@@ -110,6 +110,25 @@ class RollingShutterTiming:
     def reference_time_ns(self) -> int:
         return self.frame_start_ns + round_half_up(Fraction(self.readout_ns + self.exposure_ns, 2))
 
+    @property
+    def period_ns(self) -> Fraction:
+        """Row period (ns, exact): readout_ns / rows between consecutive rows in readout order."""
+        return Fraction(self.readout_ns, self.rows)
+
+    def first_row_time_exact(self) -> Fraction:
+        """Exact reference time (ns) of the row read out first (v = 0 top_to_bottom, rows-1 bottom_to_top)."""
+        return self.row_time_exact(0 if self.direction == "top_to_bottom" else self.rows - 1)
+
+    def span_ns(self) -> tuple[int, int]:
+        """[start, end] (ns) of the acquisition: the first row starts exposing at frame_start_ns, the last row
+        stops at frame_start_ns + readout_ns + exposure_ns."""
+        return self.frame_start_ns, self.frame_start_ns + self.readout_ns + self.exposure_ns
+
+    def times_span_ns(self) -> tuple[int, int]:
+        """(first, last) row reference time (ns, as published): the rows read first and last."""
+        t = self.row_reference_times_ns()
+        return int(t.min()), int(t.max())
+
     def to_manifest(self) -> dict:
         return {
             "timing_model": ROLLING_SHUTTER_MODEL,

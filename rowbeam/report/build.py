@@ -20,27 +20,25 @@ from pathlib import Path
 
 import numpy as np
 
-from rowbeam.bundle.arrays import channel_planes
 from rowbeam.bundle.reader import Bundle, Event, Flow
-from rowbeam.check.camera_checks import manifest_lens
-from rowbeam.model.camera_model import norm, pixel_grid, ray_directions
 from rowbeam.check.runner import check_bundle
 from rowbeam.util.errors import RowbeamError, UnusableInput
 from rowbeam.bundle.files import atomic_write_json, fsync_path, load_json
 from rowbeam.check.flow_checks import cycle_residuals
-from rowbeam.model.lens import image_rays
-from rowbeam.model.ontology import BACKGROUND_ID, VOID_ID
 from rowbeam.util.worker_threads import WORKERS
-from rowbeam.report import colour, html, motion, overlays
+from rowbeam.sensors import find_sensor_type, load_layer
+from rowbeam.report import colour, html, overlays
 from rowbeam.report.png import Indexed, encode_png, thumbnail, thumbnail_factor
-from rowbeam.report.radar_page import radar_page
-from rowbeam.report.stats import Residuals, drift, histogram, sample_pixels, sorted_quantiles
+from rowbeam.report.page_parts import OPEN_TABLE_ROWS, PageContext, _class_names, _finite_on, _radius  # noqa: F401
+from rowbeam.report.page_parts import _class_counts, _id_counts  # noqa: F401  (tests read them here)
+from rowbeam.report.stats import Residuals, drift, histogram, sorted_quantiles
 
 SCHEMA = "rowbeam/report@1"
 REPORT_JSON = "report.json"
 THUMB_SIDE = 320
 MIN_DISPLAY_WIDTH = 240
-OPEN_TABLE_ROWS = 20            # a camera page's object table longer than this starts folded (<details>)
+
+load_layer("report")    # each sensor type's page (its "report_page" hook)
 
 
 class _Silent:
@@ -288,10 +286,8 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
     by_folder = _qa_by_folder(qa)
     events = list(bundle.events())
     flows = list(bundle.flows())
-    types = {id(e): _safe(lambda e=e: e.sensor_type) for e in events}
-    lidars = [e for e in events if types[id(e)] == "spinning_lidar"]
-    cameras = [e for e in events if types[id(e)] == "rolling_shutter_camera"]
-    ctx = {"lidars": lidars, "cameras": cameras, "checked": bundle.preloaded}
+    ctx = {"events": [(e, find_sensor_type(_safe(lambda e=e: e.sensor_type))) for e in events],
+           "checked": bundle.preloaded}
     items = []
     progress.stage("overlays", total=len(events) + len(flows), unit="folders")
     for i, doc in enumerate([*events, *flows]):
@@ -332,26 +328,19 @@ def _open_quarantined(root: Path, folder: Path):
 
 
 def _item_page(doc, key, rel, status, checks, item, w, res, stats, ctx, verify, note="") -> None:
-    """Write the page of one event or flow folder (overlays by sensor kind, then its QA checks; failed checks
-    first, and on a failing folder before the overlays); sets item kind, page and overlays."""
+    """Write the page of one event or flow folder (overlays by its sensor type's "report_page", then its QA checks;
+    failed checks first, and on a failing folder before the overlays); sets item kind, page and overlays."""
     name = f"{key}/{rel}".replace("/", "_")
     item["page"] = f"pages/{name}.html"
+    page = PageContext(w, f"{key}/{rel}", res, stats, verify, checks, ctx["events"], ctx["checked"])
     try:
+        report_page = None if isinstance(doc, Flow) else _report_page(doc.sensor_type)
         if isinstance(doc, Flow):
             item["kind"] = "flow"
             body = _flow_page(doc, w, f"{key}/{rel}", res, stats, verify)
-        elif doc.sensor_type == "spinning_lidar":
-            item["kind"] = "lidar_sweep"
-            body = _lidar_page(doc, w, f"{key}/{rel}", res, stats, verify)
-        elif doc.sensor_type == "rolling_shutter_camera":
-            item["kind"] = "camera_event"
-            body = _camera_page(doc, w, f"{key}/{rel}", res, stats, ctx["lidars"], verify,
-                                checked_valid=not verify and _passed(checks, "validity_consistency"),
-                                checked_ids=not verify and _passed(checks, "semantic_matches_instance"),
-                                checked=None if verify else ctx["checked"].get(doc.path.resolve()))
-        elif doc.sensor_type == "radar":
-            item["kind"] = "radar_frame"
-            body = radar_page(doc, w, f"{key}/{rel}", res, stats, ctx["cameras"], verify)
+        elif report_page is not None:
+            item["kind"] = report_page.kind
+            body = report_page.render(doc, page)
         else:
             item["kind"] = "other"
             body = f"<p>{html.esc(doc.sensor_type)} event: no overlays for this sensor type yet (QA below)</p>"
@@ -373,6 +362,12 @@ def _item_page(doc, key, rel, status, checks, item, w, res, stats, ctx, verify, 
     (w.root / item["page"]).write_text(html.page(f"{rel} — {status.upper()}", page, "../style.css"))
 
 
+def _report_page(type_name: str):
+    """The registered ReportPage of a sensor type, or None (an unknown type, or one without a page)."""
+    kind = find_sensor_type(type_name)
+    return kind.hook("report_page") if kind is not None else None
+
+
 def _safe(fn):
     try:
         return fn()
@@ -391,296 +386,6 @@ def _quarantine_entry(root: Path, rel: str) -> dict:
     except (RowbeamError, OSError, AttributeError, KeyError, TypeError) as exc:
         reasons = [f"no readable qa_report.json ({exc})"]
     return {"folder": rel, "reasons": reasons or ["no failing check recorded"], "checks": checks}
-
-
-def _class_names(manifest: dict) -> dict:
-    names = {c["id"]: c["name"] for c in manifest.get("ontology", {}).get("classes", [])}
-    names[0], names[0xFFFFFFFF] = "background", "void"
-    return names
-
-
-def _finite_on(mask, images) -> bool:
-    """Whether every image (H, W) or (H, W, C) is finite at every `mask` pixel, from its sum over the mask (a sum of
-    finite values that overflows also gives False, which only sends the caller down its general path)."""
-    return all(bool(np.isfinite(np.sum(x, where=mask if x.ndim == 2 else mask[..., None]))) for x in images)
-
-
-def _radius(K, W, H, u=None, v=None) -> np.ndarray:
-    """Distance of pixel centres (u, v) from the principal point, as a fraction of the image half diagonal
-    (default: every pixel centre, (H, W))."""
-    if u is None:
-        u, v = pixel_grid(W, H)
-    return np.hypot(u - K[0, 2], v - K[1, 2]) / (0.5 * np.hypot(W, H))
-
-
-def _scalar_block(w, rel, name, values, valid, unit, caption, images=None, valid_sorted=None):
-    """Linear and log figures of a scalar image (made on the Writer's threads; the log image is made here and goes
-    into `images[name]` when given). The 1..99 % range is computed once when every valid value is positive (the log
-    range is then the same percentiles). valid_sorted: the caller's np.sort(values[valid]), when it has it (else
-    the percentiles select their order statistics: colour.order_statistics)."""
-    out = []
-    v = np.asarray(values)
-    lo = hi = None
-    vv, is_sorted = (v[valid], False) if valid_sorted is None else (valid_sorted, True)
-    if vv.size and (vv[0] > 0 and vv[-1] > 0 if is_sorted else np.all(vv > 0)):   # every valid value is positive
-        lo, hi = colour.robust_range(vv, is_sorted=is_sorted)                       # (sorted: NaN last)
-    for log in (False, True):
-        leg = overlays.scalar_legend(vv, None, log, lo, hi, is_sorted=is_sorted)  # = scalar()'s of values[valid]
-        def make(log=log, leg=leg):                                              # = scalar(...)[0] as Indexed
-            return colour.colour_indices(values, leg["lo"], leg["hi"], log, valid)
-        img = make
-        if log and images is not None:
-            img = make()
-            images[name] = img.rgb()
-        fig = w.image(f"{rel}/{name}{'_log' if log else ''}", img, shape=v.shape[:2])
-        bar = w.image(f"{rel}/{name}{'_log' if log else ''}_bar", colour.colour_bar())
-        out.append(html.figure(fig, f"{caption}{' (log)' if log else ''}", html.colour_bar(bar, leg, unit)))
-    return "".join(out)
-
-
-def _passed(checks, name: str) -> bool:
-    """Whether the checker's check `name` is among `checks` and passed."""
-    return any(c.get("check") == name and c.get("status") == "pass" for c in checks)
-
-
-def _id_counts(ids) -> tuple[np.ndarray, np.ndarray]:
-    """(ids present ascending, pixel count of each) of an unsigned id image: np.unique(ids, return_counts=True), by
-    one bincount when every id is below 2**20 (render indices, class ids; a sort only for larger ones, e.g. void)."""
-    flat = np.asarray(ids).ravel()
-    if flat.size and int(flat.max()) < 1 << 20:
-        counts = np.bincount(flat)
-        present = np.flatnonzero(counts)
-        return present, counts[present]
-    return np.unique(flat, return_counts=True)
-
-
-def _class_counts(present, counts, objects: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """_id_counts(semantic_id) from _id_counts(instance_id) = (present, counts) when semantic_id is the class of the
-    instance at every pixel (the checker's semantic_matches_instance: the object table's class, background for
-    BACKGROUND_ID, VOID_ID for an index not in the table)."""
-    by_index = {int(o["render_index"]): int(o["class_id"]) for o in objects}
-    classes = np.array([by_index.get(int(i), BACKGROUND_ID if i == BACKGROUND_ID else VOID_ID) for i in present],
-                       dtype=np.int64)
-    ids, where = np.unique(classes, return_inverse=True)
-    sums = np.zeros(len(ids), dtype=np.int64)
-    np.add.at(sums, where, counts)
-    return ids, sums
-
-
-def _instance_legend(present, counts, objects: list[dict], class_names: dict) -> str:
-    """The instance_id image's legend from its _id_counts (present, counts): every render index seen in the image,
-    most pixels first, with the colour the image gives it (colour.id_colours of its stable 64-bit id; background
-    black), the id, object name, class and pixel count; folded like the object table when longer than
-    OPEN_TABLE_ROWS."""
-    by_index = {int(o["render_index"]): o for o in objects}
-    stable = np.array([int(by_index[int(i)]["id"]) if int(i) in by_index else 0 for i in present], dtype=np.uint64)
-    colours = colour.id_colours(stable)
-    rows = []
-    for k in np.argsort(-counts, kind="stable"):
-        i, o = int(present[k]), by_index.get(int(present[k]))
-        name = "background" if i == 0 else (o["name"] if o else "? (not in the object table)")
-        cls = class_names.get(int(o["class_id"]), o.get("class_tag", "?")) if o else ""
-        rows.append([html.swatch(colours[k]), i, int(stable[k]) if o else "", html.esc(name), html.esc(str(cls)),
-                     int(counts[k])])
-    table = html.table(["", "render index", "instance id (stable)", "object", "class", "pixels"], rows)
-    shown = " open" if len(rows) <= OPEN_TABLE_ROWS else ""
-    return f"<details{shown}><summary>instance legend: {len(rows)} in the image</summary>{table}</details>"
-
-
-def _camera_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, lidars, verify=False,
-                 checked_valid=False, checked_ids=False, checked=None) -> str:
-    """checked_valid: the checker's validity_consistency passed on these arrays (every float label finite exactly
-    where valid, camera_z and range positive there), so the page need not test it again. checked_ids: its
-    semantic_matches_instance passed (the class legend's counts follow from the instance counts). checked: the checker's
-    decoded arrays of this event (rowbeam.bundle.arrays.DecodedArrays, sha256 verified), read as they are: the normals
-    stay channel planes unless an overlay reads them whole (LiDAR pairing)."""
-    m = ev.manifest
-    a = checked if checked is not None and all(n in checked for n in ev.names) else ev.arrays(verify=verify)
-    K = np.array(m["calibration"]["K"], dtype=np.float64)
-    H, W = a["camera_z"].shape
-    valid = a["valid"] == 1
-    names = _class_names(m)
-    parts = [f"<p>camera event, {W}×{H} px, reference time {m['event']['reference_time_ns']} ns, "
-             f"sample {html.esc(m['sample_id'])}</p><h2>Images</h2>"]
-    if "rgb" in a:
-        gain = auto_exposure(a["rgb"])
-        parts.append(html.figure(w.image(f"{rel}/rgb", colour.srgb(a["rgb"], gain)),
-                                 f"rgb (scene linear × {gain:.3g} → sRGB, clipped)"))
-    else:
-        parts.append("<p>no rgb exported (rgb_samples 0)</p>")
-    logs = {} if ev.object_labels or lidars else None     # the camera_z (log) image, when a backdrop needs it
-    z_valid = a["camera_z"][valid]                 # its percentiles (colour range) and the depth statistics:
-    z_valid.sort()                                 # (a fresh array: sorted in place)
-    parts.append(_scalar_block(w, rel, "camera_z", a["camera_z"], valid, "camera_z [m]", "camera_z", logs, z_valid))
-    parts.append(_scalar_block(w, rel, "range", a["range"], valid, "range [m]", "range"))
-    both = "normal_geometric" in a and "normal_shading" in a      # often the same image (flat shading): encoded once
-    for n in ("normal_geometric", "normal_shading"):       # images made on the Writer's threads from `a`
-        if n in a:
-            planes = channel_planes(a, n)                 # (taken here: the worker reads only these arrays)
-            img = lambda p=planes: colour.normal_colour(p, valid if checked_valid else None)  # noqa: E731
-            pair = {"keep": both} if n == "normal_geometric" else {"same_as": f"{rel}/normal_geometric" if both else None}
-            if both and checked_valid and n == "normal_shading":   # both finite exactly where valid: compare the bytes
-                g = channel_planes(a, "normal_geometric")          # where the floats differ, before making the image
-                pair["same"] = lambda p=planes, g=g: colour.same_normal_colours(p, g, valid)
-            parts.append(html.figure(w.image(f"{rel}/{n}", img, shape=(H, W), **pair),
-                                     f"{n} (camera frame: RGB = (n+1)/2, x right red, y down green, z forward blue)"))
-    parts.append(html.figure(w.image(f"{rel}/instance_id", lambda: overlays.id_indexed(a["instance_id"], m["objects"]),
-                                     shape=(H, W)), "instance_id (colour of the stable 64-bit id)"))
-    instances = _id_counts(a["instance_id"])
-    parts.append(_instance_legend(*instances, m["objects"], names))
-    parts.append(html.figure(w.image(f"{rel}/semantic_id", lambda: overlays.semantic_indexed(a["semantic_id"]),
-                                     shape=(H, W)), "semantic_id"))
-    present, counts = _class_counts(*instances, m["objects"]) if checked_ids else _id_counts(a["semantic_id"])
-    parts.append("<h3>Class legend</h3>" + html.table(
-        ["", "semantic id", "class", "pixels"],
-        [[html.swatch(overlays.semantic_colour(int(c))), int(c), html.esc(names.get(int(c), "?")), int(n)]
-         for c, n in zip(present, counts, strict=True)]))
-    for c, n in zip(present, counts, strict=True):             # share of all pixels, background included
-        label = names.get(int(c), str(int(c)))
-        stats.class_pixels[label] = stats.class_pixels.get(label, 0) + int(n)
-    ev_t = m["event"]
-    band, leg = overlays.timing_band(a["row_time_ns"], int(ev_t["exposure_ns"]))
-    parts.append("<h2>Rolling-shutter timing</h2>" + html.figure(
-        w.image(f"{rel}/timing_band", band),
-        f"row time vs row (row v of this image = image row v; {ev_t['readout_direction']}): dark = row reference "
-        f"time, light = exposure window of {ev_t['exposure_ns'] / 1e6:g} ms; x from {leg['t0_ns']} ns (left) to "
-        f"{leg['t1_ns']} ns (right), readout {ev_t['readout_ns'] / 1e6:g} ms"))
-    base = None                                     # the grey backdrop, only for overlays drawn on it
-    if ev.object_labels or lidars:
-        base = overlays.backdrop(a) if "rgb" in a else overlays.greyscale(logs["camera_z"])   # = backdrop(a)
-    if ev.object_labels:
-        img, rows = overlays.object_overlay(ev, a, base)
-        parts.append("<h2>Objects</h2>" + html.figure(w.image(f"{rel}/objects", img),
-                     "modal contour + box (cyan), amodal contour + clipped box (yellow), axes at "
-                     "T_camera_object_reference (x red, y green, z blue)"))
-        table = html.table(["id", "name", "class", "px visible", "px all", "visib_fract", "truncation", "occlusion"],
-                           [[html.fmt(r[k]) for k in ("id", "name", "class", "px_count_visib", "px_count_all",
-                                                       "visib_fract", "truncation_fraction", "occlusion_fraction")]
-                            for r in rows])
-        shown = " open" if len(rows) <= OPEN_TABLE_ROWS else ""   # a long table: folded, the overlays below stay near
-        parts.append(f"<details{shown}><summary>object table: {len(rows)} objects (pixel counts, visib_fract, "
-                     f"truncation, occlusion)</summary>{table}</details>")
-        stats.visib += [r["visib_fract"] for r in rows if r["visib_fract"] is not None]
-        for o in ev.object_labels:
-            sha = (o.get("asset") or {}).get("sha256")
-            if sha:
-                stats.assets[sha[:12]] = stats.assets.get(sha[:12], 0) + 1
-    for o in m["objects"]:
-        stats.objects[(o.get("class_tag"), str(o["id"]))] = o.get("motion")
-    # residuals of the camera contracts at the valid pixels: computed at the subset Residuals keeps of them
-    # (stats.sample_pixels) when the inputs are finite there (so is every residual), else at every valid pixel
-    normals = [n for n in ("normal_geometric", "normal_shading") if n in a]
-    if checked_valid or _finite_on(valid, [a["camera_z"], a["range"], *(a[n] for n in normals)]):
-        pix, count = sample_pixels(valid)
-    else:
-        pix, count = np.flatnonzero(valid), None
-    v, u = (x.astype(np.float64) for x in np.divmod(pix, W))     # pixel centres (camera_model.pixel_grid)
-    res.class_names.update(names)
-    z = a["camera_z"].ravel()[pix].astype(np.float64)
-    lens = manifest_lens(m["calibration"])          # a distorted camera: rays through the lens (rowbeam.model.lens)
-    d = ray_directions(K, u, v) if lens is None else image_rays(lens, W, H).reshape(-1, 3)[pix]
-    keys = {"distance": z, "radius": _radius(K, W, H, u, v), "klass": a["semantic_id"].ravel()[pix],
-            "speed": motion.camera_speeds(ev, a, pix, d)}   # sliced by class id; res.class_names names them
-    factor = norm(d)             # range / camera_z on each pixel-centre ray
-    res.add("camera.z_range_m", "m", np.abs(a["range"].ravel()[pix] - z * factor),
-            "|range − camera_z·|ray|| per valid pixel (ray = (x_n, y_n, 1) through the pixel centre)", **keys, count=count)
-    for n in normals:
-        nv = [p.reshape(-1)[pix].astype(np.float64) for p in channel_planes(a, n)]    # at the sampled pixels (x, y, z)
-        res.add(f"camera.{n}_unit", "1", np.abs(norm(nv) - 1), f"| |{n}| - 1 | per valid pixel", **keys, count=count)
-        if n == "normal_geometric":
-            facing = nv[0] * (d[:, 0] / factor)     # n_g · d / |d|, summed x, y, z in that order (as (n * d).sum(-1))
-            for c in (1, 2):
-                facing += nv[c] * (d[:, c] / factor)
-            res.add("camera.geometric_facing", "1", np.maximum(0.0, facing, out=facing),
-                    "max(0, n_g · ray direction): > 0 means a geometric normal facing away from the camera", **keys,
-                    count=count)
-    stats.camera_valid += [int(np.count_nonzero(valid)), valid.size]
-    stats.depth.append(z_valid)                    # (ascending, its own dtype: the statistics read it as float64)
-    # LiDAR returns in the time-matched camera rows
-    for lid in lidars:
-        try:
-            la = {"points": lid.array("points")}
-            pairs = overlays.lidar_in_camera(lid.manifest, la, m, a, base)
-        except (RowbeamError, KeyError, ValueError) as exc:
-            parts.append(f"<p class=\"warn\">LiDAR {html.esc(lid.path.name)}: {html.esc(exc)}</p>")
-            continue
-        if pairs is None:
-            continue
-        bar1 = w.image(f"{rel}/lidar_{lid.sensor}_{lid.index}_res_bar", colour.colour_bar())
-        bar2 = w.image(f"{rel}/lidar_{lid.sensor}_{lid.index}_skew_bar", colour.colour_bar())
-        parts.append(f"<h2>LiDAR {html.esc(lid.sensor)}/{lid.index:06d} in time-matched camera rows</h2>"
-                     f"<p>{pairs['pairs']} static returns paired (of {pairs['inside']} projected inside the image; "
-                     "grey = inside but not paired: other surface, edge or skew)</p>")
-        parts.append(html.figure(w.image(f"{rel}/lidar_{lid.sensor}_{lid.index}_residual", pairs["residual"]),
-                                 "|camera_z − return's z| at the matched row",
-                                 html.colour_bar(bar1, pairs["residual_legend"], "m")))
-        parts.append(html.figure(w.image(f"{rel}/lidar_{lid.sensor}_{lid.index}_skew", pairs["skew"]),
-                                 "|row time − return time|", html.colour_bar(bar2, pairs["skew_legend"], "ns")))
-        p = pairs["pairs_data"]
-        ok = p["paired"]
-        if ok.any():
-            r, c = np.clip(np.rint(p["uv"][ok, 1]).astype(int), 0, H - 1), np.clip(np.rint(p["uv"][ok, 0]).astype(int), 0, W - 1)
-            pk = {"distance": p["z"][ok], "radius": _radius(K, W, H, c, r), "klass": a["semantic_id"][r, c],
-                  "speed": motion.beam_speeds(lid, p["points"][ok])}
-            res.add("lidar_camera.z_residual_m", "m", np.abs(p["residual_m"][ok]),
-                    "|camera_z (1/z-interpolated) − LiDAR return z| at the time-matched row", **pk)
-            res.add("lidar_camera.skew_ns", "ns", p["skew_ns"][ok], "|row time − return time| of paired returns", **pk)
-    return "".join(parts)
-
-
-def auto_exposure(rgb, cap: float = 64.0) -> float:
-    """Gain that maps the 99th percentile of the finite scene-linear luminance to 1 (at least 1, at most cap)."""
-    lum = colour.luminance(np.nan_to_num(np.asarray(rgb, dtype=np.float64)))
-    p = float(np.percentile(lum, 99)) if lum.size else 1.0
-    return float(np.clip(1.0 / p, 1.0, cap)) if p > 0 else 1.0
-
-
-def _lidar_page(ev: Event, w: Writer, rel: str, res: Residuals, stats, verify=False) -> str:
-    m = ev.manifest
-    a = ev.arrays(verify=verify)
-    beams = m["calibration"]["beams"]["channels"]
-    names = _class_names(m)
-    F, C = a["range"].shape
-    parts = [f"<p>LiDAR sweep, {F} firings × {C} channels, sweep start {m['event']['sweep_start_ns']} ns, "
-             f"reference time {m['event']['reference_time_ns']} ns</p>"]
-    img, leg = overlays.lidar_range_image(a, [b["elevation_deg"] for b in beams])
-    bar = w.image(f"{rel}/range_bar", colour.colour_bar())
-    parts.append(html.figure(w.image(f"{rel}/range_image", img),
-                             "range image: rows = channels by elevation (top = highest), columns = firings",
-                             html.colour_bar(bar, leg, "range [m]")))
-    pts = a["points"]
-    xy = np.stack([pts["x"], pts["y"]], -1)
-    dt = (pts["t_ns"] - int(m["event"]["sweep_start_ns"])).astype(np.float64)
-    tlo, thi = 0.0, max(float(dt.max(initial=0)), 1.0)
-    cols = colour.colourise(dt, tlo, thi)
-    sets, cols_sets, captions = [xy], [cols], ["top-down, LiDAR frame at each point's own time (raw), coloured by time offset"]
-    if "points_motion_compensated" in a:
-        mc = a["points_motion_compensated"]
-        sets.append(mc[:, :2])
-        cols_sets.append(cols)
-        captions.append("top-down, motion compensated to the reference time, coloured by time offset")
-    imgs, extent = overlays.top_down(sets, cols_sets)
-    tbar = w.image(f"{rel}/time_bar", colour.colour_bar())
-    for i, (im, cap) in enumerate(zip(imgs, captions, strict=True)):
-        parts.append(html.figure(w.image(f"{rel}/top_down_{i}", im), f"{cap}; x forward = up, y left = left, "
-                                 f"half width {extent:.3g} m", html.colour_bar(tbar, {"lo": tlo, "hi": thi, "log": False},
-                                                                                "time offset [ns]")))
-    if len(sets) == 2:
-        diff = np.linalg.norm(np.stack([pts["x"], pts["y"], pts["z"]], -1) - a["points_motion_compensated"], axis=-1)
-        parts.append(f"<p>motion compensation moves points by {np.quantile(diff, 0.5) if diff.size else 0:.3g} m "
-                     f"(median), {diff.max(initial=0):.3g} m (max)</p>")
-    valid = a["valid"] == 1
-    k, c = np.nonzero(valid)
-    if k.size == len(pts):
-        rng = a["range"][k, c].astype(np.float64)
-        klass = pts["semantic_id"]
-        res.class_names.update(names)
-        xyz = np.stack([pts["x"], pts["y"], pts["z"]], -1)
-        res.add("lidar.range_vs_point_m", "m", np.abs(np.linalg.norm(xyz, axis=-1) - rng),
-                "|range − |point xyz|| (LiDAR frame at the beam's time)", distance=rng, klass=klass,
-                speed=motion.beam_speeds(ev, pts))
-    stats.lidar_valid += [int(valid.sum()), valid.size]
-    return "".join(parts)
 
 
 def _flow_page(fl: Flow, w: Writer, rel: str, res: Residuals, stats, verify=False) -> str:

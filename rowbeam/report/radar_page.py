@@ -11,6 +11,9 @@ from rowbeam.model import qa_profile as tol
 from rowbeam.bundle.associations import span_ns
 from rowbeam.util.errors import RowbeamError
 from rowbeam.report import colour, html, motion, overlays
+from rowbeam.report.page_parts import PageContext, ReportPage
+from rowbeam.sensors import sensor_hook
+from rowbeam.sensors.radar import RADAR
 
 CAMERA_ARRAYS = ["row_time_ns", "row_T_world_camera", "camera_z", "valid"]
 
@@ -22,10 +25,12 @@ def velocity_limit(radial_velocity) -> float:
     return float(max(1, math.ceil(np.abs(v).max(initial=0.0))))
 
 
-def radar_page(ev, w, rel: str, res, stats, cameras, verify: bool = False) -> str:
-    """HTML body of a radar frame's page; images through the report Writer `w` under img/<rel>/."""
+def radar_page(ev, page: PageContext) -> str:
+    """HTML body of a radar frame's page; images through the report Writer page.w under img/<page.rel>/."""
+    w, rel, res = page.w, page.rel, page.res
+    cameras = page.events_of(lambda t: t.has_rows)
     m = ev.manifest
-    a = ev.arrays(verify=verify)
+    a = ev.arrays(verify=page.verify)
     K, B = a["range"].shape
     cal = m["calibration"]
     valid = a["valid"] == 1
@@ -95,3 +100,6 @@ def _in_cameras(ev, pts, cameras, w, rel, v_max, vbar, vleg, vunit) -> str:
                                "(through the lens when the camera has one), coloured by radial velocity",
                                html.colour_bar(vbar, vleg, vunit)))
     return "".join(out)
+
+
+sensor_hook(RADAR, "report_page")(ReportPage("radar_frame", radar_page))

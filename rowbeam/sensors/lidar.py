@@ -16,8 +16,11 @@ from fractions import Fraction
 import numpy as np
 
 from rowbeam.util.errors import RowbeamError
-from rowbeam.model.timing import NS_PER_S, exact, periodic_event_start_ns, round_half_up
+from rowbeam.model.modalities import LIDAR_MODALITIES
+from rowbeam.model.timing import MIN_FIRING_PERIOD_NS, NS_PER_S, exact, periodic_event_start_ns, round_half_up
+from rowbeam.sensors.registry import SensorType, register
 
+LIDAR = "spinning_lidar"
 SPINNING_MODEL = "rowbeam.spinning_lidar@1"
 
 # VLP-16-like: 16 lasers in firing order, 2 deg apart, fired 2.304 us apart.
@@ -52,7 +55,7 @@ class LidarSensor:
     motion_steps: int = 7
     verify_firings: int = 8
     preset: str | None = None
-    type: str = "spinning_lidar"
+    type: str = LIDAR
 
     @property
     def channels(self) -> int:
@@ -80,6 +83,10 @@ class LidarSensor:
     def event_duration_ns(self) -> int:
         """One full sweep (1/rotation_hz), ns rounded half up."""
         return round_half_up(NS_PER_S / exact(self.rotation_hz))
+
+    def event_cost(self, size_px=None) -> int:
+        """Declared render cost of one sweep: azimuth_steps x channels beams (size_px unused)."""
+        return int(self.azimuth_steps) * len(self.beam_table())
 
     def beam_table(self) -> list[dict]:
         return [{"channel": c, "elevation_deg": float(e), "azimuth_offset_deg": float(self.azimuth_offsets_deg[c]),
@@ -153,6 +160,32 @@ class SpinningTiming:
         """Centre of the sweep: the time motion-compensated points are expressed at."""
         return self.sweep_start_ns + round_half_up(self.sweep_duration_exact() / 2)
 
+    @property
+    def period_ns(self) -> Fraction:
+        """Firing period (ns, exact): 1e9 / (rotation_hz * azimuth_steps) between consecutive firings."""
+        return self.firing_period_ns
+
+    def span_ns(self) -> tuple[int, int]:
+        """[start, end] (ns) of the sweep: sweep_start_ns to sweep_start_ns + azimuth_steps * firing period
+        (= 1e9 / rotation_hz), rounded half up."""
+        return self.sweep_start_ns, self.sweep_start_ns + round_half_up(self.sweep_duration_exact())
+
+    def acquisition_times(self) -> tuple[np.ndarray, list[dict]]:
+        """(times (F*G,) int64 ns, what each is): every firing k's channel time group g, ordered (k, g) (ascending:
+        offsets are shorter than the firing period), with {"firing", "channel_group", "channels"}."""
+        offsets, group_of = self.time_groups()
+        t = self.firing_times_ns()[:, None] + np.array(offsets, dtype=np.int64)[None, :]
+        what = [{"firing": k, "channel_group": g, "channels": [c for c, x in enumerate(group_of) if x == g]}
+                for k in range(t.shape[0]) for g in range(t.shape[1])]
+        return t.ravel(), what
+
+    def times_span_ns(self) -> tuple[int, int]:
+        """(first, last) beam time (ns, as published): firing 0 plus the smallest channel offset, the last firing
+        plus the largest."""
+        t = self.firing_times_ns()
+        offsets = self.time_groups()[0]
+        return int(t[0]) + offsets[0], int(t[-1]) + offsets[-1]
+
     def time_groups(self) -> tuple[list[int], list[int]]:
         """(distinct channel time offsets ascending, group index of every channel)."""
         offsets = sorted(set(self.time_offsets_ns))
@@ -204,4 +237,33 @@ def parse_lidar_sensor(raw: dict, defaults: dict, where: str) -> LidarSensor:
     if late:
         raise RowbeamError(f"{where}.time_offsets_ns: offset {late[0]} ns is not shorter than the firing period "
                            f"{float(period):.1f} ns")
+    if period < MIN_FIRING_PERIOD_NS:
+        raise RowbeamError(f"{where}.azimuth_steps: {sensor.azimuth_steps} firings per sweep at "
+                           f"{sensor.rotation_hz} Hz fire more than once per ns")
     return sensor
+
+
+def lidar_dims(manifest: dict) -> dict:
+    """Named dimensions of a LiDAR event: F firings, C channels, G channel time groups, N points."""
+    beams = manifest["calibration"]["beams"]["channels"]
+    points = manifest["modalities"].get("points", {}).get("shape", [0])
+    return {"F": manifest["event"]["azimuth_steps"], "C": len(beams),
+            "G": len({b["time_offset_ns"] for b in beams}), "N": points[0] if points else 0}
+
+
+def lidar_poses(manifest: dict, arrays: dict):
+    """(firing-group times (F*G,) int64 ns, poses (F*G, 4, 4) in the LiDAR frame, what) or None."""
+    if "firing_T_world_lidar" not in arrays:
+        return None
+    timing = SpinningTiming.from_manifest(manifest["event"])
+    t = timing.firing_times_ns()[:, None] + np.array(timing.time_groups()[0], dtype=np.int64)[None, :]
+    return t.ravel(), arrays["firing_T_world_lidar"].reshape(-1, 4, 4), "firing poses"
+
+
+LIDAR_TYPE = register(SensorType(
+    name=LIDAR, label="Spinning LiDAR", description="Rotating LiDAR with per-firing times",
+    parse=parse_lidar_sensor, timing_from_manifest=SpinningTiming.from_manifest, start_key="sweep_start_ns",
+    modalities=LIDAR_MODALITIES, dims=lidar_dims, pose_arrays=("firing_T_world_lidar",), poses=lidar_poses,
+    timed_beams=True,
+    modules={"check": "rowbeam.check.lidar_checks", "report": "rowbeam.report.lidar_page",
+             "export": "rowbeam.blender.sensors.lidar_event"}))

@@ -22,8 +22,11 @@ import numpy as np
 
 from rowbeam.util.errors import RowbeamError
 from rowbeam.sensors.lidar import beam_directions
+from rowbeam.model.modalities import RADAR_MODALITIES
 from rowbeam.model.timing import NS_PER_S, exact, periodic_event_start_ns, round_half_up
+from rowbeam.sensors.registry import SensorType, register
 
+RADAR = "radar"
 RADAR_MODEL = "rowbeam.radar@1"
 MAX_CHIRPS = 65_536                 # one Cycles render row per chirp (Blender's row limit, docs/design.md)
 MAX_BEAMS = 16_384                  # Cycles image columns
@@ -93,6 +96,25 @@ class RadarTiming:
     def reference_time_ns(self) -> int:
         return self.frame_start_ns + self.chirp_offset_ns + round_half_up(Fraction(self.chirps * self.chirp_period_ns, 2))
 
+    @property
+    def period_ns(self) -> Fraction:
+        """Chirp period (ns, exact)."""
+        return Fraction(self.chirp_period_ns)
+
+    def span_ns(self) -> tuple[int, int]:
+        """[start, end] (ns): frame start to the end of the last chirp (frame_start_ns + duration_ns())."""
+        return self.frame_start_ns, self.frame_start_ns + self.duration_ns()
+
+    def acquisition_times(self) -> tuple[np.ndarray, list[dict]]:
+        """(chirp times (K,) int64 ns, [{"chirp": j}])."""
+        t = self.chirp_times_ns()
+        return t, [{"chirp": j} for j in range(len(t))]
+
+    def times_span_ns(self) -> tuple[int, int]:
+        """(first, last) chirp time (ns, as published): the centres of chirp 0 and chirp chirps-1."""
+        t = self.chirp_times_ns()
+        return int(t[0]), int(t[-1])
+
     def to_manifest(self) -> dict:
         return {"timing_model": RADAR_MODEL, "frame_start_ns": self.frame_start_ns,
                 "chirp_offset_ns": self.chirp_offset_ns, "chirp_period_ns": self.chirp_period_ns,
@@ -124,7 +146,7 @@ class RadarSensor:
     preset: str | None = None
     motion_steps: int = 7
     verify_chirps: int = 4
-    type: str = "radar"
+    type: str = RADAR
 
     @property
     def beams(self) -> int:
@@ -142,6 +164,10 @@ class RadarSensor:
 
     def event_duration_ns(self) -> int:
         return self.chirp_offset_ns + self.chirps * self.chirp_period_ns
+
+    def event_cost(self, size_px=None) -> int:
+        """Declared render cost of one frame: chirps x beams (size_px unused)."""
+        return int(self.chirps) * int(self.beams)
 
     def beam_table(self) -> list[dict]:
         return [{"beam": b, "azimuth_deg": float(a), "elevation_deg": float(e)}
@@ -191,3 +217,27 @@ def parse_radar_sensor(raw: dict, defaults: dict, where: str) -> RadarSensor:
         raise RowbeamError(f"{where}.chirp_period_ns: chirp_offset_ns + chirps x chirp_period_ns = {train} ns is "
                            f"longer than the frame period {float(period):.0f} ns (1/rate_hz)")
     return RadarSensor(azimuths_deg=az, elevations_deg=el, grid=grid, **values)
+
+
+def radar_dims(manifest: dict) -> dict:
+    """Named dimensions of a radar event: K chirps, B beams, N points."""
+    points = manifest["modalities"].get("points", {}).get("shape", [0])
+    return {"K": manifest["event"]["chirps"], "B": len(manifest["calibration"]["beams"]["table"]),
+            "N": points[0] if points else 0}
+
+
+def radar_poses(manifest: dict, arrays: dict):
+    """(chirp times (K,) int64 ns, chirp poses (K, 4, 4) in the radar frame, what) or None."""
+    if {"time_offset_ns", "chirp_T_world_radar"} <= arrays.keys():
+        return manifest["event"]["frame_start_ns"] + arrays["time_offset_ns"], arrays["chirp_T_world_radar"], "chirp poses"
+    return None
+
+
+RADAR_TYPE = register(SensorType(
+    name=RADAR, label="Radar", description="Chirps x beams with range and radial velocity, each chirp at its own time",
+    parse=parse_radar_sensor, timing_from_manifest=RadarTiming.from_manifest, start_key="frame_start_ns",
+    modalities=RADAR_MODALITIES, dims=radar_dims,
+    pose_arrays=("time_offset_ns", "chirp_T_world_radar", "chirp_velocity_world", "points"), poses=radar_poses,
+    timed_beams=True,
+    modules={"check": "rowbeam.check.radar_checks", "report": "rowbeam.report.radar_page",
+             "export": "rowbeam.blender.sensors.radar_event"}))

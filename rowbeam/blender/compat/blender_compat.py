@@ -25,6 +25,9 @@ import bpy
 import numpy as np
 
 from rowbeam.util.errors import RowbeamError
+from rowbeam.sensors.camera import CAMERA
+from rowbeam.sensors.lidar import LIDAR
+from rowbeam.sensors.radar import RADAR
 
 MIN_VERSION = (4, 2, 0)
 MAX_MINOR = (5, 3)                          # newest Blender line tested (bpy 5.3.0 on PyPI)
@@ -52,8 +55,7 @@ ALWAYS_NODE_MATERIALS = VERSION >= NODE_MATERIALS_SINCE
 OBJECT_INDEX_PASS = "Object Index" if VERSION >= OBJECT_INDEX_NAME_SINCE else "IndexOB"
 
 # Sensor types and the first Blender that can export them.
-SENSOR_MIN_VERSION = {"rolling_shutter_camera": MIN_VERSION, "spinning_lidar": CUSTOM_CAMERA_SINCE,
-                      "radar": CUSTOM_CAMERA_SINCE}
+SENSOR_MIN_VERSION = {CAMERA: MIN_VERSION, LIDAR: CUSTOM_CAMERA_SINCE, RADAR: CUSTOM_CAMERA_SINCE}
 
 
 def _line_value(table, version):

@@ -10,7 +10,7 @@ from rowbeam.bundle.arrays import write_exr, write_npy
 from rowbeam.bundle.reader import read_payload
 from rowbeam.model.camera_model import PIXEL_CONVENTION, PIXEL_CONVENTION_TEXT
 from rowbeam.util.errors import RowbeamError
-from rowbeam.model.modalities import MODALITIES
+from rowbeam.sensors import MODALITIES
 from rowbeam.bundle.files import atomic_write_json, sha256_file
 from rowbeam.model.frames import Transform, invert_rigid
 from rowbeam.bundle.schema import schema_errors

@@ -23,7 +23,9 @@ from rowbeam.model.camera_model import intrinsics_from_blender
 from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import atomic_write_json, canonical_json, load_json, sha256_file
 from rowbeam.model.ontology import load_ontology
-from rowbeam.model.rig import CameraSensor, Rig, load_rig, parse_rig_text
+from rowbeam.model.rig import Rig, load_rig, parse_rig_text
+from rowbeam.sensors import load_layer, sensor_type
+from rowbeam.sensors.camera import CameraSensor
 from rowbeam.bundle.schema import schema_errors
 from rowbeam.model.sample_identity import sample_id, token_from_name
 from rowbeam.model.timing import MAX_EVENT_INDEX, MAX_IMAGE_SIDE_PX, MIN_IMAGE_SIDE_PX, periodic_event_count
@@ -34,23 +36,17 @@ from rowbeam.blender.compat import blender_compat
 from rowbeam.blender.cycles import cycles_setup as cs
 from rowbeam.blender.compat.blend_io import git_revision, open_blend
 from rowbeam.blender.export.bundle import BundleWriter, event_location, flow_location, write_error
-from rowbeam.blender.sensors.camera_event import export_camera_event
 from rowbeam.blender.sensors.camera_labels import semantic_lut
 from rowbeam.blender.flow.flow_pair import NEEDED, compute_flow_pair, endpoint, flow_manifest, load_event
-from rowbeam.blender.sensors.lidar_event import export_lidar_event
 from rowbeam.blender.export.manifest import (
     PayloadWriter,
     assemble_manifest,
-    camera_core,
-    lidar_core,
-    radar_core,
     write_manifest,
     write_payloads,
 )
 from rowbeam.blender.objects.object_labels import check_object_scales, write_assets
 from rowbeam.blender.objects.object_table import build_object_table
 from rowbeam.util.progress import Progress
-from rowbeam.blender.sensors.radar_event import export_radar_event
 from rowbeam.blender.export.run_temp import run_temp
 from rowbeam.blender.compat.scene_clock import scene_clock
 from rowbeam.blender.compat.scene_patch import ScenePatch
@@ -447,11 +443,7 @@ def _report(progress, done, total, text):
         progress(done, total, text)
 
 
-SENSOR_EXPORTERS = {
-    "rolling_shutter_camera": (export_camera_event, camera_core),
-    "spinning_lidar": (export_lidar_event, lidar_core),
-    "radar": (export_radar_event, radar_core),
-}
+load_layer("export")    # each sensor type's exporter (its "export" hook, rowbeam.blender.sensors.exporter.Exporter)
 
 
 def _build_info(plan: ExportPlan, render_device: str) -> dict:
@@ -483,18 +475,18 @@ def _check_and_publish(plan: ExportPlan, staged: Path, location: str, manifest: 
 def _export_event(plan: ExportPlan, job: Job):
     ctx, sensor, index = plan.context, job.sensor, job.index
     t0 = time.perf_counter()
-    export_event, core = SENSOR_EXPORTERS[sensor.type]
+    exporter = sensor_type(sensor.type).hook("export")
     staged = plan.writer.stage(job.location)
     with PayloadWriter(staged, sensor.type) as payloads:
         # a camera event's labels are written on worker threads while its verification rows render (bpy)
-        early = {"write_early": payloads.submit} if export_event is export_camera_event else {}
-        out = export_event(ctx, sensor, index, **early)
+        early = {"write_early": payloads.submit} if exporter.writes_early else {}
+        out = exporter.export(ctx, sensor, index, **early)
         if getattr(out, "assets", None):
             write_assets(plan.writer.root, out.assets)       # content-addressed meshes the manifest refers to
         modalities = write_payloads(staged, out.arrays, sensor.type, sensor.id, out.dims, out.exposure_ns,
                                     started=payloads)
     manifest = assemble_manifest(
-        core(out, sensor, index), sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
+        exporter.core(out, sensor, index), sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
         sensor=sensor, modalities=modalities, objects=ctx.table, ontology=ctx.ontology,
         build=_build_info(plan, out.render_device), lineage=_lineage_info(plan), run=_run_info(out.seconds, t0),
         state=plan.state)

@@ -7,9 +7,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rowbeam.sensors import sensor_hook
+from rowbeam.sensors.camera import CAMERA
+from rowbeam.blender.export.manifest import camera_core
+from rowbeam.blender.sensors.exporter import Exporter
 from rowbeam.model import qa_profile
 from rowbeam.model.camera_model import BlenderCameraParams, intrinsics_from_blender
-from rowbeam.model.rig import CameraSensor
+from rowbeam.sensors.camera import CameraSensor
 from rowbeam.model.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
 
 from rowbeam.blender.cycles import cycles_setup as cs
@@ -346,3 +350,6 @@ def _verify(ctx, patch: ScenePatch, sensor, timing, labels, row_poses, K, H, ray
         "worst_silhouette_error_px": max((r["silhouette_error_px"] for r in per_row), default=0.0),
         "id_mismatch_pixels": sum(r["id_mismatch_pixels"] for r in per_row),
     }
+
+
+sensor_hook(CAMERA, "export")(Exporter(export_camera_event, camera_core, writes_early=True))

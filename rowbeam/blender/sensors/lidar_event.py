@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rowbeam.sensors import sensor_hook
+from rowbeam.sensors.lidar import LIDAR
+from rowbeam.blender.export.manifest import lidar_core
+from rowbeam.blender.sensors.exporter import Exporter
 from rowbeam.model.frames import invert_rigid
 from rowbeam.sensors.lidar import LidarSensor
 
@@ -234,3 +238,6 @@ def _compare_verification(casts: list, labels: dict) -> dict:
         "id_mismatch_beams": mismatched,
         "id_mismatch_fraction": mismatched / compared if compared else 0.0,
     }
+
+
+sensor_hook(LIDAR, "export")(Exporter(export_lidar_event, lidar_core))

@@ -17,6 +17,10 @@ import time
 
 import numpy as np
 
+from rowbeam.sensors import sensor_hook
+from rowbeam.sensors.radar import RADAR
+from rowbeam.blender.export.manifest import radar_core
+from rowbeam.blender.sensors.exporter import Exporter
 from rowbeam.model.modalities import RADAR_MODALITIES
 from rowbeam.sensors.radar import RadarSensor
 
@@ -197,3 +201,6 @@ def _verify(ctx, sensor: RadarSensor, timing, labels: dict, poses: np.ndarray, t
             "chirps_checked": len(chirps), "rows_checked": len(chirps), "chirps": per_chirp,
             "beams_compared": compared, "worst_range_error_m": worst, "id_mismatch_beams": mismatched,
             "id_mismatch_fraction": mismatched / compared if compared else 0.0}
+
+
+sensor_hook(RADAR, "export")(Exporter(export_radar_event, radar_core))
