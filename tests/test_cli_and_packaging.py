@@ -178,7 +178,8 @@ def test_every_bundle_json_validates_with_plain_jsonschema_offline(rgb_bundle, t
 
 
 def test_units_come_from_the_declared_vocabulary(rgb_bundle, tmp_path):
-    from rowbeam.model.modalities import MODALITIES, UNITS
+    from rowbeam.model.modalities import UNITS
+    from rowbeam.sensors import MODALITIES
     from rowbeam.bundle.schema import _schemas, schema_errors
 
     assert set(_schemas()["rowbeam/sample@1"]["$defs"]["units"]["enum"]) == set(UNITS)
