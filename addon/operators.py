@@ -12,11 +12,13 @@ from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import atomic_write_json
 from rowbeam.model.ontology import load_ontology
 from rowbeam.model.rig import load_rig, parse_rig
+from rowbeam.sensors.camera import CAMERA
+from rowbeam.sensors.radar import RADAR
 from rowbeam.util.progress import Progress, watch_cycles
 from rowbeam.blender.export.run import ExportRequest, iter_export, new_summary, plan_export
 
 from . import identity
-from .rig_props import load_rig_document, rig_document, sync_rig
+from .rig_props import SENSOR_TYPES, load_rig_document, rig_document, sync_rig
 
 CAMERA_PRESETS = {
     "seed_rolling": {"rate_hz": 30.0, "readout_ns": 12_000_000, "exposure_ns": 4_000_000,
@@ -54,23 +56,22 @@ class ROWBEAM_OT_sensor_add(bpy.types.Operator):
     bl_idname = "rowbeam.sensor_add"
     bl_label = "Add Sensor"
     bl_options = {"REGISTER", "UNDO"}
-    sensor_type: EnumProperty(items=[("rolling_shutter_camera", "Rolling-shutter camera", ""),
-                                     ("spinning_lidar", "Spinning LiDAR", ""), ("radar", "Radar", "")])
+    sensor_type: EnumProperty(items=[(name, label, "") for name, label, _ in SENSOR_TYPES])
 
     def execute(self, context):
         settings = _settings(context)
         taken = {s.sensor_id for s in settings.sensors}
-        base = {"rolling_shutter_camera": "camera", "radar": "radar"}.get(self.sensor_type, "lidar")
+        base = {CAMERA: "camera", RADAR: "radar"}.get(self.sensor_type, "lidar")
         n = 0
         while f"{base}_{n}" in taken:
             n += 1
         s = settings.sensors.add()
         s.sensor_type, s.sensor_id = self.sensor_type, f"{base}_{n}"
-        if self.sensor_type == "radar":
+        if self.sensor_type == RADAR:
             s.rate_hz, s.min_range_m, s.max_range_m = 20.0, 0.5, 150.0
             s.radar_preset = "front_long_range"          # fills the chirp train and beam grid; editable after
         obj = context.active_object
-        if obj is not None and (self.sensor_type != "rolling_shutter_camera" or obj.type == "CAMERA"):
+        if obj is not None and (self.sensor_type != CAMERA or obj.type == "CAMERA"):
             s.target = obj
         settings.active_sensor = len(settings.sensors) - 1
         sync_rig(context=context)

@@ -5,6 +5,8 @@ import bpy
 
 from rowbeam.util.errors import RowbeamError
 from rowbeam.model.rig import parse_rig
+from rowbeam.sensors.camera import CAMERA
+from rowbeam.sensors.radar import RADAR
 from rowbeam.blender.objects.object_table import CLASS_PROPERTY, ID_PROPERTY
 
 from .rig_props import rig_document
@@ -12,7 +14,7 @@ from .rig_props import rig_document
 
 class ROWBEAM_UL_sensors(bpy.types.UIList):
     def draw_item(self, context, layout, data, item, icon, active_data, active_propname, index):
-        icon = {"rolling_shutter_camera": "OUTLINER_OB_CAMERA", "radar": "FORCE_WIND"}.get(item.sensor_type, "LIGHT_SPOT")
+        icon = {CAMERA: "OUTLINER_OB_CAMERA", RADAR: "FORCE_WIND"}.get(item.sensor_type, "LIGHT_SPOT")
         row = layout.row(align=True)
         row.label(text=item.sensor_id, icon=icon)
         row.label(text=item.target.name if item.target else "(no object)")
@@ -69,7 +71,7 @@ class ROWBEAM_PT_sensors(SceneButtons, bpy.types.Panel):
         col.prop(s, "sensor_type")
         col.prop(s, "sensor_id")
         col.prop(s, "target")
-        if s.sensor_type == "rolling_shutter_camera":
+        if s.sensor_type == CAMERA:
             col.operator_menu_enum("rowbeam.camera_preset", "preset", text="Timing Preset")
             for name in ("rate_hz", "first_event_ns", "readout_ns", "exposure_ns", "readout_direction",
                          "override_size"):
@@ -86,7 +88,7 @@ class ROWBEAM_PT_sensors(SceneButtons, bpy.types.Panel):
                 col.prop(s, "lens_K")
             if s.lens_model == "opencv_fisheye":
                 col.prop(s, "lens_fov_deg")
-        elif s.sensor_type == "radar":
+        elif s.sensor_type == RADAR:
             for name in ("radar_preset", "rate_hz", "first_event_ns", "chirps", "chirp_period_ns", "chirp_offset_ns",
                          "beam_table"):
                 col.prop(s, name)

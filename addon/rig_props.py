@@ -13,14 +13,15 @@ from bpy.app.handlers import persistent
 from bpy.props import (BoolProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty, StringProperty)
 
 from rowbeam.util.errors import RowbeamError
+from rowbeam.sensors import sensor_types
+from rowbeam.sensors.camera import CAMERA
 from rowbeam.sensors.radar import PRESETS as RADAR_PRESET_VALUES
+from rowbeam.sensors.radar import RADAR
 from rowbeam.model.rig import parse_rig_text
 from rowbeam.model.timing import MAX_IMAGE_SIDE_PX, MAX_RATE_HZ, MIN_IMAGE_SIDE_PX, MIN_RATE_HZ
 
 RIG_PROPERTY = "rowbeam_rig"
-SENSOR_TYPES = [("rolling_shutter_camera", "Rolling-shutter camera", "Camera with per-row acquisition times"),
-                ("spinning_lidar", "Spinning LiDAR", "Rotating LiDAR with per-firing times"),
-                ("radar", "Radar", "Chirps x beams with range and radial velocity, each chirp at its own time")]
+SENSOR_TYPES = [(t.name, t.label, t.description) for t in sensor_types()]     # the registered sensor types
 RADAR_PRESETS = [("NONE", "Custom", "Chirp train and beam grid typed below")] + [
     (name, name.replace("_", " ").capitalize(), f"{v['chirps']} chirps x {v['azimuth_beams'] * v['elevation_beams']} "
      f"beams, azimuth {v['azimuth_fov_deg']} deg") for name, v in RADAR_PRESET_VALUES.items()]
@@ -133,7 +134,7 @@ def sensor_document(s: RowbeamSensor) -> dict:
     """The rig entry of one sensor (values that do not parse are passed through for the schema to name)."""
     doc = {"id": s.sensor_id, "type": s.sensor_type, "object": s.target.name if s.target else "",
            "motion_steps": s.motion_steps}
-    if s.sensor_type == "rolling_shutter_camera":
+    if s.sensor_type == CAMERA:
         doc.update(rate_hz=s.rate_hz, readout_ns=s.readout_ns, exposure_ns=s.exposure_ns,
                    readout_direction=s.readout_direction, rgb_samples=s.rgb_samples, verify_rows=s.verify_rows,
                    first_event_ns=int(s.first_event_ns) if _ns_text_ok(s.first_event_ns) else s.first_event_ns)
@@ -143,7 +144,7 @@ def sensor_document(s: RowbeamSensor) -> dict:
         if lens:
             doc["lens"] = lens
         return doc
-    if s.sensor_type == "radar":
+    if s.sensor_type == RADAR:
         return radar_document(s, doc)
     doc.update(rotation_hz=s.rotation_hz, azimuth_steps=s.azimuth_steps, min_range_m=s.min_range_m,
                max_range_m=s.max_range_m, spin_direction=s.spin_direction, start_azimuth_deg=s.start_azimuth_deg,
@@ -232,7 +233,7 @@ def load_rig_document(scene, doc: dict) -> None:
         s.sensor_id = raw["id"]
         s.target = scene.objects.get(raw["object"])
         s.motion_steps = raw.get("motion_steps", 7)
-        if raw["type"] == "rolling_shutter_camera":
+        if raw["type"] == CAMERA:
             s.rate_hz, s.readout_ns, s.exposure_ns = raw["rate_hz"], raw["readout_ns"], raw["exposure_ns"]
             s.first_event_ns = str(raw["first_event_ns"])
             s.readout_direction = raw["readout_direction"]
@@ -247,7 +248,7 @@ def load_rig_document(scene, doc: dict) -> None:
                 K = lens["K"]
                 s.lens_K = ", ".join(repr(float(x)) for x in (K[0][0], K[1][1], K[0][2], K[1][2]))
             s.lens_fov_deg = lens.get("fov_deg", 0.0)
-        elif raw["type"] == "radar":
+        elif raw["type"] == RADAR:
             _load_radar(s, raw)
         else:
             s.rotation_hz, s.azimuth_steps = raw["rotation_hz"], raw["azimuth_steps"]

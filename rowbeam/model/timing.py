@@ -89,7 +89,7 @@ class RollingShutterTiming:
         return v if self.direction == "top_to_bottom" else self.rows - 1 - v
 
     def row_time_exact(self, row: int) -> Fraction:
-        """Exact reference time of image row `row` (ns, rational)."""
+        """Exact reference time of image row `row` (ns, rational); rows outside 0..rows-1 extrapolate the schedule."""
         order = row if self.direction == "top_to_bottom" else self.rows - 1 - row
         return (self.frame_start_ns + Fraction(self.readout_ns * (2 * order + 1), 2 * self.rows)
                 + Fraction(self.exposure_ns, 2))

@@ -42,7 +42,7 @@ def timed_rows_shutter(first_row_ns: Fraction, row_period_ns: Fraction, rows: in
 
 
 def _camera_rows(t: RollingShutterTiming) -> tuple[Fraction, Fraction]:
-    return t.row_time_exact(0 if t.direction == "top_to_bottom" else t.rows - 1), Fraction(t.readout_ns, t.rows)
+    return t.first_row_time_exact(), t.period_ns
 
 
 def label_shutter(t: RollingShutterTiming) -> CyclesShutter:

@@ -190,7 +190,7 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path, early=None) -> tuple[di
     reasons = why
     solved = {**_direction_arrays("forward", fwd), **_direction_arrays("backward", bwd)}
     arrays = {name: solved[name] for name in PAYLOADS}
-    row_ns = timings[1].readout_ns / timings[1].rows
+    row_ns = float(timings[1].period_ns)
     method = {
         "definition": DEFINITION,
         "depth_test": {"abs_m": tol[0], "rel": tol[1]},

@@ -181,13 +181,7 @@ def asset_uri(sha: str, data: bytes) -> str:
 def canvas_row_times(timing) -> list[Fraction]:
     """Exact reference time (ns) of canvas rows c = 0 .. 3H-1 (image row v = c - H, extrapolated)."""
     H = timing.rows
-    out = []
-    for c in range(3 * H):
-        v = c - H
-        order = v if timing.direction == "top_to_bottom" else H - 1 - v
-        out.append(timing.frame_start_ns + Fraction(timing.readout_ns * (2 * order + 1), 2 * H)
-                   + Fraction(timing.exposure_ns, 2))
-    return out
+    return [timing.row_time_exact(c - H) for c in range(3 * H)]
 
 
 def _round_ns(t: Fraction) -> int:
@@ -565,7 +559,7 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
     canvas_masks = {}
     render_seconds = []
     first = times[0]
-    period = Fraction(timing.readout_ns, H)
+    period = timing.period_ns                  # row period (ns, exact)
     K_canvas_err, rendered_px = None, 0
     if lens is None:                           # Cycles canvas renders (pinhole canvas camera)
         with ScenePatch() as p:

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from rowbeam.blender.scenes import calibration, common, lens_scenes, running_example
+from rowbeam.sensors import sensor_type
 
 
 def main(argv=None, prog: str = "python -m rowbeam.blender.scenes.build") -> int:
@@ -34,11 +35,11 @@ def main(argv=None, prog: str = "python -m rowbeam.blender.scenes.build") -> int
         _, rig = calibration.SCENES[args.name](scale=args.scale)
     if args.lens and args.name != "lens_board":
         for s in rig["sensors"]:
-            if s["type"] == "rolling_shutter_camera":
+            if sensor_type(s["type"]).has_rows:
                 s["lens"] = lens_scenes.SCENE_LENSES[args.lens]
     if args.rgb_samples is not None:
         for s in rig["sensors"]:
-            if s["type"] == "rolling_shutter_camera":
+            if sensor_type(s["type"]).has_rows:
                 s["rgb_samples"] = args.rgb_samples
     path = common.save(args.out, rig)
     print(f"scene {args.name}: {path} (rig {path.with_suffix('.rig.json')})")

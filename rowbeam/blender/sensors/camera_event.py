@@ -210,7 +210,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
                    "rolling_shutter_type": "TOP" if shutter.uses_motion_blur else "none (global shutter)",
                    "rolling_shutter_duration": 0.0, "motion_steps": sensor.motion_steps,
                    "shutter_centre_ns": float(shutter.centre_ns), "shutter_duration_ns": float(shutter.duration_ns),
-                   "half_row_correction_ns": timing.readout_ns / (2 * H),
+                   "half_row_correction_ns": float(timing.period_ns / 2),
                    "render_camera": LENS_CAMERA_METHOD if lens is not None else "sensor camera"
                    if sensor.readout_direction == "top_to_bottom"
                    else "child camera rolled 180 deg about the optical axis, image flipped back"},
