@@ -105,6 +105,15 @@ CAMERA_MODALITIES = _table(
     ModalitySpec("rgb", "scene-linear radiance, Cycles path traced, each row integrated over its own exposure",
                  "scene_linear", "float32", ("R", "G", "B"), ("H", "W", 3), "{sensor}:image", ALWAYS_VALID,
                  "per_row_interval", "row_time_ns", optional=True),
+    ModalitySpec("rgb_coverage", "share of the rgb render's camera paths that met a surface rather than the background "
+                 "(1 - transmittance to the background; Cycles Mist pass with the mist beyond the scene), averaged over "
+                 "the pixel filter and samples: the label-independent coverage the labels are checked against",
+                 "1", "float32", ("coverage",), ("H", "W"), "{sensor}:image", ALWAYS_VALID, "per_row_interval",
+                 "row_time_ns", optional=True),
+    ModalitySpec("policy_mask", "1 where the pixel-centre label ray met a surface the surface policy decided (partial "
+                 "alpha, glass / transmission, volume; manifest method.surface_policy), else 0",
+                 "1", "uint8", ("policy",), ("H", "W"), "{sensor}:image", ALWAYS_VALID, "per_row", "row_time_ns",
+                 optional=True),
     # object labels (rig camera option object_labels; manifest block object_labels declares the objects)
     ModalitySpec("amodal_masks", "np.packbits(axis=-1) of each listed object's amodal mask in the image (row i <-> "
                  "object_labels.objects[k] with mask_index i)", "1", "uint8", None, ("O", "H", "Wp"),

@@ -43,3 +43,9 @@ STATE_LOG_POSE_TOL_M = 1e-4             # chord error of curved motion between s
 STATE_LOG_ROTATION_TOL_RAD = 1e-4
 STATE_LOG_VELOCITY_TOL_MPS = 1e-2       # central differences of float32 matrix_world over +-2 ms, lerp between samples
 RADAR_LIDAR_PLANE_TOL_M = 1e-3          # radar return vs the LiDAR's tangent plane on one static face (both refined)
+
+# Labels vs what the rgb render sees (check label_coverage; rgb_coverage = Cycles Mist pass as 1 - transmittance)
+COVERAGE_FULL = 1.0 - 1e-3      # rgb coverage at or above: every rgb sample of the pixel met a surface (float sums of
+COVERAGE_EMPTY = 1e-3           # filter weights round ~1e-7); at or below: none did
+COVERAGE_EDGE_PX = 1            # + the rgb pixel filter's half width: a pixel is judged only when its whole
+                                # neighbourhood of this radius is fully covered (or empty) in the rgb

@@ -5,10 +5,11 @@ in a .blend (scene property `rowbeam_rig`) by the add-on.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import load_json
+from rowbeam.model.surface_policy import parse_surface_policy
 from rowbeam.sensors import sensor_type
 from rowbeam.bundle.schema import MAX_USER_JSON_BYTES, loads_user_json, schema_errors, validator
 
@@ -57,8 +58,11 @@ def parse_rig(document, source: str = "<rig>") -> Rig:
 
 
 def _parse_sensor(raw: dict, where: str):
-    """The sensor spec of a schema-valid rig entry, by its type's parser (defaults from the rig schema)."""
-    return sensor_type(raw["type"]).parse(raw, _schema_defaults(raw["type"]), where)
+    """The sensor spec of a schema-valid rig entry, by its type's parser (defaults from the rig schema), with its
+    surface policy (rowbeam.model.surface_policy; every sensor type has one)."""
+    policy = parse_surface_policy(raw.get("surface_policy"), where)
+    fields = {k: v for k, v in raw.items() if k != "surface_policy"}
+    return replace(sensor_type(raw["type"]).parse(fields, _schema_defaults(raw["type"]), where), surface_policy=policy)
 
 
 def parse_rig_text(text, source: str) -> Rig:

@@ -13,6 +13,7 @@ from fractions import Fraction
 from rowbeam.model.frames import T_BLENDER_CAMERA_OPENCV
 from rowbeam.model.lens import LensSpec, make_lens, parse_lens_spec
 from rowbeam.model.modalities import CAMERA_MODALITIES
+from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy
 from rowbeam.model.timing import NS_PER_S, RollingShutterTiming, exact, periodic_event_start_ns
 from rowbeam.sensors.registry import SensorType, register
 from rowbeam.util.errors import RowbeamError
@@ -37,6 +38,7 @@ class CameraSensor:
     verify_rows: int = 3
     object_labels: bool = False
     lens: LensSpec = LensSpec()
+    surface_policy: SurfacePolicy = DEFAULT_POLICY
     type: str = CAMERA
 
     def event_start_ns(self, index: int) -> int:

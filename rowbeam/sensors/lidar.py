@@ -17,6 +17,7 @@ import numpy as np
 
 from rowbeam.util.errors import RowbeamError
 from rowbeam.model.modalities import LIDAR_MODALITIES
+from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy
 from rowbeam.model.timing import MIN_FIRING_PERIOD_NS, NS_PER_S, exact, periodic_event_start_ns, round_half_up
 from rowbeam.sensors.registry import SensorType, register
 
@@ -55,6 +56,7 @@ class LidarSensor:
     motion_steps: int = 7
     verify_firings: int = 8
     preset: str | None = None
+    surface_policy: SurfacePolicy = DEFAULT_POLICY     # rowbeam.model.surface_policy
     type: str = LIDAR
 
     @property

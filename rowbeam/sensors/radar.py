@@ -21,6 +21,7 @@ from fractions import Fraction
 import numpy as np
 
 from rowbeam.util.errors import RowbeamError
+from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy
 from rowbeam.sensors.lidar import beam_directions
 from rowbeam.model.modalities import RADAR_MODALITIES
 from rowbeam.model.timing import NS_PER_S, exact, periodic_event_start_ns, round_half_up
@@ -146,6 +147,7 @@ class RadarSensor:
     preset: str | None = None
     motion_steps: int = 7
     verify_chirps: int = 4
+    surface_policy: SurfacePolicy = DEFAULT_POLICY     # rowbeam.model.surface_policy
     type: str = RADAR
 
     @property

@@ -21,6 +21,7 @@ from rowbeam.blender.compat import blender_compat
 from rowbeam.blender.cycles.cycles_timing import CyclesShutter
 from rowbeam.blender.compat.scene_clock import set_time
 from rowbeam.blender.compat.scene_patch import ScenePatch
+from rowbeam.blender.cycles.label_materials import POLICY_AOV
 
 TRUE_NORMAL_AOV = "rowbeam_true_normal"
 GPU_BACKENDS = ("OPTIX", "CUDA", "HIP", "ONEAPI", "METAL")
@@ -115,6 +116,25 @@ def rgb_settings(patch: ScenePatch, scene, samples: int, seed: int) -> None:
     """Path-traced RGB: `samples` per pixel, Cycles noise seed `seed` (rowbeam.model.sample_identity.rgb_seed)."""
     patch.set(scene.cycles, "samples", samples)
     patch.set(scene.cycles, "seed", seed)
+
+
+# Mist settings that turn Cycles' Mist pass into 1 - coverage: no point of the scene is beyond the mist start,
+# so every surface a camera path meets before its first non-transparent bounce adds its opacity to the pass.
+COVERAGE_MIST_START_M = 1.0e9
+
+
+def coverage_settings(patch: ScenePatch, scene, view_layer) -> bool:
+    """Add the Mist pass to an rgb render as the label-independent coverage (`rgb_coverage` = 1 - mist); False when
+    the scene has no world (mist settings live on the world) and no coverage is written. Render passes are
+    independent: the Combined pass is the same with or without it."""
+    if scene.world is None:
+        return False
+    mist = scene.world.mist_settings
+    patch.set(mist, "start", COVERAGE_MIST_START_M)
+    patch.set(mist, "depth", 1.0)
+    patch.set(mist, "falloff", "LINEAR")
+    patch.set(view_layer, "use_pass_mist", True)
+    return True
 
 
 def apply_shutter(patch: ScenePatch, scene, clock, shutter: CyclesShutter, motion_steps: int, objects,
@@ -254,4 +274,8 @@ def _collect_passes(channels: dict, layer: str) -> dict:
     for key, name in blender_compat.pass_channels(layer).items():
         if name in channels:
             out[key] = channels[name]
+    for key, prefix in (("mist", f"{layer}.Mist."), ("policy", f"{layer}.{POLICY_AOV}.")):
+        name = next((n for n in channels if n.startswith(prefix)), None)
+        if name is not None:
+            out[key] = channels.pop(name)
     return {k: v for k, v in out.items() if v is not None}

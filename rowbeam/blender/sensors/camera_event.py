@@ -19,6 +19,7 @@ from rowbeam.model.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
 from rowbeam.blender.cycles import cycles_setup as cs
 from rowbeam.blender.sensors.camera_labels import derive_labels, merge_stats
 from rowbeam.blender.cycles.cycles_timing import label_shutter, rgb_shutter
+from rowbeam.blender.cycles.label_materials import apply_surface_policy, label_materials
 from rowbeam.blender.cycles.lens_camera import (
     LENS_CAMERA_METHOD,
     OSL_NEWTON_STEPS,
@@ -162,11 +163,14 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         with ScenePatch() as p:
             ctx.base_settings(p, W, H)
             cs.rgb_settings(p, scene, sensor.rgb_samples, seed)
+            coverage = cs.coverage_settings(p, scene, ctx.view_layer)
             rcam = render_camera(p, scene, cam, sensor, lens)
             cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, moving + [rcam], static)
             _deform_motion_steps(p, scene, deform_steps)
             passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
         arrays["rgb"] = np.ascontiguousarray(passes["combined"][..., :3], dtype=np.float32)
+        if coverage:
+            arrays["rgb_coverage"] = np.clip(1.0 - passes["mist"], 0.0, 1.0).astype(np.float32)
         del passes                                     # peak memory: not held through the label render
         seconds["rgb_render"] = time.perf_counter() - t0
 
@@ -216,6 +220,8 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
                    else "child camera rolled 180 deg about the optical axis, image flipped back"},
         "derivation": stats,
         "verification": verification,
+        "surface_policy": {**sensor.surface_policy.manifest_block(),
+                           "decided_pixels": int(np.count_nonzero(labels.get("policy_mask", 0)))},
     }
     if lens is not None:
         method["lens"] = {"model": lens.model, "osl_newton_steps": OSL_NEWTON_STEPS,
@@ -229,6 +235,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         method["rgb_render"] = {"samples": sensor.rgb_samples, "shutter_duration_ns": float(rgb_shutter(timing).duration_ns),
                                 "rolling_shutter_duration": rgb_shutter(timing).rolling_duration,
                                 "pixel_filter": scene.cycles.pixel_filter_type, "denoising": False,
+                                "filter_width_px": scene.cycles.filter_width,
                                 "seed": seed, "seed_rule": RGB_SEED_RULE}
     return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=device,
                              object_labels=object_block, assets=assets, lens=lens)
@@ -272,6 +279,8 @@ def _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0):
         ctx.progress.stage("derive labels")
         band, band_stats = derive_labels(passes, row_poses[first:stop], K, ctx.lut, first_row=first,
                                          rays=None if rays is None else rays[first:stop])
+        if "policy" in passes:
+            band["policy_mask"] = (passes["policy"] > 0).astype(np.uint8)
         del passes                      # peak memory: not held through the next band, verify and writing
         if len(bands) == 1:
             labels, stats = band, band_stats
@@ -300,6 +309,8 @@ def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int,
     if not FULL_SHADING:
         cs.data_pass_settings(patch, ctx.scene, ctx.view_layer)
     cs.add_true_normal_aov(patch, ctx.render_objects())
+    apply_surface_policy(patch, ctx.scene, ctx.view_layer, label_materials(ctx.render_objects()),
+                         sensor.surface_policy, cs.TRUE_NORMAL_AOV)
     cs.set_render_indices(patch, ctx.scene, ctx.table)
     return render_camera(patch, ctx.scene, ctx.scene.objects[sensor.object], sensor, lens)
 

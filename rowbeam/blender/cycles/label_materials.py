@@ -1,0 +1,258 @@
+"""Label-render materials that follow a declared surface policy (rowbeam.model.surface_policy) (bpy).
+
+Cycles traces a label ray with one sample and no bounces; a surface that is partly transparent is then sampled
+at random (the ray passes it or ends there without a label: holes), a volume ends the ray at a random scattering
+point, and the view layer's Alpha Threshold decides which layer gets the data passes. Here every material the
+label render uses is patched (undone with the ScenePatch; the user's file is never changed) so that a label ray
+meets only opaque or fully transparent surfaces, decided per shading point by the policy:
+- Principled BSDF Alpha a -> (a >= t); a Mix Shader with a Transparent BSDF input: its opacity -> (opacity >= t);
+- transmission "see_through": Glass / Refraction BSDF (and Principled BSDF with Transmission Weight >=
+  TRANSMISSION_WEIGHT_SURFACE) become a Transparent BSDF; "surface": left as they are (opaque to a label ray);
+- volumes: the Volume output is unlinked; "ignore" gives a volume-only material a Transparent BSDF surface,
+  "surface" an opaque one;
+- the true-normal AOV is written only where the point is opaque (an AOV is written on every layer a ray passes);
+- the `rowbeam_policy` AOV is 1 on every point the policy decided (0 < a < 1, transmission, volume), so a pixel
+  whose value is > 0 met one (the camera's `policy_mask`).
+Limits (declared in docs/conventions.md): alpha inside node groups and OSL shaders is not seen.
+"""
+from __future__ import annotations
+
+from rowbeam.model.surface_policy import LABEL_TRANSPARENT_BOUNCES, TRANSMISSION_WEIGHT_SURFACE, SurfacePolicy
+
+POLICY_AOV = "rowbeam_policy"
+GLASS_NODES = ("ShaderNodeBsdfGlass", "ShaderNodeBsdfRefraction")
+
+
+class _Tree:
+    """Node-tree edits recorded in a ScenePatch (new nodes removed, changed links and values restored)."""
+
+    def __init__(self, patch, tree):
+        self.patch, self.tree = patch, tree
+
+    def node(self, kind: str, **values):
+        n = self.tree.nodes.new(kind)
+        for k, v in values.items():
+            setattr(n, k, v)
+        self.patch.on_restore(lambda: self.tree.nodes.remove(n))
+        return n
+
+    def link(self, out, inp) -> None:
+        old = [lk.from_socket for lk in inp.links]
+        self.tree.links.new(out, inp)
+
+        def undo():
+            for lk in list(inp.links):
+                self.tree.links.remove(lk)
+            for s in old:
+                self.tree.links.new(s, inp)
+        self.patch.on_restore(undo)
+
+    def unlink(self, inp) -> None:
+        old = [lk.from_socket for lk in inp.links]
+        for lk in list(inp.links):
+            self.tree.links.remove(lk)
+        self.patch.on_restore(lambda: [self.tree.links.new(s, inp) for s in old])
+
+    def math(self, op: str, a, b):
+        """Math node op(a, b); a and b are sockets or numbers. Returns the output socket."""
+        n = self.node("ShaderNodeMath", operation=op)
+        for i, x in enumerate((a, b)):
+            if isinstance(x, (int, float)):
+                n.inputs[i].default_value = x
+            else:
+                self.tree.links.new(x, n.inputs[i])
+        return n.outputs[0]
+
+
+def _source(inp):
+    """The socket feeding `inp`, or its constant value."""
+    return inp.links[0].from_socket if inp.is_linked else float(inp.default_value)
+
+
+def _step(t: _Tree, value, threshold: float):
+    """1 where value >= threshold else 0 (a number when value is one)."""
+    if isinstance(value, float):
+        return 1.0 if value >= threshold else 0.0
+    return t.math("SUBTRACT", 1.0, t.math("LESS_THAN", value, threshold))
+
+
+def _partial(t: _Tree, value):
+    """1 where 0 < value < 1 (the policy decides there) else 0."""
+    if isinstance(value, float):
+        return 1.0 if 0.0 < value < 1.0 else 0.0
+    return t.math("MULTIPLY", t.math("GREATER_THAN", value, 0.0), t.math("LESS_THAN", value, 1.0))
+
+
+def _times(t: _Tree, a, b):
+    if isinstance(a, float) and isinstance(b, float):
+        return a * b
+    if isinstance(a, float):
+        a, b = b, a
+    return a if b == 1.0 else t.math("MULTIPLY", a, b)
+
+
+def _maximum(t: _Tree, a, b):
+    if isinstance(a, float) and isinstance(b, float):
+        return max(a, b)
+    if isinstance(a, float):
+        a, b = b, a
+    return a if b == 0.0 else t.math("MAXIMUM", a, b)
+
+
+def _upstream(output_socket) -> list:
+    """Nodes reachable upstream of an input socket (this tree only, node groups not entered)."""
+    seen, stack = [], [lk.from_node for lk in output_socket.links]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.append(n)
+        stack.extend(lk.from_node for s in n.inputs for lk in s.links)
+    return seen
+
+
+def _transparent_input(mix) -> int | None:
+    """Index (1 or 2) of a Mix Shader input fed directly by a Transparent BSDF, else None."""
+    for i in (1, 2):
+        s = mix.inputs[i]
+        if s.is_linked and s.links[0].from_node.bl_idname == "ShaderNodeBsdfTransparent":
+            return i
+    return None
+
+
+def _see_through(t: _Tree, node) -> None:
+    """Feed everything `node`'s shader output fed from a new Transparent BSDF instead."""
+    clear = t.node("ShaderNodeBsdfTransparent")
+    for lk in list(node.outputs[0].links):
+        t.link(clear.outputs[0], lk.to_socket)
+
+
+def _principled(t: _Tree, node, policy: SurfacePolicy):
+    """(opacity, decided) of a Principled BSDF, its Alpha rewired to the binary opacity."""
+    alpha = _source(node.inputs["Alpha"])
+    weight = node.inputs.get("Transmission Weight")
+    glass = weight is not None and not weight.is_linked and weight.default_value >= TRANSMISSION_WEIGHT_SURFACE
+    if glass and policy.transmission == "see_through":
+        _see_through(t, node)
+        return 0.0, 1.0
+    opaque, decided = _step(t, alpha, policy.alpha_threshold), _partial(t, alpha)
+    if isinstance(opaque, float):
+        if opaque != alpha:
+            t.patch.set(node.inputs["Alpha"], "default_value", opaque)
+    else:
+        t.link(opaque, node.inputs["Alpha"])
+    return opaque, _maximum(t, decided, 1.0 if glass else 0.0)
+
+
+def _mix(t: _Tree, node, clear: int, policy: SurfacePolicy):
+    """(opacity, decided) of a Mix Shader with a Transparent BSDF input, its factor rewired to binary opacity."""
+    fac = _source(node.inputs[0])
+    opacity = fac if clear == 1 else (1.0 - fac if isinstance(fac, float) else t.math("SUBTRACT", 1.0, fac))
+    opaque, decided = _step(t, opacity, policy.alpha_threshold), _partial(t, opacity)
+    new_fac = opaque if clear == 1 else (1.0 - opaque if isinstance(opaque, float) else t.math("SUBTRACT", 1.0, opaque))
+    if isinstance(new_fac, float):
+        if new_fac != fac:
+            t.patch.set(node.inputs[0], "default_value", new_fac)
+    else:
+        t.link(new_fac, node.inputs[0])
+    return opaque, decided
+
+
+def _surface(t: _Tree, surface_input, policy: SurfacePolicy):
+    """(opacity, decided) of the shader feeding the material output's Surface, rewired per the policy."""
+    opacity, decided = 1.0, 0.0
+    for node in _upstream(surface_input):
+        kind = node.bl_idname
+        if kind == "ShaderNodeBsdfPrincipled":
+            o, d = _principled(t, node, policy)
+        elif kind == "ShaderNodeMixShader" and _transparent_input(node):
+            o, d = _mix(t, node, _transparent_input(node), policy)
+        elif kind in GLASS_NODES:
+            if policy.transmission == "see_through":
+                _see_through(t, node)
+            o, d = (0.0 if policy.transmission == "see_through" else 1.0), 1.0
+        else:
+            continue
+        opacity, decided = _times(t, opacity, o), _maximum(t, decided, d)
+    if surface_input.is_linked and surface_input.links[0].from_node.bl_idname == "ShaderNodeBsdfTransparent":
+        opacity = 0.0
+    return opacity, decided
+
+
+def _volume(t: _Tree, out, policy: SurfacePolicy):
+    """Unlink the Volume output; a volume-only material gets a transparent ("ignore") or opaque surface.
+    Returns (opacity or None when the surface decides, decided)."""
+    if not out.inputs["Volume"].is_linked:
+        return None, 0.0
+    t.unlink(out.inputs["Volume"])
+    if out.inputs["Surface"].is_linked:
+        return None, 1.0
+    shader = t.node("ShaderNodeBsdfTransparent" if policy.volumes == "ignore" else "ShaderNodeBsdfDiffuse")
+    t.link(shader.outputs[0], out.inputs["Surface"])
+    return (0.0 if policy.volumes == "ignore" else 1.0), 1.0
+
+
+def _gate_aov(t: _Tree, aov_name: str, opacity) -> None:
+    """Scale the colour of the AOV `aov_name` by the binary opacity (written only where the ray stops)."""
+    if opacity == 1.0:
+        return
+    for n in [n for n in t.tree.nodes if n.bl_idname == "ShaderNodeOutputAOV" and n.aov_name == aov_name]:
+        src = _source(n.inputs["Color"]) if n.inputs["Color"].is_linked else None
+        if src is None:
+            continue
+        scale = t.node("ShaderNodeVectorMath", operation="SCALE")
+        t.tree.links.new(src, scale.inputs[0])
+        if isinstance(opacity, float):
+            scale.inputs["Scale"].default_value = opacity
+        else:
+            t.tree.links.new(opacity, scale.inputs["Scale"])
+        t.link(scale.outputs[0], n.inputs["Color"])
+
+
+def patch_material(patch, mat, policy: SurfacePolicy, normal_aov: str) -> bool:
+    """Apply the policy to one material (node tree already rendered by Cycles); True when it decided a point."""
+    tree = mat.node_tree
+    out = tree.get_output_node("CYCLES") if tree else None
+    if out is None:
+        return False
+    t = _Tree(patch, tree)
+    vol_opacity, vol_decided = _volume(t, out, policy)
+    opacity, decided = _surface(t, out.inputs["Surface"], policy)
+    if vol_opacity is not None:
+        opacity = vol_opacity
+    decided = _maximum(t, decided, vol_decided)
+    _gate_aov(t, normal_aov, opacity)
+    if decided == 0.0:
+        return False
+    aov = t.node("ShaderNodeOutputAOV", aov_name=POLICY_AOV)
+    if isinstance(decided, float):
+        aov.inputs["Value"].default_value = decided
+    else:
+        tree.links.new(decided, aov.inputs["Value"])
+    return True
+
+
+def apply_surface_policy(patch, scene, view_layer, materials, policy: SurfacePolicy, normal_aov: str) -> int:
+    """Label-render state for `policy`: patched materials, the view layer's alpha threshold, enough transparent
+    bounces, the policy AOV (only when a material decided something). Returns how many materials decided."""
+    patch.set(view_layer, "pass_alpha_threshold", policy.alpha_threshold)
+    patch.set(scene.cycles, "transparent_max_bounces", LABEL_TRANSPARENT_BOUNCES)
+    decided = sum(patch_material(patch, m, policy, normal_aov) for m in materials)
+    if decided and POLICY_AOV not in view_layer.aovs:
+        aov = view_layer.aovs.add()
+        aov.name, aov.type = POLICY_AOV, "VALUE"
+        patch.on_restore(lambda: view_layer.aovs.remove(view_layer.aovs[POLICY_AOV]))
+    return decided
+
+
+def label_materials(objects) -> list:
+    """The distinct materials of `objects` (after cycles_setup.add_true_normal_aov filled empty slots)."""
+    seen = {}
+    for o in objects:
+        for s in getattr(o, "material_slots", ()):
+            if s.material is not None:
+                seen.setdefault(s.material.name, s.material)
+    return list(seen.values())
+
+
+__all__ = ["POLICY_AOV", "apply_surface_policy", "label_materials", "patch_material"]
