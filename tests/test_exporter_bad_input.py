@@ -109,6 +109,7 @@ IN_PROCESS = {
     "rig_nested_100_deep", "rig_not_utf8", "rig_top_level_list", "rig_is_a_folder",
     "first_event_negative", "sensors_empty", "flow_pairs_three_indices", "device_unknown",
     "stored_rig_id_group", "stored_rig_not_json", "stored_rig_huge", "resolution_3x1_px",
+    "camera_alpha_threshold_above_one", "lidar_surface_policy_unknown_field",
 }
 
 
@@ -154,6 +155,14 @@ RIG_CASES = [
      ["sensors[1].time_offsets_ns", "not shorter than the firing period"]),
     ("lineage_group_control_char", lambda rig: rig.update(lineage={"scenario": "s", "lineage_group": "g\x07"}), [],
      ["lineage.lineage_group", "control characters"]),
+    ("camera_alpha_threshold_zero", _camera(_set(surface_policy={"alpha_threshold": 0})), [],
+     ["rig.json", "sensors[0].surface_policy.alpha_threshold", "minimum of 0"]),
+    ("camera_alpha_threshold_above_one", _camera(_set(surface_policy={"alpha_threshold": 1.5})), [],
+     ["sensors[0].surface_policy.alpha_threshold", "maximum of 1"]),
+    ("lidar_transmission_unknown", _lidar(_set(surface_policy={"transmission": "refract"})), [],
+     ["rig.json", "sensors[1].surface_policy.transmission", "'refract'"]),
+    ("lidar_surface_policy_unknown_field", _lidar(_set(surface_policy={"hair": "ribbon"})), [],
+     ["sensors[1].surface_policy", "'hair'"]),
 ]
 
 # (case id, rig-file bytes or None (the valid rig), extra args, fragments); {tmp} in args is the case folder

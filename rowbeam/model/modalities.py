@@ -110,8 +110,8 @@ CAMERA_MODALITIES = _table(
                  "the pixel filter and samples: the label-independent coverage the labels are checked against",
                  "1", "float32", ("coverage",), ("H", "W"), "{sensor}:image", ALWAYS_VALID, "per_row_interval",
                  "row_time_ns", optional=True),
-    ModalitySpec("policy_mask", "1 where the pixel-centre label ray met a surface the surface policy decided (partial "
-                 "alpha, glass / transmission, volume; manifest method.surface_policy), else 0",
+    ModalitySpec("policy_mask", "1 where the pixel-centre label ray met a surface decided by transparency or the surface "
+                 "policy (opacity < 1, glass / transmission, volume; manifest method.surface_policy), else 0",
                  "1", "uint8", ("policy",), ("H", "W"), "{sensor}:image", ALWAYS_VALID, "per_row", "row_time_ns",
                  optional=True),
     # object labels (rig camera option object_labels; manifest block object_labels declares the objects)

@@ -12,7 +12,8 @@ surface. The RGB render is never changed by the policy.
   the pane is labelled) or "see_through" (the ray passes them unbent: what lies straight behind is labelled).
 - volumes: "ignore" (volume shaders never stop a label ray; a volume-only object is invisible to labels) or
   "surface" (the boundary mesh of a volume-only object is an opaque surface).
-Pixels / beams whose label ray met a surface the policy decided (partial alpha, transmission, volume) are counted
+Pixels / beams whose label ray met a surface decided by transparency or the policy (opacity < 1, transmission,
+volume) are counted
 in the manifest and marked in the camera's `policy_mask`; the label-vs-RGB coverage check does not judge them.
 """
 from __future__ import annotations

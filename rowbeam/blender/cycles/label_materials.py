@@ -11,8 +11,8 @@ meets only opaque or fully transparent surfaces, decided per shading point by th
 - volumes: the Volume output is unlinked; "ignore" gives a volume-only material a Transparent BSDF surface,
   "surface" an opaque one;
 - the true-normal AOV is written only where the point is opaque (an AOV is written on every layer a ray passes);
-- the `rowbeam_policy` AOV is 1 on every point the policy decided (0 < a < 1, transmission, volume), so a pixel
-  whose value is > 0 met one (the camera's `policy_mask`).
+- the `rowbeam_policy` AOV is 1 on every point transparency or the policy decided (opacity < 1, transmission,
+  volume), so a pixel whose value is > 0 met one (the camera's `policy_mask`).
 Limits (declared in docs/conventions.md): alpha inside node groups and OSL shaders is not seen.
 """
 from __future__ import annotations
@@ -76,11 +76,11 @@ def _step(t: _Tree, value, threshold: float):
     return t.math("SUBTRACT", 1.0, t.math("LESS_THAN", value, threshold))
 
 
-def _partial(t: _Tree, value):
-    """1 where 0 < value < 1 (the policy decides there) else 0."""
+def _not_opaque(t: _Tree, value):
+    """1 where the opacity `value` < 1 (a ray may pass: transparency decides) else 0."""
     if isinstance(value, float):
-        return 1.0 if 0.0 < value < 1.0 else 0.0
-    return t.math("MULTIPLY", t.math("GREATER_THAN", value, 0.0), t.math("LESS_THAN", value, 1.0))
+        return 1.0 if value < 1.0 else 0.0
+    return t.math("LESS_THAN", value, 1.0)
 
 
 def _times(t: _Tree, a, b):
@@ -135,7 +135,7 @@ def _principled(t: _Tree, node, policy: SurfacePolicy):
     if glass and policy.transmission == "see_through":
         _see_through(t, node)
         return 0.0, 1.0
-    opaque, decided = _step(t, alpha, policy.alpha_threshold), _partial(t, alpha)
+    opaque, decided = _step(t, alpha, policy.alpha_threshold), _not_opaque(t, alpha)
     if isinstance(opaque, float):
         if opaque != alpha:
             t.patch.set(node.inputs["Alpha"], "default_value", opaque)
@@ -148,7 +148,7 @@ def _mix(t: _Tree, node, clear: int, policy: SurfacePolicy):
     """(opacity, decided) of a Mix Shader with a Transparent BSDF input, its factor rewired to binary opacity."""
     fac = _source(node.inputs[0])
     opacity = fac if clear == 1 else (1.0 - fac if isinstance(fac, float) else t.math("SUBTRACT", 1.0, fac))
-    opaque, decided = _step(t, opacity, policy.alpha_threshold), _partial(t, opacity)
+    opaque, decided = _step(t, opacity, policy.alpha_threshold), _not_opaque(t, opacity)
     new_fac = opaque if clear == 1 else (1.0 - opaque if isinstance(opaque, float) else t.math("SUBTRACT", 1.0, opaque))
     if isinstance(new_fac, float):
         if new_fac != fac:
@@ -175,7 +175,7 @@ def _surface(t: _Tree, surface_input, policy: SurfacePolicy):
             continue
         opacity, decided = _times(t, opacity, o), _maximum(t, decided, d)
     if surface_input.is_linked and surface_input.links[0].from_node.bl_idname == "ShaderNodeBsdfTransparent":
-        opacity = 0.0
+        opacity, decided = 0.0, 1.0
     return opacity, decided
 
 

@@ -2,7 +2,7 @@
 
 Seed camera (calibration.seed_pose, K of calibration.seed_K at 1/scale) in front of a wall at camera z = 8 m.
 Four fronto-parallel objects, each in its own quarter of the image (camera-frame centres, metres):
-- `decal`: a Principled BSDF quad with Alpha 0.3 at (-2, -1, 5), half size 0.6;
+- `decal`: a Principled BSDF quad with Alpha 0.3 at (-2, -1, 5), half size 0.6125 (49 x 49 px);
 - `fog_cube`: a volume-only cube (Principled Volume, no surface) centred at (2, -1, 5), edge 1.2;
 - `leaf_card`: an alpha-cut card at (-1.6, 0.88, 4), half size R = 0.7, alpha = max(0, 1 - r / R) with r the
   distance from the card centre in the card plane: at threshold t the opaque part is the disc r <= R (1 - t);
@@ -20,7 +20,7 @@ from rowbeam.blender.scenes import calibration, common
 WALL_Z = 8.0
 OBJECTS = {   # name: (object id, camera-frame centre (m), half size (m))
     "wall": (0x7001, (0.0, 0.0, WALL_Z), 30.0),
-    "decal": (0x7002, (-2.0, -1.0, 5.0), 0.6),
+    "decal": (0x7002, (-2.0, -1.0, 5.0), 0.6125),      # edges half-way between pixel centres
     "fog_cube": (0x7003, (2.0, -1.0, 5.0), 0.6),
     "leaf_card": (0x7004, (-1.6, 0.88, 4.0), 0.7),
     "glass_pane": (0x7005, (1.2, 0.66, 3.0), 0.5),
@@ -96,10 +96,29 @@ def surfaces(scale: int = 4):
     bpy.context.scene.collection.objects.link(light)
     light.data.energy = 3.0
     light.rotation_euler = (0.0, -1.2, 0.3)         # light travels mostly along world +x, onto the wall
+    common.add_empty("sensor_mount", calibration.SEED_POSITION)      # LiDAR / radar frame: x forward (world +x), z up
     truth = calibration.Truth(K, size, lambda t: T, [
         ("wall", calibration._static_plane(T, (0, 0, WALL_Z), (0, 0, -1.0)))],
         notes={"objects": OBJECTS, "decal_alpha": DECAL_ALPHA})
-    return truth, common.camera_rig("camera_front", cam.name, rgb_samples=16)
+    return truth, rig(cam.name)
+
+
+def rig(camera_name: str = "camera_front", policy: dict | None = None, rgb_samples: int = 16) -> dict:
+    """Camera, LiDAR (31 channels, -15..15 deg) and radar on the seed camera's position, each with `policy`
+    (a rig `surface_policy` object; None: the default)."""
+    doc = common.camera_rig("camera_front", camera_name, rgb_samples=rgb_samples)
+    doc["sensors"].append(common.lidar_rig("lidar_top", "sensor_mount", azimuth_steps=360,
+                                           elevations_deg=[float(e) for e in range(-15, 16)],
+                                           verify_firings=4)["sensors"][0])
+    doc["sensors"].append({"id": "radar_front", "type": "radar", "object": "sensor_mount", "rate_hz": 20,
+                           "first_frame_ns": 0, "chirps": 4, "chirp_period_ns": 500_000,
+                           "azimuth_fov_deg": [-40.0, 40.0], "elevation_fov_deg": [-15.0, 15.0],
+                           "azimuth_beams": 32, "elevation_beams": 12, "min_range_m": 0.5, "max_range_m": 200.0,
+                           "max_radial_velocity_mps": 80.0, "verify_chirps": 2})
+    if policy is not None:
+        for sensor in doc["sensors"]:
+            sensor["surface_policy"] = dict(policy)
+    return doc
 
 
 def card_mask(K, centre, radius: float, threshold: float, size) -> np.ndarray:

@@ -27,6 +27,7 @@ from rowbeam.model.frames import invert_rigid
 from rowbeam.sensors.lidar import LidarSensor
 
 from rowbeam.blender.cycles import cycles_setup as cs
+from rowbeam.blender.cycles.label_materials import apply_surface_policy, label_materials
 from rowbeam.blender.sensors.lidar_labels import beam_samples, labels_from_beams, point_tables
 from rowbeam.blender.sensors.lidar_layout import MAX_ROWS, sweep_layout
 from rowbeam.blender.sensors.lidar_osl import lidar_shader_source, make_lidar_camera
@@ -100,7 +101,8 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> BeamEventOutput:
             derived = pool.submit(derive)
             casts = _cast_verification_firings(ctx, sensor, timing, poses, directions, offsets, group_of_channel)
             labels, stats, points, compensated = derived.result()
-        verification = _compare_verification(casts, labels)
+        decided = decided_beams(beams)
+        verification = _compare_verification(casts, labels, decided)
         seconds["verify"] = time.perf_counter() - t0     # casts and comparison, overlapping `derive`
 
     arrays = {k: v for k, v in labels.items() if not k.startswith("_")}
@@ -120,6 +122,7 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> BeamEventOutput:
                                 **_shutter_fields(r.shutter(timing))} for r in renders]},
         "derivation": stats,
         "verification": verification,
+        "surface_policy": {**sensor.surface_policy.manifest_block(), "decided_beams": int(decided.sum())},
     }
     dims = {"F": F, "C": C, "G": len(offsets), "N": int(points.size)}
     return BeamEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
@@ -154,6 +157,8 @@ def beam_renders(ctx, sensor, timing, layout, shader):
         cs.data_pass_settings(p, scene, ctx.view_layer)         # no shading work: the beam passes are bit-identical
         objects = ctx.render_objects()
         cs.add_true_normal_aov(p, objects)
+        apply_surface_policy(p, scene, ctx.view_layer, label_materials(objects), sensor.surface_policy,
+                             cs.TRUE_NORMAL_AOV)
         cs.set_render_indices(p, scene, ctx.table)
         parts = [_render_part(p, ctx, sensor, timing, layout, part, objects, shader) for part in renders]
         yield {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}, device
@@ -211,14 +216,24 @@ def _cast_verification_firings(ctx, sensor, timing, poses, directions, offsets, 
     return out
 
 
-def _compare_verification(casts: list, labels: dict) -> dict:
+def decided_beams(beams: dict) -> np.ndarray:
+    """(F, C) bool: beams whose label ray met a surface the surface policy decided (beam_samples' `policy`)."""
+    if "policy" not in beams:
+        return np.zeros(beams["depth"].shape[:2], bool)
+    return beams["policy"] > 0
+
+
+def _compare_verification(casts: list, labels: dict, decided: np.ndarray | None = None) -> dict:
     """The verification record: the cast beams (`_cast_verification_firings`) against the exported instance id
-    (every beam) and range (beams whose id agrees and that hit within the limits)."""
+    (every beam) and range (beams whose id agrees and that hit within the limits). Beams the surface policy decided
+    (`decided`, (F, C) bool) are not compared: the BVH cast sees geometry, not materials."""
     worst_range, mismatched, compared = 0.0, 0, 0
     per_firing = []
     for k, beams in casts:
         f_worst, f_mismatch = 0.0, 0
         for c, expected, rng, ok in beams:
+            if decided is not None and decided[k, c]:
+                continue
             compared += 1
             if int(labels["instance_id"][k, c]) != expected:
                 f_mismatch += 1

@@ -20,8 +20,9 @@ BEAM_PASSES = ("position", "depth", "index", "true_normal")
 
 
 def beam_samples(passes: dict, rows: np.ndarray, cols: np.ndarray) -> dict:
-    """The passes labels need, read at the beams' pixels: {pass: (F, C, ...)}."""
-    return {k: passes[k][rows, cols] for k in BEAM_PASSES}
+    """The passes labels need, read at the beams' pixels: {pass: (F, C, ...)}; with `policy` (the surface policy's
+    AOV, label_materials.POLICY_AOV) when the render wrote it."""
+    return {k: passes[k][rows, cols] for k in BEAM_PASSES + ("policy",) if k in passes or k in BEAM_PASSES}
 
 
 def derive_lidar_labels(passes: dict, layout, beam_poses: np.ndarray, directions: np.ndarray,
