@@ -26,7 +26,8 @@ K = np.array([[200.0, 0, 160.0], [0, 200.0, 90.0], [0, 0, 1]])
 SIZE = (320, 180)
 WALL = (0x7001, (0.0, 0.0, 8.0), 30.0)
 OBJECTS = {"decal": (0x7002, (-2.0, -1.0, 5.0), 0.6125), "fog_cube": (0x7003, (2.0, -1.0, 5.0), 0.6),
-           "leaf_card": (0x7004, (-1.6, 0.88, 4.0), 0.7), "glass_pane": (0x7005, (1.2, 0.66, 3.0), 0.5)}
+           "leaf_card": (0x7004, (-1.6, 0.88, 4.0), 0.7), "glass_pane": (0x7005, (1.2, 0.66, 3.0), 0.5),
+           "gn_grid": (0x7006, (0.03, 0.025, 6.0), 0.5)}
 
 
 def _card_coords(centre):
@@ -167,10 +168,11 @@ def test_default_policy_labels_match_the_closed_form(exported):
     assert int((a["valid"] == 0).sum()) == 0                       # before the policy: 2839 holes in this image
     card = card_mask(OBJECTS["leaf_card"][1], 0.7, 0.5)
     glass = card_mask(OBJECTS["glass_pane"][1], 0.5, 0.0)
-    assert card.sum() == 973 and glass.sum() == 4489
-    expected = np.where(glass, 0x7005, np.where(card, 0x7004, 0x7001))
+    grid = card_mask(OBJECTS["gn_grid"][1], 0.5, 0.0)              # geometry nodes output without a material
+    assert card.sum() == 973 and glass.sum() == 4489 and grid.sum() == 33 * 33
+    expected = np.where(glass, 0x7005, np.where(card, 0x7004, np.where(grid, 0x7006, 0x7001)))
     assert int((oid != expected).sum()) == 0                       # decal (alpha 0.3) and fog cube: the wall
-    z = np.where(glass, 3.0, np.where(card, 4.0, 8.0))
+    z = np.where(glass, 3.0, np.where(card, 4.0, np.where(grid, 6.0, 8.0)))
     assert np.abs(a["camera_z"] - z).max() < 1e-5
     decal = card_mask(OBJECTS["decal"][1], 0.6125, 0.0)
     assert decal.sum() == 49 * 49 and a["policy_mask"][decal].all() and a["policy_mask"][glass].all()
@@ -187,10 +189,11 @@ def test_see_through_policy_labels_match_the_closed_form(exported):
     assert card.sum() == 2450 and decal.sum() == 49 * 49 and tie.sum() == 4
     fog = oid == 0x7003
     assert int((a["valid"] == 0).sum()) == 0
-    expected = np.where(card, 0x7004, np.where(decal, 0x7002, 0x7001))
+    grid = card_mask(OBJECTS["gn_grid"][1], 0.5, 0.0)
+    expected = np.where(card, 0x7004, np.where(decal, 0x7002, np.where(grid, 0x7006, 0x7001)))
     assert int(((oid != expected) & ~fog & ~tie).sum()) == 0
     assert int(((oid != expected) & tie).sum()) <= 4
-    z = np.where(card, 4.0, np.where(decal, 5.0, 8.0))
+    z = np.where(card, 4.0, np.where(decal, 5.0, np.where(grid, 6.0, 8.0)))
     assert np.abs(a["camera_z"] - z)[~fog & ~tie].max() < 1e-5
     assert 2401 < fog.sum() < 4000                                 # the cube: front face z = 4.4, sides to 5.6
     assert a["camera_z"][fog].min() > 4.4 - 1e-5 and a["camera_z"][fog].max() < 5.6 + 1e-5

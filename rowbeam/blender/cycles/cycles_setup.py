@@ -173,11 +173,13 @@ def _reset_shutter_curve(scene) -> None:
 def add_true_normal_aov(patch: ScenePatch, objects) -> None:
     """Write the Geometry node's True Normal into an AOV in every material the objects use.
 
-    Objects without a material get a plain one so the AOV exists on every surface.
+    Objects without a material get a plain one so the AOV exists on every surface; so does geometry-nodes output
+    without a material (`_fill_node_output_slots`).
     """
     default = bpy.data.materials.new("rowbeam_default_surface")
     patch.on_restore(lambda: bpy.data.materials.remove(default))
     done = set()
+    _fill_node_output_slots(patch, objects, default)
     for o in objects:
         if not hasattr(o.data, "materials"):
             continue
@@ -199,6 +201,28 @@ def add_true_normal_aov(patch: ScenePatch, objects) -> None:
         out.aov_name = TRUE_NORMAL_AOV
         tree.links.new(geo.outputs["True Normal"], out.inputs["Color"])
         patch.on_restore(lambda tree=tree, geo=geo, out=out: (tree.nodes.remove(out), tree.nodes.remove(geo)))
+
+
+def _fill_node_output_slots(patch: ScenePatch, objects, default) -> None:
+    """Give `default` to every material slot a geometry-nodes object renders without a material. Such geometry
+    carries its own (empty) material list, so a data material never reaches it; an object-linked slot does. Only
+    objects with a Geometry Nodes modifier are touched (others: the data slots, filled by add_true_normal_aov)."""
+    nodes = [o for o in objects if hasattr(o.data, "materials") and any(m.type == "NODES" for m in o.modifiers)]
+    if not nodes:
+        return
+    depsgraph = bpy.context.evaluated_depsgraph_get()
+    for o in nodes:
+        evaluated = [s.material for s in o.evaluated_get(depsgraph).material_slots]
+        if not evaluated or all(m is not None for m in evaluated):
+            continue
+        if len(o.material_slots) == 0:
+            o.data.materials.append(None)
+            data = o.data
+            patch.on_restore(lambda data=data: data.materials.pop(index=len(data.materials) - 1))
+        for slot, mat in zip(o.material_slots, evaluated, strict=False):
+            if mat is None:
+                patch.set(slot, "link", "OBJECT")
+                patch.set(slot, "material", default)
 
 
 def set_render_indices(patch: ScenePatch, scene, table) -> None:

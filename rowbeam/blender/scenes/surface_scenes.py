@@ -6,7 +6,8 @@ Four fronto-parallel objects, each in its own quarter of the image (camera-frame
 - `fog_cube`: a volume-only cube (Principled Volume, no surface) centred at (2, -1, 5), edge 1.2;
 - `leaf_card`: an alpha-cut card at (-1.6, 0.88, 4), half size R = 0.7, alpha = max(0, 1 - r / R) with r the
   distance from the card centre in the card plane: at threshold t the opaque part is the disc r <= R (1 - t);
-- `glass_pane`: a Glass BSDF quad at (1.2, 0.66, 3), half size 0.5.
+- `glass_pane`: a Glass BSDF quad at (1.2, 0.66, 3), half size 0.5;
+- `gn_grid`: a 1 m grid made by a Geometry Nodes modifier without any material, centred at (0.03, 0.025, 6).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ OBJECTS = {   # name: (object id, camera-frame centre (m), half size (m))
     "fog_cube": (0x7003, (2.0, -1.0, 5.0), 0.6),
     "leaf_card": (0x7004, (-1.6, 0.88, 4.0), 0.7),
     "glass_pane": (0x7005, (1.2, 0.66, 3.0), 0.5),
+    "gn_grid": (0x7006, (0.03, 0.025, 6.0), 0.5),     # off the optical axis: no beam meets a vertex exactly
 }
 DECAL_ALPHA = 0.3
 
@@ -79,6 +81,21 @@ def _glass(obj, ior: float = 1.45) -> None:
     obj.data.materials.append(mat)
 
 
+def _node_grid(T) -> None:
+    """An object whose only geometry is a Geometry Nodes Grid (no Set Material: it renders without a material)."""
+    object_id, centre, half = OBJECTS["gn_grid"]
+    obj = bpy.data.objects.new("gn_grid", bpy.data.meshes.new("gn_grid"))
+    bpy.context.scene.collection.objects.link(obj)
+    obj.matrix_world = Matrix(calibration._plane_facing(T, centre, (0, 0, -1.0)).tolist())
+    common.tag(obj, object_id, "gn_grid")
+    tree = bpy.data.node_groups.new("gn_grid", "GeometryNodeTree")
+    tree.interface.new_socket("Geometry", in_out="OUTPUT", socket_type="NodeSocketGeometry")
+    grid = tree.nodes.new("GeometryNodeMeshGrid")
+    grid.inputs["Size X"].default_value = grid.inputs["Size Y"].default_value = 2 * half
+    tree.links.new(grid.outputs["Mesh"], tree.nodes.new("NodeGroupOutput").inputs[0])
+    obj.modifiers.new("grid", "NODES").node_group = tree
+
+
 def surfaces(scale: int = 4):
     """Build the scene; return (truth, rig). truth.notes holds OBJECTS and the leaf card's radius."""
     _, cam, T, K, size = calibration._base(scale)
@@ -87,6 +104,7 @@ def surfaces(scale: int = 4):
     mat, bsdf = _principled(_quad(T, "leaf_card"), (0.1, 0.6, 0.1))
     _leaf_alpha(mat, bsdf, OBJECTS["leaf_card"][2])
     _glass(_quad(T, "glass_pane"))
+    _node_grid(T)
     _, centre, half = OBJECTS["fog_cube"]
     cube = common.add_box("fog_cube", (2 * half,) * 3, (0, 0, 0))
     cube.matrix_world = Matrix(calibration._plane_facing(T, centre, (0, 0, -1.0)).tolist())
