@@ -204,25 +204,42 @@ def add_true_normal_aov(patch: ScenePatch, objects) -> None:
 
 
 def _fill_node_output_slots(patch: ScenePatch, objects, default) -> None:
-    """Give `default` to every material slot a geometry-nodes object renders without a material. Such geometry
-    carries its own (empty) material list, so a data material never reaches it; an object-linked slot does. Only
-    objects with a Geometry Nodes modifier are touched (others: the data slots, filled by add_true_normal_aov)."""
+    """Give `default` to geometry a Geometry Nodes object renders without a material. Its output carries its own
+    material list (point clouds and curves: their own data), so a data material never reaches it: an object whose
+    evaluated slots are all empty gets a label-render-only Set Material modifier (mesh, point cloud and curve
+    components); an empty slot among filled ones gets an object-linked `default`. Objects without a Geometry Nodes
+    modifier are left to add_true_normal_aov's data slots."""
     nodes = [o for o in objects if hasattr(o.data, "materials") and any(m.type == "NODES" for m in o.modifiers)]
     if not nodes:
         return
     depsgraph = bpy.context.evaluated_depsgraph_get()
     for o in nodes:
         evaluated = [s.material for s in o.evaluated_get(depsgraph).material_slots]
-        if not evaluated or all(m is not None for m in evaluated):
+        if all(m is None for m in evaluated):
+            _set_material_modifier(patch, o, default)
             continue
-        if len(o.material_slots) == 0:
-            o.data.materials.append(None)
-            data = o.data
-            patch.on_restore(lambda data=data: data.materials.pop(index=len(data.materials) - 1))
         for slot, mat in zip(o.material_slots, evaluated, strict=False):
             if mat is None:
                 patch.set(slot, "link", "OBJECT")
                 patch.set(slot, "material", default)
+
+
+def _set_material_modifier(patch: ScenePatch, obj, material) -> None:
+    """Append a Geometry Nodes modifier setting `material` on the whole output (undone by `patch`)."""
+    tree = bpy.data.node_groups.new("rowbeam_label_material", "GeometryNodeTree")
+    tree.interface.new_socket("Geometry", in_out="INPUT", socket_type="NodeSocketGeometry")
+    tree.interface.new_socket("Geometry", in_out="OUTPUT", socket_type="NodeSocketGeometry")
+    setter = tree.nodes.new("GeometryNodeSetMaterial")
+    setter.inputs["Material"].default_value = material
+    tree.links.new(tree.nodes.new("NodeGroupInput").outputs[0], setter.inputs["Geometry"])
+    tree.links.new(setter.outputs["Geometry"], tree.nodes.new("NodeGroupOutput").inputs[0])
+    mod = obj.modifiers.new("rowbeam_label_material", "NODES")
+    mod.node_group = tree
+
+    def remove():
+        obj.modifiers.remove(mod)
+        bpy.data.node_groups.remove(tree)
+    patch.on_restore(remove)
 
 
 def set_render_indices(patch: ScenePatch, scene, table) -> None:
