@@ -102,7 +102,7 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> BeamEventOutput:
             casts = _cast_verification_firings(ctx, sensor, timing, poses, directions, offsets, group_of_channel)
             labels, stats, points, compensated = derived.result()
         decided = decided_beams(beams)
-        verification = _compare_verification(casts, labels, decided)
+        verification = _compare_verification(casts, labels, decided | uncastable_beams(ctx, labels))
         seconds["verify"] = time.perf_counter() - t0     # casts and comparison, overlapping `derive`
 
     arrays = {k: v for k, v in labels.items() if not k.startswith("_")}
@@ -223,16 +223,31 @@ def decided_beams(beams: dict) -> np.ndarray:
     return beams["policy"] > 0
 
 
-def _compare_verification(casts: list, labels: dict, decided: np.ndarray | None = None) -> dict:
+def uncastable_beams(ctx, labels: dict) -> np.ndarray:
+    """Bool mask of the beams labelled with an object scene.ray_cast cannot hit: a point cloud, curves or a volume,
+    as the object itself or as geometry its Geometry Nodes make (rendered as instances of such data)."""
+    import bpy
+
+    kinds = {"POINTCLOUD", "CURVES", "VOLUME"}
+    names = {o.name for o in ctx.render_objects() if o.type in kinds}
+    for inst in bpy.context.evaluated_depsgraph_get().object_instances:
+        if inst.is_instance and inst.parent is not None and inst.object.type in kinds:
+            names.add(inst.parent.original.name)
+    indices = [e.render_index for e in ctx.table if e.obj_name in names]
+    return np.isin(labels["instance_id"], indices)
+
+
+def _compare_verification(casts: list, labels: dict, skip: np.ndarray | None = None) -> dict:
     """The verification record: the cast beams (`_cast_verification_firings`) against the exported instance id
-    (every beam) and range (beams whose id agrees and that hit within the limits). Beams the surface policy decided
-    (`decided`, (F, C) bool) are not compared: the BVH cast sees geometry, not materials."""
+    (every beam) and range (beams whose id agrees and that hit within the limits). Beams in `skip` ((F, C) bool)
+    are not compared: those the surface policy decided (the BVH cast sees geometry, not materials) and those on
+    geometry the BVH cast cannot hit (`uncastable_beams`)."""
     worst_range, mismatched, compared = 0.0, 0, 0
     per_firing = []
     for k, beams in casts:
         f_worst, f_mismatch = 0.0, 0
         for c, expected, rng, ok in beams:
-            if decided is not None and decided[k, c]:
+            if skip is not None and skip[k, c]:
                 continue
             compared += 1
             if int(labels["instance_id"][k, c]) != expected:

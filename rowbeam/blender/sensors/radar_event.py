@@ -24,7 +24,7 @@ from rowbeam.blender.sensors.exporter import Exporter
 from rowbeam.model.modalities import RADAR_MODALITIES
 from rowbeam.sensors.radar import RadarSensor
 
-from rowbeam.blender.sensors.lidar_event import BeamEventOutput, decided_beams, render_beam_layout
+from rowbeam.blender.sensors.lidar_event import BeamEventOutput, decided_beams, render_beam_layout, uncastable_beams
 from rowbeam.blender.sensors.lidar_labels import labels_from_beams
 from rowbeam.blender.sensors.lidar_layout import sweep_layout
 from rowbeam.blender.sensors.lidar_osl import beam_camera_source
@@ -122,7 +122,8 @@ def export_radar_event(ctx, sensor: RadarSensor, index: int) -> BeamEventOutput:
     seconds["derive"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    decided = labels["_decided"] = decided_beams(beams)
+    decided = decided_beams(beams)
+    labels["_not_cast"] = decided | uncastable_beams(ctx, labels)
     verification = _verify(ctx, sensor, timing, labels, poses, too_fast)
     seconds["verify"] = time.perf_counter() - t0
 
@@ -172,8 +173,8 @@ def _point_table(labels: dict, v_r: np.ndarray, chirp_times: np.ndarray) -> np.n
 
 def _verify(ctx, sensor: RadarSensor, timing, labels: dict, poses: np.ndarray, too_fast: np.ndarray) -> dict:
     """Cast every beam of sampled chirps with Blender's BVH at the chirp's exact time; compare object and range.
-    Beams the surface policy decided (labels["_decided"]) are not compared: the BVH cast sees geometry, not
-    materials."""
+    Beams in labels["_not_cast"] are not compared: those the surface policy decided (the BVH cast sees geometry,
+    not materials) and those on geometry the cast cannot hit (lidar_event.uncastable_beams)."""
     import bpy
 
     scene = ctx.scene
@@ -191,7 +192,7 @@ def _verify(ctx, sensor: RadarSensor, timing, labels: dict, poses: np.ndarray, t
             rng = float(np.linalg.norm(np.array(loc) - o)) if hit else np.inf
             ok = hit and sensor.min_range_m <= rng <= sensor.max_range_m
             expected = name_to_index.get(obj.name, -1) if ok else 0
-            if labels["_decided"][j, b]:
+            if labels["_not_cast"][j, b]:
                 continue
             compared += 1
             if too_fast[j, b]:
