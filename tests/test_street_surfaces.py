@@ -79,4 +79,5 @@ def test_street_adapts_and_reports(street, fmt):
     if fmt == "bop":
         r = run_python("-m", "rowbeam", "report", str(street), "--out", str(street.parent / "report"))
         assert r.returncode in (0, 1), r.stderr
-        assert (street.parent / "report").is_dir()
+        overlay = street.parent / "report" / "img" / "bundle" / "events" / "camera_front" / "000000" / "surface_policy.png"
+        assert overlay.stat().st_size > 0                            # where the policy decided, for a person to see

@@ -245,3 +245,17 @@ def test_planted_label_hole_fails_label_coverage(exported, tmp_path):
                  if c["check"] == "label_coverage")
     assert entry["status"] == "fail" and entry["values"]["hole_pixels"] == 1
     assert {f["check"] for f in fails} == {"label_coverage"}      # every other invariant holds on the hole
+
+
+def test_report_overlay_marks_policy_pixels_and_holes():
+    from rowbeam.report.overlays import HOLE_COLOUR, surface_policy_overlay
+
+    a = _wall(8, 10)
+    a["camera_z"] = np.full((8, 10), 8.0, np.float32)
+    a["policy_mask"] = np.zeros((8, 10), np.uint8)
+    a["policy_mask"][:, :3] = 1
+    hole = np.zeros((8, 10), bool)
+    hole[4, 6] = True
+    img = surface_policy_overlay(a, hole)
+    assert (img[4, 6] == HOLE_COLOUR).all()
+    assert (img[:, :3, 0] > img[:, :3, 1]).all() and (img[:, 3:, 0] == img[:, 3:, 1])[~hole[:, 3:]].all()

@@ -8,6 +8,7 @@ import numpy as np
 
 from rowbeam.bundle.arrays import channel_planes
 from rowbeam.check.camera_checks import manifest_lens
+from rowbeam.check.coverage_checks import coverage_disagreement, edge_radius
 from rowbeam.model.camera_model import norm, ray_directions
 from rowbeam.model.lens import image_rays
 from rowbeam.report import colour, html, motion, overlays
@@ -62,6 +63,8 @@ def camera_page(ev, page: PageContext) -> str:
     logs = {} if ev.object_labels or lidars else None     # the camera_z (log) image, when a backdrop needs it
     z_valid = _images(cam, page, parts, logs)
     _id_images(cam, page, parts)
+    if "rgb_coverage" in a:
+        parts.append(_surface_policy(cam, page))
     parts.append(_timing_band(cam, page))
     base = None                                     # the grey backdrop, only for overlays drawn on it
     if ev.object_labels or lidars:
@@ -122,6 +125,19 @@ def _id_images(cam: _View, page: PageContext, parts: list) -> None:
     for c, n in zip(present, counts, strict=True):             # share of all pixels, background included
         label = names.get(int(c), str(int(c)))
         page.stats.class_pixels[label] = page.stats.class_pixels.get(label, 0) + int(n)
+
+
+def _surface_policy(cam: _View, page: PageContext) -> str:
+    """Where the surface policy decided (magenta) and where labels and rgb coverage disagree (red)."""
+    m, a = cam.ev.manifest, cam.a
+    d = coverage_disagreement(a["valid"], a["rgb_coverage"], a.get("policy_mask"), edge_radius(m))
+    img = overlays.surface_policy_overlay(a, d["hole"] | d["phantom"])
+    policy = m.get("method", {}).get("surface_policy", {})
+    return "<h2>Surface policy</h2>" + html.figure(
+        page.w.image(f"{page.rel}/surface_policy", img),
+        f"magenta: pixels decided by transparency or the surface policy (alpha_threshold "
+        f"{policy.get('alpha_threshold', '?')}, transmission {policy.get('transmission', '?')}, volumes "
+        f"{policy.get('volumes', '?')}); red: label holes or labels where the rgb saw no surface (label_coverage)")
 
 
 def _timing_band(cam: _View, page: PageContext) -> str:

@@ -62,6 +62,22 @@ def backdrop(arrays: dict) -> np.ndarray:
     return greyscale(scalar(arrays["camera_z"], arrays["valid"] == 1, log=True)[0])
 
 
+POLICY_COLOUR = np.array([255, 0, 255], np.uint8)      # pixels decided by transparency or the surface policy
+HOLE_COLOUR = np.array([255, 40, 0], np.uint8)          # label_coverage disagreements (holes and phantom labels)
+
+
+def surface_policy_overlay(arrays: dict, disagree=None) -> np.ndarray:
+    """(H, W, 3) uint8: the grey backdrop with pixels of `policy_mask` in magenta and `disagree` ((H, W) bool, the
+    label_coverage holes and phantom labels) in red."""
+    img = backdrop(arrays).copy()
+    if "policy_mask" in arrays:
+        sel = arrays["policy_mask"] > 0
+        img[sel] = (img[sel] // 2 + POLICY_COLOUR // 2)
+    if disagree is not None:
+        img[disagree] = HOLE_COLOUR
+    return img
+
+
 def id_image(instance_id, objects: list[dict]) -> np.ndarray:
     """instance_id (render index) -> colours of the stable 64-bit ids (same object, same colour in every event)."""
     return id_indexed(instance_id, objects).rgb()
