@@ -985,6 +985,9 @@ def _main() -> int:
         _print_lens_objects(r["lens_objects"], args.repeat)
     if "report" in r:
         _print_checker(r["report"])
+    if "surfaces" in r:
+        from bench_surfaces import print_surfaces
+        print_surfaces(r["surfaces"])
     print(f"peak RSS of the bench process                    {peak_mb:8.0f} MB")
     _report_issue12(args, cam, lidar, flow, r.get("multi"), r.get("poses"),
                     {**r.get("scale", {}), **({"rgb": r["rgb"]} if "rgb" in r else {})})
@@ -996,7 +999,7 @@ def _main() -> int:
 
 # `make bench ONLY=camera,scale` (bench.py --only ...) runs these sections alone, in this order.
 SECTIONS = ("camera", "multi", "scale", "rgb", "lidar", "flow", "poses", "radar", "objects", "lens", "lens_objects",
-            "report")
+            "surfaces", "report")
 
 
 def _sections(only: str) -> list:
@@ -1032,6 +1035,9 @@ def _run_section(name: str, work: Path, args):
         return lens_benchmark(work, args.repeat)
     if name == "lens_objects":
         return lens_object_label_benchmark(work, args.repeat)
+    if name == "surfaces":
+        from bench_surfaces import surface_policy_benchmark
+        return surface_policy_benchmark(work, args.repeat)
     return checker_benchmark(work, args.repeat)       # (d) and (Q) side by side, with and without object labels
 
 

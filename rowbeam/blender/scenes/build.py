@@ -1,7 +1,8 @@
 """Build a scene and its rig file:  python -m rowbeam.blender.scenes.build NAME OUT.blend [options]
 
 NAME is `running_example`, a calibration scene (fronto_plane, marker, tilted_plane,
-moving_plane, ego_forward, ego_yaw) or `lens_board` (markers for lens models, rowbeam/blender/scenes/lens_scenes.py).
+moving_plane, ego_forward, ego_yaw), `lens_board` (markers for lens models, rowbeam/blender/scenes/lens_scenes.py),
+`surfaces` (closed-form transparent, glass, volume and node surfaces) or `street_surfaces` (a street of them).
 Writes OUT.blend and OUT.rig.json beside it.
 """
 from __future__ import annotations
@@ -9,12 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rowbeam.blender.scenes import calibration, common, lens_scenes, running_example
+from rowbeam.blender.scenes import calibration, common, lens_scenes, running_example, street_surfaces, surface_scenes
 from rowbeam.sensors import sensor_type
 
 
 def main(argv=None, prog: str = "python -m rowbeam.blender.scenes.build") -> int:
-    names = ["running_example", *calibration.SCENES, "lens_board"]
+    names = ["running_example", *calibration.SCENES, "lens_board", "surfaces", "street_surfaces"]
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("name", choices=names, metavar="name", help="scene to build: " + ", ".join(names))
     p.add_argument("out", help="output .blend path")
@@ -26,7 +27,11 @@ def main(argv=None, prog: str = "python -m rowbeam.blender.scenes.build") -> int
     p.add_argument("--lens", choices=sorted(lens_scenes.SCENE_LENSES),
                    help="give every camera this lens (K from the Blender camera; lens_board: its own preset)")
     args = p.parse_args(argv)
-    if args.name == "lens_board":
+    if args.name == "surfaces":
+        _, rig = surface_scenes.surfaces(scale=args.scale)
+    elif args.name == "street_surfaces":
+        rig = street_surfaces.street(scale=args.scale)
+    elif args.name == "lens_board":
         _, rig = lens_scenes.marker_board(lens=args.lens or "opencv", scale=args.scale)
     elif args.name == "running_example":
         running_example.build(1280 // args.scale, 720 // args.scale)

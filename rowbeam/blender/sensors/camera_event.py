@@ -39,6 +39,7 @@ LABEL_METHOD = ("cycles_rolling_shutter_labels: one Cycles render with motion bl
                 "camera_z, range and normals derived from the Position, Normal and true-normal AOV passes with the "
                 "exact per-row camera pose")
 FULL_SHADING = False    # the bench sets it to measure label renders with the scene's lights and bounces side by side
+APPLY_SURFACE_POLICY = True     # the bench clears it to measure the label render with the scene's own materials
 ROW_POSE_METHOD = "every row's exact reference time; Blender camera matrix_world, scale removed; "
 
 
@@ -309,8 +310,9 @@ def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int,
     if not FULL_SHADING:
         cs.data_pass_settings(patch, ctx.scene, ctx.view_layer)
     cs.add_true_normal_aov(patch, ctx.render_objects())
-    apply_surface_policy(patch, ctx.scene, ctx.view_layer, label_materials(ctx.render_objects()),
-                         sensor.surface_policy, cs.TRUE_NORMAL_AOV)
+    if APPLY_SURFACE_POLICY:
+        apply_surface_policy(patch, ctx.scene, ctx.view_layer, label_materials(ctx.render_objects()),
+                             sensor.surface_policy, cs.TRUE_NORMAL_AOV)
     cs.set_render_indices(patch, ctx.scene, ctx.table)
     return render_camera(patch, ctx.scene, ctx.scene.objects[sensor.object], sensor, lens)
 
