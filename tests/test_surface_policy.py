@@ -27,7 +27,7 @@ SIZE = (320, 180)
 WALL = (0x7001, (0.0, 0.0, 8.0), 30.0)
 OBJECTS = {"decal": (0x7002, (-2.0, -1.0, 5.0), 0.6125), "fog_cube": (0x7003, (2.0, -1.0, 5.0), 0.6),
            "leaf_card": (0x7004, (-1.6, 0.88, 4.0), 0.7), "glass_pane": (0x7005, (1.2, 0.66, 3.0), 0.5),
-           "gn_grid": (0x7006, (0.03, 0.025, 6.0), 0.5)}
+           "gn_grid": (0x7006, (0.03, 0.025, 6.0), 0.5), "hair": (0x7007, (0.0, 1.0, 5.0), 0.3)}
 
 
 def _card_coords(centre):
@@ -184,10 +184,12 @@ def test_default_policy_labels_match_the_closed_form(exported):
     glass = card_mask(OBJECTS["glass_pane"][1], 0.5, 0.0)
     grid = card_mask(OBJECTS["gn_grid"][1], 0.5, 0.0)              # geometry nodes output without a material
     assert card.sum() == 973 and glass.sum() == 4489 and grid.sum() == 33 * 33
+    hair = oid == 0x7007                                           # thin tubes: checked on their own below
+    assert not (hair & ~card_mask(OBJECTS["hair"][1], 0.31, 0.0)).any() and hair.sum() > 200
     expected = np.where(glass, 0x7005, np.where(card, 0x7004, np.where(grid, 0x7006, 0x7001)))
-    assert int((oid != expected).sum()) == 0                       # decal (alpha 0.3) and fog cube: the wall
+    assert int(((oid != expected) & ~hair).sum()) == 0             # decal (alpha 0.3) and fog cube: the wall
     z = np.where(glass, 3.0, np.where(card, 4.0, np.where(grid, 6.0, 8.0)))
-    assert np.abs(a["camera_z"] - z).max() < 1e-5
+    assert np.abs(a["camera_z"] - z)[~hair].max() < 1e-5
     decal = card_mask(OBJECTS["decal"][1], 0.6125, 0.0)
     assert decal.sum() == 49 * 49 and a["policy_mask"][decal].all() and a["policy_mask"][glass].all()
 
@@ -205,12 +207,29 @@ def test_see_through_policy_labels_match_the_closed_form(exported):
     assert int((a["valid"] == 0).sum()) == 0
     grid = card_mask(OBJECTS["gn_grid"][1], 0.5, 0.0)
     expected = np.where(card, 0x7004, np.where(decal, 0x7002, np.where(grid, 0x7006, 0x7001)))
-    assert int(((oid != expected) & ~fog & ~tie).sum()) == 0
+    skip = fog | tie | (oid == 0x7007)
+    assert int(((oid != expected) & ~skip).sum()) == 0
     assert int(((oid != expected) & tie).sum()) <= 4
     z = np.where(card, 4.0, np.where(decal, 5.0, np.where(grid, 6.0, 8.0)))
-    assert np.abs(a["camera_z"] - z)[~fog & ~tie].max() < 1e-5
+    assert np.abs(a["camera_z"] - z)[~skip].max() < 1e-5
     assert 2401 < fog.sum() < 4000                                 # the cube: front face z = 4.4, sides to 5.6
     assert a["camera_z"][fog].min() > 4.4 - 1e-5 and a["camera_z"][fog].max() < 5.6 + 1e-5
+
+
+def test_hair_curves_are_labelled_with_the_declared_normals(exported):
+    """A Curves object without a material (16 hairs of radius 1 cm at z = 5): labelled with its id, camera_z on the
+    tube (|z - 5| <= 0.01), normal_geometric = the reversed ray direction (Cycles gives a curve
+    no face normal), normal_shading = the tube's normal, perpendicular to the hair (along camera y)."""
+    _, a, oid = _camera(exported["default"])
+    hair = oid == 0x7007
+    W, H = SIZE
+    u, v = np.meshgrid(np.arange(W, dtype=np.float64), np.arange(H, dtype=np.float64))
+    d = np.stack([(u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1], np.ones_like(u)], -1)
+    d /= np.linalg.norm(d, axis=-1, keepdims=True)
+    assert np.abs(a["normal_geometric"][hair] + d[hair]).max() < 1e-6
+    assert np.abs(a["normal_shading"][hair][:, 1]).max() < 1e-4           # no component along the hair
+    z = a["camera_z"][hair]
+    assert np.abs(z - 5.0).max() <= 0.01 + 1e-5                             # on the tube (measured: 4.9997..5.0005)
 
 
 def test_labels_agree_with_rgb_coverage_and_rgb_is_policy_free(exported):

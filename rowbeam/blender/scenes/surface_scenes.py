@@ -7,7 +7,9 @@ Four fronto-parallel objects, each in its own quarter of the image (camera-frame
 - `leaf_card`: an alpha-cut card at (-1.6, 0.88, 4), half size R = 0.7, alpha = max(0, 1 - r / R) with r the
   distance from the card centre in the card plane: at threshold t the opaque part is the disc r <= R (1 - t);
 - `glass_pane`: a Glass BSDF quad at (1.2, 0.66, 3), half size 0.5;
-- `gn_grid`: a 1 m grid made by a Geometry Nodes modifier without any material, centred at (0.03, 0.025, 6).
+- `gn_grid`: a 1 m grid made by a Geometry Nodes modifier without any material, centred at (0.03, 0.025, 6);
+- `hair`: a Curves object without a material, 16 straight hairs of radius 1 cm along camera y in the plane z = 5,
+  within the square of half size 0.3 m centred at (0, 1.0, 5).
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ OBJECTS = {   # name: (object id, camera-frame centre (m), half size (m))
     "leaf_card": (0x7004, (-1.6, 0.88, 4.0), 0.7),
     "glass_pane": (0x7005, (1.2, 0.66, 3.0), 0.5),
     "gn_grid": (0x7006, (0.03, 0.025, 6.0), 0.5),     # off the optical axis: no beam meets a vertex exactly
+    "hair": (0x7007, (0.0, 1.0, 5.0), 0.3),
 }
+HAIR_RADIUS = 0.01
 DECAL_ALPHA = 0.3
 
 
@@ -96,6 +100,22 @@ def _node_grid(T) -> None:
     obj.modifiers.new("grid", "NODES").node_group = tree
 
 
+def _hair(T, count: int = 16) -> None:
+    """Straight hairs (Curves data, two points each) along the object's x, spread evenly over its y."""
+    object_id, centre, half = OBJECTS["hair"]
+    curves = bpy.data.hair_curves.new("hair")
+    curves.add_curves([2] * count)
+    ys = np.linspace(-half, half, count)
+    pos = np.array([[(-half, y, 0.0), (half, y, 0.0)] for y in ys], np.float32)
+    curves.position_data.foreach_set("vector", pos.ravel())
+    radius = curves.attributes.get("radius") or curves.attributes.new("radius", "FLOAT", "POINT")
+    radius.data.foreach_set("value", np.full(2 * count, HAIR_RADIUS, np.float32))
+    obj = bpy.data.objects.new("hair", curves)
+    bpy.context.scene.collection.objects.link(obj)
+    obj.matrix_world = Matrix(calibration._plane_facing(T, centre, (0, 0, -1.0)).tolist())
+    common.tag(obj, object_id, "hair")
+
+
 def surfaces(scale: int = 4):
     """Build the scene; return (truth, rig). truth.notes holds OBJECTS and the leaf card's radius."""
     _, cam, T, K, size = calibration._base(scale)
@@ -105,6 +125,7 @@ def surfaces(scale: int = 4):
     _leaf_alpha(mat, bsdf, OBJECTS["leaf_card"][2])
     _glass(_quad(T, "glass_pane"))
     _node_grid(T)
+    _hair(T)
     _, centre, half = OBJECTS["fog_cube"]
     cube = common.add_box("fog_cube", (2 * half,) * 3, (0, 0, 0))
     cube.matrix_world = Matrix(calibration._plane_facing(T, centre, (0, 0, -1.0)).tolist())
