@@ -1,6 +1,7 @@
 """The production-like street (rowbeam/blender/scenes/street_surfaces.py): alpha-cut leaf cards, decals on a wall,
-a glass shelter with people behind it, ground fog and a material-less Geometry Nodes point cloud, exported with
-camera (object labels), LiDAR and radar under the default surface policy, then checked, reported and adapted."""
+a glass shelter with people behind it, ground fog, a material-less Geometry Nodes point cloud and a hair-covered hedge,
+exported with camera (object labels), LiDAR and radar under the default surface policy, then checked, reported and
+adapted."""
 from __future__ import annotations
 
 import json
@@ -64,7 +65,7 @@ def test_street_policy_decisions_and_returns(street):
     manifest, a = load_event(street / "events" / "camera_front" / "000000")
     names = {o["render_index"]: o["name"] for o in manifest["objects"]}
     seen = {names[int(i)] for i in np.unique(a["instance_id"]) if int(i)}
-    assert "decal_0" not in seen and {"decal_1", "decal_2", "shelter_front", "point_cloud"} <= seen
+    assert "decal_0" not in seen and {"decal_1", "decal_2", "shelter_front", "point_cloud", "hedge_hair"} <= seen
     assert "fog" not in seen                                     # volumes: ignore
     for sensor in ("lidar_top", "radar_front"):
         m, _ = load_event(street / "events" / sensor / "000000")

@@ -8,7 +8,8 @@ the camera's position. World metres, z up:
   crown at (20, -3.5, 3.5);
 - a glass `shelter` (Glass BSDF panes, opaque roof) with two `person_*` boxes behind its front pane;
 - ground `fog`: a volume-only box 0.4 m deep, 1 cm above the road;
-- `point_cloud`: points on a sphere made by Geometry Nodes, without a material.
+- `point_cloud`: points on a sphere made by Geometry Nodes, without a material;
+- a hair-covered `hedge` box: 400 upright `hedge_hair` curves (radius 4 mm, 0.3 m) on its top, without a material.
 """
 from __future__ import annotations
 
@@ -129,6 +130,22 @@ def _point_cloud() -> None:
     obj.modifiers.new("points", "NODES").node_group = tree
 
 
+def _hedge(rng) -> None:
+    _box("hedge", (1.2, 0.8, 0.6), (18.0, -0.5, 0.3), (0.15, 0.3, 0.1), 0x8801, "vegetation")
+    n = 400
+    base = np.column_stack([rng.uniform(-0.6, 0.6, n), rng.uniform(-0.4, 0.4, n), np.zeros(n)])
+    tips = base + np.column_stack([rng.normal(0, 0.05, (n, 2)), np.full(n, 0.3)])
+    curves = bpy.data.hair_curves.new("hedge_hair")
+    curves.add_curves([2] * n)
+    curves.position_data.foreach_set("vector", np.stack([base, tips], 1).astype(np.float32).ravel())
+    radius = curves.attributes.get("radius") or curves.attributes.new("radius", "FLOAT", "POINT")
+    radius.data.foreach_set("value", np.full(2 * n, 0.004, np.float32))
+    obj = bpy.data.objects.new("hedge_hair", curves)
+    bpy.context.scene.collection.objects.link(obj)
+    obj.location = (18.0, -0.5, 0.6)
+    common.tag(obj, 0x8802, "vegetation")
+
+
 def street(scale: int = 4, seed: int = 7, policy: dict | None = None) -> dict:
     """Build the street; return its rig (camera with object labels, LiDAR, radar; each with `policy`)."""
     _, cam, T, K, size = calibration._base(scale)
@@ -143,6 +160,7 @@ def street(scale: int = 4, seed: int = 7, policy: dict | None = None) -> dict:
     _shelter()
     _fog()
     _point_cloud()
+    _hedge(np.random.default_rng(seed + 1))
     sun = bpy.data.objects.new("sun", bpy.data.lights.new("sun", "SUN"))
     bpy.context.scene.collection.objects.link(sun)
     sun.data.energy, sun.rotation_euler = 3.0, (0.3, -0.9, 0.4)
