@@ -15,6 +15,7 @@ import pytest
 
 from rowbeam.blender.export.bundle import BundleWriter
 from rowbeam.blender.scenes import common
+from rowbeam.bundle import ownership
 
 from .conftest import REPO, python_command, run_python
 from .helpers import bundle_digest, save_plane_scene
@@ -114,9 +115,11 @@ def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
     dead_staging = out / ".staging" / f"w-{pid}-0badcafe"
     (dead_staging / "events+camera_front+000001").mkdir(parents=True)
     (dead_staging / ".owner").write_text(json.dumps({"host": os.uname().nodename, "pid": pid}))
+    plant_marker(dead_staging, pid)
     (dead_staging / "events+camera_front+000001" / "range.exr").write_bytes(b"partial")
     live_staging = out / ".staging" / f"w-{os.getpid()}-live0000"
     live_staging.mkdir()
+    plant_marker(live_staging, os.getpid())
     owner = os.open(live_staging / ".owner", os.O_RDWR | os.O_CREAT)
     fcntl.flock(owner, fcntl.LOCK_EX)
     os.write(owner, json.dumps({"host": os.uname().nodename, "pid": os.getpid()}).encode())
@@ -125,18 +128,21 @@ def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
         (out / ".staging" / name).mkdir()
         owner_file = out / ".staging" / name / ".owner"
         owner_file.write_text(json.dumps({"host": "farm-node-7.invalid", "pid": 4242}))
+        plant_marker(owner_file.parent, 4242, "farm-node-7.invalid")
         os.utime(owner_file, (time.time() - age_s, time.time() - age_s))
         foreign[name] = out / ".staging" / name
     dead_run = tmpdir / f"rowbeam-run-{pid}-abcdefgh"
     (dead_run / "blender_x1y2z3").mkdir(parents=True)
     (dead_run / "rowbeam_render_1234.exr").write_bytes(b"half a render")
     (dead_run / "tmpabcd.oso").write_text("OpenShadingLanguage 1.00")
+    plant_marker(dead_run, pid)
     try:
         first = run_export_process(export_args(scene, out, "--count", "2"), tmpdir)
         assert first.returncode == 0, first.stderr
         trash = out / "events" / "camera_front" / f".000001.old-{pid}"
         trash.mkdir()
         (trash / "manifest.json").write_text("{}")
+        plant_marker(trash, pid)
         damaged = out / "events" / "camera_front" / "000000" / "range.exr"
         damaged.write_bytes(damaged.read_bytes()[:-8])      # republished: the old folder goes through trash
         second = run_export_process(export_args(scene, out, "--count", "2"), tmpdir)
@@ -149,10 +155,17 @@ def test_what_killed_writers_leave_is_reclaimed(scene, tmp_path):
         assert not trash.exists() and not dead_run.exists()
         # the live writer's is kept, and another host's touched a minute ago; its 7-hour-old one is not
         assert sorted(os.listdir(out / ".staging")) == sorted([live_staging.name, "w-4242-f0f0f0f0"])
-        assert sorted(os.listdir(live_staging)) == [".owner"]
+        assert sorted(os.listdir(live_staging)) == [".owner", ownership.MARKER]
     finally:
         os.close(owner)
     assert not list(tmpdir.iterdir())
+
+
+def plant_marker(folder: Path, pid: int, host: str | None = None) -> None:
+    """The owner marker a rowbeam run of `pid` on `host` writes into the folders it creates."""
+    doc = {"format": ownership.FORMAT, "kind": "test", "pid": pid, "host": host or os.uname().nodename,
+           "started": time.time() - 60, "token": "0123456789abcdef"}
+    (folder / ownership.MARKER).write_text(json.dumps(doc))
 
 
 def _mount_tmpfs(path: Path, size: str) -> None:

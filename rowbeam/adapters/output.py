@@ -1,13 +1,17 @@
 """Adapter outputs: refuse unusable targets before reading anything, write files atomically and folders by
-one rename of a staged sibling, so an interrupted or failed adapter leaves nothing half-written."""
+one rename of a staged sibling, so an interrupted or failed adapter leaves nothing half-written. An existing
+output file (or its sidecar) is never overwritten; staging folders carry an owner marker
+(rowbeam/bundle/ownership.py) and what a killed adapter left is removed by the next run on that target."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
 from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle import ownership
 from rowbeam.bundle.files import atomic_write_bytes, canonical_json, sha256_file
 
 SIDECAR_SCHEMA = "rowbeam/adapter_sidecar@1"
@@ -27,10 +31,13 @@ def _inside_bundle(target: Path, source: Path) -> bool:
 
 
 def check_output_file(target, source) -> Path:
-    """Refuse a file target that cannot be written or lies inside the source's bundle data; create nothing."""
+    """Refuse a file target that exists, cannot be written or lies inside the source's bundle data; create nothing."""
     target = Path(target)
-    if os.path.lexists(target) and not target.is_file():
-        raise RowbeamError(f"{target}: exists and is not a regular file; give a file path")
+    if os.path.lexists(target):
+        if not target.is_file():
+            raise RowbeamError(f"{target}: exists and is not a regular file; give a file path")
+        raise RowbeamError(f"{target}: exists; rowbeam never overwrites a file it cannot prove it wrote; "
+                           "remove it or give a new name")
     parent = target.parent
     if not parent.is_dir():
         raise RowbeamError(f"{target}: folder {parent} does not exist" if not os.path.lexists(parent)
@@ -62,14 +69,14 @@ def staged_dir(target: Path):
     """Yield a staging folder beside `target`; on success it becomes `target` by one rename (an empty
     existing `target` is replaced), on any error it is removed."""
     target = Path(target)
-    stage = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    if os.path.lexists(stage):
-        shutil.rmtree(stage)
+    ownership.reclaim_siblings(target, ".tmp-")            # what killed adapter runs left (owned, owner gone)
+    stage = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(3)}")
     try:
-        stage.mkdir()
+        ownership.make_owned_dir(stage, "adapter-staging")
         yield stage
+        ownership.mark(stage, "adapter-output", files=ownership.listing(stage))
         if target.is_dir():
-            target.rmdir()
+            target.rmdir()                                  # only an empty folder: never one with files
         os.replace(stage, target)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -84,7 +91,7 @@ def write_file(path: Path, data: bytes) -> None:
         raise RowbeamError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
-def folder_listing(folder: Path, skip=(FOLDER_SIDECAR,)) -> dict:
+def folder_listing(folder: Path, skip=(FOLDER_SIDECAR, ownership.MARKER)) -> dict:
     """{relative posix path: sha256} of every file under `folder`."""
     return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name not in skip}

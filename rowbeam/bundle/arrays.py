@@ -70,13 +70,53 @@ def read_exr_parts(path) -> dict:
         raise RowbeamError(f"{path}: unreadable OpenEXR file ({exc})") from None
 
 
-def decode_exr_planes(path, channels: list[str], dtype: str) -> list[np.ndarray]:
+MAX_PAYLOAD_PIXELS = 1 << 26        # largest image payload decoded (pixels per channel; 8192 x 8192)
+
+
+def check_exr_header(path, channels: list[str], shape=None) -> tuple[int, int]:
+    """(H, W) of a single-part EXR from its header alone (no pixel is decoded): the data window must hold at
+    most MAX_PAYLOAD_PIXELS pixels and match the declared `shape` ((H, W) or (H, W, C)), the channels must be
+    exactly the declared ones, unsubsampled. Every failure is one RowbeamError naming the file."""
+    try:
+        with OpenEXR.File(str(path), header_only=True) as f:
+            parts = len(f.parts)
+            header = dict(f.header())
+    except Exception as exc:  # OpenEXR raises RuntimeError for truncated or corrupt files
+        raise RowbeamError(f"{path}: unreadable OpenEXR file ({exc}); truncated or corrupt") from None
+    if parts != 1:
+        raise RowbeamError(f"{path}: {parts} parts; a payload is a single-part EXR")
+    try:
+        (x0, y0), (x1, y1) = (tuple(int(v) for v in c) for c in header["dataWindow"])
+        stored = {c.name: (int(c.xSampling), int(c.ySampling)) for c in header["channels"]}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise RowbeamError(f"{path}: OpenEXR header without a usable data window or channel list") from None
+    h, w = y1 - y0 + 1, x1 - x0 + 1
+    if h <= 0 or w <= 0 or h * w > MAX_PAYLOAD_PIXELS:
+        raise RowbeamError(f"{path}: header claims {w}x{h} pixels; a payload holds 1 .. {MAX_PAYLOAD_PIXELS} "
+                           "pixels per channel; not decoded")
+    if shape is not None and [h, w] != [int(v) for v in list(shape)[:2]]:
+        raise RowbeamError(f"{path}: decoded shape {[h, w]} (from the header), manifest declares {list(shape)}; "
+                           "pixels not decoded")
+    missing = [name for name in channels if name not in stored]
+    if missing:
+        raise RowbeamError(f"{path}: channel {missing[0]!r} is missing (has {sorted(stored)})")
+    extra = sorted(set(stored) - set(channels))
+    if extra:
+        raise RowbeamError(f"{path}: undeclared channel(s) {extra}")
+    if any(s != (1, 1) for s in stored.values()):
+        raise RowbeamError(f"{path}: subsampled channels; payload channels hold every pixel")
+    return h, w
+
+
+def decode_exr_planes(path, channels: list[str], dtype: str, shape=None) -> list[np.ndarray]:
     """The named channels as (H, W) planes with the declared logical dtype, in `channels` order (each plane as
     the file stores it: contiguous, no copy into an interleaved array).
 
     Raises RowbeamError naming a missing channel or a stored pixel type that differs from the
-    one the declared dtype requires.
+    one the declared dtype requires. The header is checked first (check_exr_header: size bound, declared
+    `shape` and channels), so a file claiming a huge image is refused before anything is allocated.
     """
+    check_exr_header(path, channels, shape)
     data, _ = read_exr_channels(path)
     want = STORED_DTYPE[EXR_PIXEL_TYPE[dtype]]
     planes = []
@@ -97,9 +137,9 @@ def decode_exr_planes(path, channels: list[str], dtype: str) -> list[np.ndarray]
     return planes
 
 
-def decode_exr(path, channels: list[str], dtype: str) -> np.ndarray:
+def decode_exr(path, channels: list[str], dtype: str, shape=None) -> np.ndarray:
     """Stack the named channels into (H, W) or (H, W, C) with the declared logical dtype (decode_exr_planes)."""
-    planes = decode_exr_planes(path, channels, dtype)
+    planes = decode_exr_planes(path, channels, dtype, shape)
     return planes[0] if len(planes) == 1 else np.stack(planes, axis=-1)
 
 
@@ -139,7 +179,7 @@ def decode_npy(path, expected: np.dtype) -> np.ndarray:
 def decode_payload(path, entry: dict) -> np.ndarray:
     """Decode one manifest modality entry's file into its declared array (dtype verified)."""
     if entry["format"] == "openexr":
-        return decode_exr(path, entry["channels"], entry["dtype"])
+        return decode_exr(path, entry["channels"], entry["dtype"], entry.get("shape"))
     return decode_npy(path, declared_numpy_dtype(entry))
 
 

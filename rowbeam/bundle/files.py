@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import stat
 from pathlib import Path, PurePosixPath
@@ -143,3 +144,24 @@ def resolve_inside(base, uri: str, root=None) -> Path:
     if target != root and root not in target.parents:
         raise RowbeamError(f"uri {uri!r} resolves outside the bundle ({target})")
     return target
+
+
+def is_inside(root, path) -> bool:
+    """True when `path` (a path under `root`, links followed) resolves inside `root` (resolve_inside's rule)."""
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(Path(os.path.abspath(root))).as_posix()
+        resolve_inside(root, rel)
+    except (ValueError, RowbeamError):
+        return False
+    return True
+
+
+def finite_json(doc):
+    """`doc` with every NaN / inf float (numpy's included) replaced by None, so it serialises as valid JSON."""
+    if isinstance(doc, dict):
+        return {k: finite_json(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [finite_json(v) for v in doc]
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return None
+    return doc

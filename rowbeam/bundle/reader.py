@@ -24,7 +24,7 @@ import numpy as np
 
 from rowbeam.bundle.arrays import decode_exr_planes, decode_payload
 from rowbeam.util.errors import RowbeamError
-from rowbeam.bundle.files import load_json, regular_file, resolve_inside, sha256_file
+from rowbeam.bundle.files import is_inside, load_json, regular_file, resolve_inside, sha256_file
 
 MANIFEST = "manifest.json"
 BUNDLE_JSON = "bundle.json"
@@ -63,7 +63,7 @@ def read_payload(folder, entry: dict, root=None, verify: bool = True, planes: bo
     uri = entry["uri"]
     path = payload_path(folder, entry, root, verify)
     if planes and entry["format"] == "openexr" and len(entry["channels"]) > 1:
-        value = decode_exr_planes(path, entry["channels"], entry["dtype"])
+        value = decode_exr_planes(path, entry["channels"], entry["dtype"], entry.get("shape"))
         if any(p.shape != value[0].shape for p in value):
             raise RowbeamError(f"{uri}: channels of different sizes {[list(p.shape) for p in value]}")
         shape = [*value[0].shape, len(value)]
@@ -250,7 +250,7 @@ class Bundle:
 
     def sensors(self) -> list[str]:
         d = self.path / "events"
-        return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+        return sorted(p.name for p in d.iterdir() if _listed(self.path, p)) if d.is_dir() else []
 
     def events(self, sensor: str | None = None) -> Iterator[Event]:
         """Published events, sorted by sensor id then index; manifests are read when first used."""
@@ -259,7 +259,7 @@ class Bundle:
             if not folder.is_dir():
                 raise RowbeamError(f"{self.path}: no events of sensor {s!r} (has {', '.join(self.sensors()) or 'none'})")
             for p in sorted(folder.iterdir()):
-                if p.is_dir() and _EVENT_FOLDER.match(p.name) and (p / MANIFEST).exists():
+                if _EVENT_FOLDER.match(p.name) and _listed(self.path, p) and (p / MANIFEST).exists():
                     yield Event(p, self.path, preloaded=self.preloaded)
 
     def event(self, sensor: str, index: int) -> Event:
@@ -273,15 +273,20 @@ class Bundle:
         root = self.path / "flows"
         if not root.is_dir():
             return
-        for s in sorted(p.name for p in root.iterdir() if p.is_dir()):
+        for s in sorted(p.name for p in root.iterdir() if _listed(self.path, p)):
             if sensor and s != sensor:
                 continue
             for p in sorted((root / s).iterdir()):
-                if p.is_dir() and _FLOW_FOLDER.match(p.name) and (p / MANIFEST).exists():
+                if _FLOW_FOLDER.match(p.name) and _listed(self.path, p) and (p / MANIFEST).exists():
                     yield Flow(p, self.path, preloaded=self.preloaded)
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r})"
+
+
+def _listed(root: Path, p: Path) -> bool:
+    """A data folder readers list: not hidden (litter, staging), a folder, resolving inside the bundle."""
+    return not p.name.startswith(".") and p.is_dir() and is_inside(root, p)
 
 
 def open_event(path) -> Event:

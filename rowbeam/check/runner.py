@@ -22,6 +22,7 @@ bounds (rowbeam.bundle.files.load_json: 64 MiB, nesting 64, finite numbers only,
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -35,6 +36,7 @@ from rowbeam.check.object_checks import check_object_labels
 from rowbeam.sensors import MODALITIES, load_layer, manifest_dims, required, sensor_type, sensor_types, type_of
 from rowbeam.util.errors import RowbeamError, UnusableInput
 from rowbeam.bundle.files import (
+    is_inside,
     STAGING_DIR,
     atomic_write_json,
     canonical_sha256,
@@ -70,6 +72,11 @@ class EventReport:
         status = "pass" if ok else "fail"
         if severity == "warn":
             status = "pass" if ok else "warn"
+        bad = sorted(k for k, v in values.items() if isinstance(v, float) and not math.isfinite(v))
+        if bad:                       # a NaN / inf result never passes, and the report stays valid JSON
+            values = {k: None if k in bad else v for k, v in values.items()}
+            status = "warn" if severity == "warn" else "fail"
+            message = f"{message} (non-finite value(s): {', '.join(bad)})"
         entry = {"check": name, "status": status, "message": message}
         if values:
             entry["values"] = values
@@ -130,13 +137,15 @@ def scan_layout(root: Path) -> tuple[list[Path], list[str], list[str]]:
             if sensor.name.startswith("."):
                 litter.append(rel)
                 continue
-            if not sensor.is_dir():
-                problems.append(f"{rel} is not a sensor folder")
+            if not sensor.is_dir() or not is_inside(root, sensor):
+                problems.append(f"{rel} is not a sensor folder inside the bundle")
                 continue
             for item in sorted(sensor.iterdir()):
                 rel = f"{top}/{sensor.name}/{item.name}"
                 if item.name.startswith("."):
                     litter.append(rel)
+                elif not is_inside(root, item):
+                    problems.append(f"{rel} resolves outside the bundle (a link); not read")
                 elif not pattern.match(item.name) or not item.is_dir():
                     problems.append(f"{rel} is not a{'n' if kind == 'event' else ''} {kind} folder "
                                     f"({'<index:06d>' if kind == 'event' else '<i0:06d>-<i1:06d>'})")
@@ -154,7 +163,8 @@ def scan_layout(root: Path) -> tuple[list[Path], list[str], list[str]]:
 def quarantined(root: Path) -> list[str]:
     """Folders under quarantine/ (they failed a hard check at export; listed, never checked as publishable)."""
     q = root / "quarantine"
-    return sorted(p.relative_to(root).as_posix() for p in q.glob("*/*/*") if p.is_dir()) if q.is_dir() else []
+    return sorted(p.relative_to(root).as_posix() for p in q.glob("*/*/*") if p.is_dir() or p.is_symlink()) \
+        if q.is_dir() else []
 
 
 def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = None,

@@ -49,8 +49,15 @@ def _needs_bpy(command: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    quiet_numpy_float_warnings()
+    """Run a subcommand; SIGINT / SIGTERM stop it with one line and exit 130 / 143 (rowbeam/util/interrupt.py)."""
+    from rowbeam.util.interrupt import guard
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    return guard(f"rowbeam {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "rowbeam", lambda: _dispatch(argv))
+
+
+def _dispatch(argv: list[str]) -> int:
+    quiet_numpy_float_warnings()
     if not argv or argv[0] in ("-h", "--help"):
         print(_top_help())
         return 0 if argv else 2

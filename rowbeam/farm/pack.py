@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from rowbeam.farm.dataset import load_spec
 from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle import ownership
 from rowbeam.bundle.files import atomic_write_json, load_json
 
 MARK = "ROWBEAM_PACK "
@@ -64,8 +66,9 @@ def pack_spec(spec_path, pack_dir) -> Path:
     pack = Path(pack_dir).resolve()
     if pack.exists():
         raise RowbeamError(f"--pack {pack}: exists; give a new folder")
-    stage = pack.with_name(f".{pack.name}.staging-{os.getpid()}")
-    shutil.rmtree(stage, ignore_errors=True)
+    ownership.reclaim_siblings(pack, ".staging-")          # what killed pack runs left (owned, owner gone)
+    stage = ownership.make_owned_dir(pack.with_name(f".{pack.name}.staging-{os.getpid()}-{secrets.token_hex(3)}"),
+                                     "pack-staging")
     jobs = {}
     for s in spec.scenarios:
         jobs.setdefault(s.scenario, (str(s.blend), str(stage / s.scenario)))

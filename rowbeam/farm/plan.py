@@ -9,7 +9,9 @@ for inputs and relative to DIR for outputs; no timestamps).
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
+import shutil
 from pathlib import Path
 
 from rowbeam.farm.dataset import assign_splits, check_ranges, load_spec
@@ -130,8 +132,14 @@ def write_plan(plan: dict, out_dir) -> Path:
         return target
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RowbeamError(f"{out}: exists and is not an empty folder")
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(target, plan)
+    created = not os.path.lexists(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(target, plan)
+    except OSError as exc:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)         # this run made it: no empty folder stays
+        raise RowbeamError(f"{target}: cannot write ({exc.strerror or exc}); nothing written") from None
     return target
 
 

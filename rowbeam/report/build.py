@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import time
 from collections import deque
@@ -20,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from rowbeam.bundle import ownership
 from rowbeam.bundle.reader import Bundle, Event, Flow
 from rowbeam.check.runner import check_bundle
 from rowbeam.util.errors import RowbeamError, UnusableInput
-from rowbeam.bundle.files import atomic_write_json, fsync_path, load_json
+from rowbeam.bundle.files import atomic_write_json, finite_json, fsync_path, load_json, resolve_inside
 from rowbeam.check.flow_checks import cycle_residuals
 from rowbeam.util.worker_threads import WORKERS
 from rowbeam.sensors import find_sensor_type, load_layer
@@ -65,25 +67,12 @@ def check_out(out: Path, sources: list[Path]) -> None:
     for s in sources:
         if resolved == s.resolve() or s.resolve() in resolved.parents:
             raise RowbeamError(f"--out {out}: inside the bundle {s}; write the report elsewhere")
-    if os.path.lexists(out):
-        if not out.is_dir():
-            raise RowbeamError(f"--out {out}: exists and is not a folder")
-        entries = list(out.iterdir())
-        if entries and not _is_report(out):
-            raise RowbeamError(f"--out {out}: folder is not empty and holds no earlier report ({REPORT_JSON}); "
-                               "give a new or empty folder")
+    ownership.check_replaceable(out, "--out")     # only an earlier report holding nothing but rowbeam's files
     parent = out.absolute().parent
     if not parent.is_dir():
         raise RowbeamError(f"--out {out}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise RowbeamError(f"--out {out}: folder {parent} is not writable")
-
-
-def _is_report(folder: Path) -> bool:
-    try:
-        return load_json(folder / REPORT_JSON, REPORT_JSON).get("schema") == SCHEMA
-    except (RowbeamError, OSError, AttributeError):
-        return False
 
 
 def load_baseline(path) -> dict:
@@ -220,15 +209,17 @@ def build_report(source, out, baseline=None, progress=None) -> dict:
     bundles = find_bundles(source)
     check_out(out, bundles)
     base_doc = load_baseline(baseline) if baseline else None
-    staging = out.absolute().parent / f".{out.name}.report-staging-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
-    (staging / "pages").mkdir(parents=True)
+    for infix in (".report-staging-", ".report-old-"):
+        ownership.reclaim_siblings(out, infix)          # what killed report runs left
+    staging = out.absolute().parent / f".{out.name}.report-staging-{os.getpid()}-{secrets.token_hex(3)}"
+    ownership.make_owned_dir(staging, "report-staging")
     try:
+        (staging / "pages").mkdir()
         doc = _build(bundles, source, staging, progress)
         doc["seconds"] = round(time.perf_counter() - t0, 3)
         if base_doc is not None:
             doc["drift"] = {"baseline": str(baseline), **drift(doc, base_doc)}
+        doc = finite_json(doc)                      # any NaN / inf left becomes null: report.json stays JSON
         _write_index(staging, doc)
         atomic_write_json(staging / REPORT_JSON, doc)
         (staging / "style.css").write_text(html.CSS)
@@ -241,7 +232,11 @@ def build_report(source, out, baseline=None, progress=None) -> dict:
 
 
 def _publish(staging: Path, out: Path) -> None:
-    """Rename the finished report into place; an earlier report (or an empty folder) is replaced."""
+    """Rename the finished report into place; an earlier report holding only rowbeam's files (or an empty
+    folder) is replaced. The marker lists the report's files, so a later run can prove them rowbeam's."""
+    ownership.mark(staging, "report", files=ownership.listing(staging))
+    fsync_path(staging)
+    ownership.check_replaceable(out, "--out")             # again: files may have been added meanwhile
     old = None
     if os.path.lexists(out):
         old = out.absolute().parent / f".{out.name}.report-old-{os.getpid()}"
@@ -271,9 +266,15 @@ def _build(bundles, source, staging, progress) -> dict:
             kept.clear()
         # the summaries here, while the Writer's threads still encode the last images
         doc = {"schema": SCHEMA, "source": str(source), "generated_ns": time.time_ns(),
-               "status": "fail" if any(d["qa_status"] == "fail" for d in bundle_docs) else "pass",
+               "status": _overall_status(bundle_docs),
                "bundles": bundle_docs, "residuals": res.summary(), "statistics": stats.summary(bundle_docs)}
     return doc
+
+
+def _overall_status(bundle_docs) -> str:
+    """fail when a bundle failed QA or any listed folder failed or was not checked; else pass."""
+    bad = any(d["qa_status"] == "fail" or any(it["qa_status"] != "pass" for it in d["items"]) for d in bundle_docs)
+    return "fail" if bad else "pass"
 
 
 def _qa_by_folder(qa: dict) -> dict:
@@ -306,6 +307,10 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
     quarantine = [_quarantine_entry(root, q) for q in qa.get("quarantine", [])]
     for q in quarantine:                    # held back at export: the same overlays, failed checks first
         q["kind"] = None
+        outside = q.pop("outside", False)
+        if outside:                         # a link out of the bundle: listed with why, nothing read there
+            q.pop("checks")
+            continue
         doc = _open_quarantined(root, root / q["folder"])
         _item_page(doc, key, q["folder"], "fail", q.pop("checks"), q, w, Residuals(), _Stats(), ctx, True,
                    f"quarantined at export: {'; '.join(q['reasons'][:3])}")
@@ -379,7 +384,11 @@ def _quarantine_entry(root: Path, rel: str) -> dict:
     """A quarantined folder and why: the failing checks of the qa_report.json it keeps."""
     reasons, checks = [], []
     try:
-        q = load_json(root / rel / "qa_report.json", "qa_report.json")
+        folder = resolve_inside(root, rel)
+    except RowbeamError as exc:
+        return {"folder": rel, "reasons": [f"not read: {exc}"], "checks": [], "outside": True}
+    try:
+        q = load_json(resolve_inside(folder, "qa_report.json", root), "qa_report.json")
         checks = q.get("checks") or [c for e in q.get("events", []) for c in e.get("checks", [])]
         checks = [c for c in checks if isinstance(c, dict)]
         reasons = [f"{c['check']}: {c['message']}" for c in checks if c.get("status") == "fail"]
@@ -446,10 +455,13 @@ def _stat_quantiles(v, is_sorted: bool = False) -> dict:
     """{p1, p50, p99, max} of v (None when empty): np.quantile per quantile in v's own precision, or with is_sorted
     (v ascending float64) the same numbers read off v (stats.sorted_quantiles)."""
     names, qs = ("p1", "p50", "p99", "max"), (0.01, 0.5, 0.99, 1.0)
+    finite = np.isfinite(v)
+    skipped = int(v.size - np.count_nonzero(finite))
+    v = v[finite] if skipped else v                   # (keeps an ascending v ascending)
     if not v.size:
-        return dict.fromkeys(names)
+        return {**dict.fromkeys(names), **({"non_finite": skipped} if skipped else {})}
     values = sorted_quantiles(v, qs) if is_sorted else [np.quantile(v, q) for q in qs]
-    return {k: float(x) for k, x in zip(names, values, strict=True)}
+    return {**{k: float(x) for k, x in zip(names, values, strict=True)}, **({"non_finite": skipped} if skipped else {})}
 
 
 def _ascending_float64(chunks) -> np.ndarray:
@@ -491,7 +503,7 @@ class _Stats:
             "lidar_no_return_rate": float(1 - lv[:, 0].sum() / lv[:, 1].sum()) if lv.size else None,
             "quarantine_reasons": self.quarantine,
             "splits": {s: splits.count(s) for s in sorted(set(splits))} if splits else "no split declared",
-            "depth_histogram": histogram(depth, is_sorted=True),
+            "depth_histogram": histogram(depth[np.isfinite(depth)], is_sorted=True),
         }
 
 

@@ -13,7 +13,9 @@ fsynced, so an interrupted run never leaves a manifest pointing at a partial pay
 Several processes (on this host or sharing the folder) may write one bundle at once: each stages in
 its own folder, a location is produced under its lock by whoever gets it first (the others find it
 complete and skip it), a complete published folder is never replaced, and what a killed writer left
-(its staging, `.NAME.old-PID` publish trash, `.bundle.json.tmp-PID`) is removed by the next writer.
+(its staging, `.NAME.old-PID` publish trash, `.bundle.json.tmp-PID`) is removed by the next writer --
+only when an owner marker proves rowbeam made it (rowbeam/bundle/ownership.py); a user's `.staging`
+folder without one is never taken for a dead writer's.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rowbeam.util.errors import RowbeamError
+from rowbeam.bundle import ownership
 from rowbeam.bundle.files import STAGING_DIR, canonical_json, fsync_path, resolve_inside, sha256_file, temp_sibling
 from rowbeam.bundle.schema import schema_errors
 
@@ -78,8 +81,33 @@ def _is_litter(p: Path) -> bool:
     """What an interrupted rowbeam writer can leave in an output folder before/besides bundle.json."""
     if p.is_symlink():
         return False
-    return (p.name == STAGING and p.is_dir()) or (BUNDLE_TMP.match(p.name) is not None and p.is_file()) or (
-        PROBE.match(p.name) is not None and p.is_dir())
+    return (p.name == STAGING and _staging_is_ours(p)) or (BUNDLE_TMP.match(p.name) is not None and _is_bundle_tmp(p)) or (
+        PROBE.match(p.name) is not None and p.is_dir() and not any(p.iterdir()))
+
+
+def _staging_is_ours(staging: Path) -> bool:
+    """True when `staging` is a folder holding only writers' owned folders and empty lock files."""
+    if not staging.is_dir():
+        return False
+    for d in staging.iterdir():
+        if d.name == LOCKS and d.is_dir() and not d.is_symlink():
+            if not all(f.suffix == ".lock" and f.is_file() and not f.is_symlink() and f.stat().st_size == 0
+                       for f in d.iterdir()):
+                return False
+        elif not ownership.owned(d):
+            return False
+    return True
+
+
+def _is_bundle_tmp(p: Path) -> bool:
+    """A `.bundle.json.tmp-PID` file holding a rowbeam/bundle@1 document (what _create_bundle_file writes)."""
+    try:
+        if not p.is_file() or p.is_symlink() or p.stat().st_size > (64 << 20):
+            return False
+        with open(p, "rb") as f:
+            return b'"schema": "rowbeam/bundle@1"' in f.read(1 << 16) or p.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _lock_file(path: Path, blocking: bool = True) -> int | None:
@@ -222,6 +250,7 @@ class BundleWriter:
                 continue
             except FileExistsError:
                 continue
+            ownership.mark(d, "export-staging")
             owner = d / OWNER
             fd = os.open(owner, os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -256,13 +285,14 @@ class BundleWriter:
         removed = []
         staging = self.root / STAGING
         for d in _listdir(staging):
-            if d == self.private or d.name == LOCKS or d.is_symlink():
-                continue
+            if d == self.private or d.name == LOCKS or d.is_symlink() or not ownership.owned(d):
+                continue                    # no owner marker: a user's folder, never removed
             if d.is_dir() and self._writer_is_dead(d):
                 shutil.rmtree(d, ignore_errors=True)
                 removed.append(d)
         for lock in _listdir(staging / LOCKS):
-            fd = _lock_file(lock, blocking=False) if lock.is_file() else None
+            ours = lock.suffix == ".lock" and lock.is_file() and not lock.is_symlink() and lock.stat().st_size == 0
+            fd = _lock_file(lock, blocking=False) if ours else None
             if fd is not None:
                 _unlink_lock(lock, fd)
         for p in _listdir(self.root):
@@ -273,13 +303,13 @@ class BundleWriter:
                 except OSError:
                     pass
             m = BUNDLE_TMP.match(p.name)
-            if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))) and not p.is_dir():
+            if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))) and _is_bundle_tmp(p):
                 p.unlink(missing_ok=True)
                 removed.append(p)
         for parent in self._published_parents():
             for p in _listdir(parent):
                 m = TRASH.match(p.name)
-                if m and not (pid_alive(int(m.group(1))) and int(m.group(1)) != os.getpid()) and not p.is_symlink():
+                if m and not (pid_alive(int(m.group(1))) and int(m.group(1)) != os.getpid()) and ownership.owned(p):
                     shutil.rmtree(p, ignore_errors=True)
                     removed.append(p)
         self.reclaimed += [str(p.relative_to(self.root)) for p in removed]
@@ -378,10 +408,11 @@ class BundleWriter:
             for stale in (self.root / location, self.root / "quarantine" / location):
                 for old in _listdir(stale.parent):
                     if old.name.startswith(f".{stale.name}.old-") and TRASH.match(old.name):
-                        shutil.rmtree(old, ignore_errors=True)     # trash a killed publish left here
+                        ownership.remove_owned(old)                # trash a killed publish left here
                 if stale.exists():
                     trash = stale.with_name(f".{stale.name}.old-{os.getpid()}")
                     os.replace(stale, trash)
+                    ownership.mark(trash, "export-trash")
                     shutil.rmtree(trash, ignore_errors=True)
             os.replace(staged, final)
             fsync_path(final.parent)

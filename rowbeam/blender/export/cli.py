@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from rowbeam.util.errors import RowbeamError, quiet_numpy_float_warnings
+from rowbeam.util.interrupt import deferred, guard
 from rowbeam.model.timing import MAX_EVENT_INDEX
 
 from rowbeam.blender.export.console import export_console
@@ -106,7 +107,7 @@ def main(argv: list[str], blend_positional: bool, prog: str = "render_export.py"
     quiet_numpy_float_warnings()
     args = parse_args(argv, blend_positional, prog)
     with export_console(args.quiet, args.verbose) as console:
-        return _export(args, blend_positional, console)
+        return guard("rowbeam", lambda: _export(args, blend_positional, console))
 
 
 def _export(args, blend_positional: bool, console) -> int:
@@ -126,13 +127,14 @@ def _export(args, blend_positional: bool, console) -> int:
             first_event=args.first_event, count=args.count, device=args.device, flow=args.flow,
             flow_pairs=parse_pairs(args.flow_pairs), lineage=parse_lineage(args.scenario, args.lineage_group),
             split=args.split)
-        plan = plan_export(request)
-        flows = sum(j.is_flow for j in plan.jobs)
-        console.say(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "
-                    f"(device {plan.context.device})")
-        plan.context.progress = console.progress
-        console.watch_cycles()
-        summary = run_export(plan, progress=lambda d, t, text: console.say(f"rowbeam: [{d}/{t}] {text}"))
+        with deferred():        # a signal stops the export between events, never inside a Cycles callback
+            plan = plan_export(request)
+            flows = sum(j.is_flow for j in plan.jobs)
+            console.say(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "
+                        f"(device {plan.context.device})")
+            plan.context.progress = console.progress
+            console.watch_cycles()
+            summary = run_export(plan, progress=lambda d, t, text: console.say(f"rowbeam: [{d}/{t}] {text}"))
     except RowbeamError as exc:
         print(f"rowbeam: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import stat
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,7 @@ from rowbeam.check.runner import check_path
 from rowbeam.check.flow_checks import ENDPOINT_NEEDS
 from rowbeam.model.camera_model import intrinsics_from_blender
 from rowbeam.util.errors import RowbeamError
-from rowbeam.bundle.files import atomic_write_json, canonical_json, load_json, sha256_file
+from rowbeam.bundle.files import atomic_write_json, canonical_json, load_json, regular_file, sha256_file
 from rowbeam.model.ontology import load_ontology
 from rowbeam.model.rig import Rig, load_rig, parse_rig_text
 from rowbeam.sensors import load_layer, sensor_type
@@ -48,6 +49,8 @@ from rowbeam.blender.objects.object_labels import check_object_scales, write_ass
 from rowbeam.blender.objects.object_table import build_object_table
 from rowbeam.util.progress import Progress
 from rowbeam.blender.export.run_temp import run_temp
+from rowbeam.util.interrupt import Interrupted, raise_pending
+from rowbeam.util.watchdog import watchdog
 from rowbeam.blender.compat.scene_clock import scene_clock
 from rowbeam.blender.compat.scene_patch import ScenePatch
 from rowbeam.blender.export.state_log import check_state_log_config, write_state_log
@@ -205,10 +208,13 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     """Validate everything (files, rig, objects, output folder); create nothing."""
     blender_compat.check_supported()                                  # Blender/Python/numpy in the matrix
     if request.blend is not None:
-        open_blend(request.blend)
+        with watchdog(f"opening {request.blend}"):
+            open_blend(request.blend)
     blend_path = bpy.data.filepath
     if not blend_path:
         raise RowbeamError("the scene has never been saved; save the .blend before exporting")
+    with watchdog(f"tracing the external files of {blend_path}"):
+        check_external_files(blend_path)                              # a FIFO texture would block the render
     scene = bpy.context.scene
     rig = _load_rig(request, scene)
     if request.sensors is not None and (len(set(request.sensors)) != len(request.sensors) or not request.sensors):
@@ -254,6 +260,29 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     _probe_writable(Path(request.out), out_base)
     ctx.device = cs.select_device(scene, ctx.device_patch, request.device)
     return ExportPlan(request, rig, rig_sha, blend_sha, jobs, lineage, writer, ctx)
+
+
+def check_external_files(blend_path: str) -> None:
+    """Refuse (one line naming the file) a FIFO, device or socket among the files the open .blend makes
+    Blender read (images, libraries, caches, fonts, sequences, volumes: bpy.utils.blend_paths, the tracer
+    `rowbeam plan` falls back to); they are stat-ed, never opened. Missing files are Blender's to report."""
+    deps = sorted({os.path.abspath(d) for d in bpy.utils.blend_paths(absolute=True, packed=False, local=False)})
+    for dep in deps:
+        for path in _with_folder_entries(dep):
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                continue
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                regular_file(path)          # raises: "<path>: is a FIFO, not a regular file; refusing to open it"
+
+
+def _with_folder_entries(path: str) -> list[str]:
+    """`path`, and the entries of its folder when it is one (a cache or sequence folder)."""
+    try:
+        return [path, *(os.path.join(path, n) for n in sorted(os.listdir(path)))] if os.path.isdir(path) else [path]
+    except OSError:
+        return [path]
 
 
 def _check_event_range(request: ExportRequest, scene, clock, sensors, jobs) -> None:
@@ -388,6 +417,7 @@ def iter_export(plan: ExportPlan, summary: dict):
             summary["reclaimed"] = list(writer.reclaimed)
             _write_state_log(plan)
             for done, job in enumerate(plan.jobs):
+                raise_pending()                 # a safe point: SIGINT / SIGTERM stop here (util/interrupt.py)
                 t0 = time.perf_counter()
                 ctx.progress.start_job(f"[{done + 1}/{total}] {job.label}")
                 with writer.claim(job.location):
@@ -430,11 +460,15 @@ def run_export(plan: ExportPlan, progress=None, should_cancel=None) -> dict:
     is polled between folders."""
     summary = new_summary(plan)
     steps = iter_export(plan, summary)
-    for done, total, text in steps:
-        _report(progress, done, total, text)
-        if should_cancel and should_cancel() and done < total:
-            steps.close()
-            break
+    try:
+        for done, total, text in steps:
+            _report(progress, done, total, text)
+            if should_cancel and should_cancel() and done < total:
+                steps.close()
+                break
+    except Interrupted as exc:
+        exc.published = len(summary["published"])
+        raise
     return summary
 
 

@@ -5,7 +5,8 @@ files (`rowbeam_render_*.exr`), the OSL camera shaders Blender's Cycles add-on c
 (`tmp*.oso`, which it never deletes) and Blender's own session folder (`blender_*`) -- lands in
 `$TMPDIR/rowbeam-run-<pid>-<random>/`. The folder holds a lock file that its process keeps
 locked (fcntl.flock) for its whole life, so a later run knows a folder whose lock is free and
-whose pid is gone belongs to a killed run and removes it. No bpy at import time (the CLI creates
+whose pid is gone belongs to a killed run and removes it -- only when its owner marker
+(rowbeam/bundle/ownership.py) proves rowbeam made it. No bpy at import time (the CLI creates
 the folder before bpy is imported, so Blender's session folder starts inside it).
 """
 from __future__ import annotations
@@ -19,21 +20,12 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from rowbeam.bundle.ownership import mark, owned, pid_alive
+
+__all__ = ["PREFIX", "RunTemp", "enter_process_temp", "lock_is_free", "pid_alive", "reclaim_dead_runs", "run_temp"]
+
 PREFIX = "rowbeam-run-"
 LOCK_NAME = ".lock"
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process `pid` exists on this host (permission errors count as alive)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def lock_is_free(path: Path) -> bool:
@@ -70,8 +62,8 @@ def reclaim_dead_runs(base: Path) -> list[Path]:
         return removed
     for d in entries:
         pid = owner_pid(d.name, PREFIX)
-        if pid is None or pid == os.getpid() or not d.is_dir() or d.is_symlink():
-            continue
+        if pid is None or pid == os.getpid() or not d.is_dir() or d.is_symlink() or not owned(d):
+            continue                # no owner marker: not ours, whatever its name
         if pid_alive(pid) or not lock_is_free(d / LOCK_NAME):
             continue
         shutil.rmtree(d, ignore_errors=True)
@@ -86,6 +78,7 @@ class RunTemp:
         self.base = Path(tempfile.gettempdir())
         self.reclaimed = reclaim_dead_runs(self.base)
         self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=self.base))
+        mark(self.path, "run-temp")
         self._lock_fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         self._saved_tempdir = tempfile.tempdir
