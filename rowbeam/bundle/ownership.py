@@ -51,7 +51,11 @@ def make_owned_dir(path, kind: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.mkdir()
-    mark(path, kind)
+    try:
+        mark(path, kind)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     return path
 
 

@@ -7,6 +7,9 @@ every audit passed, 1 a sample missing, a QA failure or a failed leakage audit, 
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 
 from rowbeam.bundle.reader import Bundle, Event
@@ -21,7 +24,8 @@ from rowbeam.farm.dataset import (
     sample_content_hash,
 )
 from rowbeam.util.errors import RowbeamError
-from rowbeam.bundle.files import atomic_write_bytes, atomic_write_json
+from rowbeam.bundle import ownership
+from rowbeam.bundle.files import atomic_write_bytes, atomic_write_json, load_json
 from rowbeam.bundle.schema import schema_errors
 
 from .plan import load_plan
@@ -71,6 +75,7 @@ def collect(plan: dict, plan_dir) -> tuple[list, list, dict]:
 
 def finalize(plan_dir) -> dict:
     plan, plan_dir = load_plan(plan_dir)
+    check_outputs_are_ours(plan_dir)              # before the long part: nothing of the user's is overwritten
     samples, missing, fingerprints = collect(plan, plan_dir)
     qa = {"bundles": {}}
     for sc in plan["scenarios"]:
@@ -109,9 +114,25 @@ def finalize(plan_dir) -> dict:
     (plan_dir / "splits").mkdir(exist_ok=True)
     for name, ids in splits.items():
         atomic_write_bytes(plan_dir / "splits" / f"{name}.txt", "".join(f"{i}\n" for i in ids).encode())
+    ownership.mark(plan_dir / "splits", "finalize", files=ownership.listing(plan_dir / "splits"))
     atomic_write_json(plan_dir / "qa_summary.json", {"qa": qa, "leakage": audit})
     atomic_write_json(plan_dir / "dataset.json", doc)
     return doc
+
+
+def check_outputs_are_ours(plan_dir: Path) -> None:
+    """Refuse (one line) to overwrite a dataset.json, qa_summary.json or splits/ that finalize did not write."""
+    for name, ours in (("dataset.json", lambda d: d.get("schema") == MANIFEST_SCHEMA),
+                       ("qa_summary.json", lambda d: set(d) == {"qa", "leakage"})):
+        path = plan_dir / name
+        if os.path.lexists(path):
+            try:
+                doc = load_json(path, name)
+            except RowbeamError:
+                doc = None
+            if not isinstance(doc, dict) or not ours(doc):
+                raise RowbeamError(f"{path}: exists and was not written by rowbeam finalize; move it away")
+    ownership.check_replaceable(plan_dir / "splits", "splits folder")
 
 
 def summary_lines(doc: dict) -> list[str]:

@@ -9,6 +9,7 @@ sub-folders are bundles. A bundle that fails its checks still gets a report.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -212,13 +213,26 @@ def build_report(source, out, baseline=None, progress=None) -> dict:
     for infix in (".report-staging-", ".report-old-"):
         ownership.reclaim_siblings(out, infix)          # what killed report runs left
     staging = out.absolute().parent / f".{out.name}.report-staging-{os.getpid()}-{secrets.token_hex(3)}"
-    ownership.make_owned_dir(staging, "report-staging")
+    try:
+        ownership.make_owned_dir(staging, "report-staging")
+        return _build_staged(bundles, source, out, staging, progress,
+                             {"t0": t0, "baseline": baseline, "base_doc": base_doc})
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        where = exc.filename if exc.filename is not None else out
+        raise RowbeamError(f"{where}: cannot write ({exc.strerror or exc}); nothing written to --out {out}") from None
+
+
+def _build_staged(bundles, source, out, staging, progress, run: dict) -> dict:
+    """Build the report in `staging` and publish it as `out`; on any failure `staging` is removed.
+    run: t0 (perf_counter s at the start), baseline (path or None) and base_doc (its report.json)."""
     try:
         (staging / "pages").mkdir()
         doc = _build(bundles, source, staging, progress)
-        doc["seconds"] = round(time.perf_counter() - t0, 3)
-        if base_doc is not None:
-            doc["drift"] = {"baseline": str(baseline), **drift(doc, base_doc)}
+        doc["seconds"] = round(time.perf_counter() - run["t0"], 3)
+        if run["base_doc"] is not None:
+            doc["drift"] = {"baseline": str(run["baseline"]), **drift(doc, run["base_doc"])}
         doc = finite_json(doc)                      # any NaN / inf left becomes null: report.json stays JSON
         _write_index(staging, doc)
         atomic_write_json(staging / REPORT_JSON, doc)
@@ -272,9 +286,21 @@ def _build(bundles, source, staging, progress) -> dict:
 
 
 def _overall_status(bundle_docs) -> str:
-    """fail when a bundle failed QA or any listed folder failed or was not checked; else pass."""
-    bad = any(d["qa_status"] == "fail" or any(it["qa_status"] != "pass" for it in d["items"]) for d in bundle_docs)
+    """fail when a bundle failed QA, any listed folder failed or was not checked, or a bundle holds hidden
+    folders among its events/flows (never checked); else pass."""
+    bad = any(d["qa_status"] == "fail" or d.get("unchecked") or any(it["qa_status"] != "pass" for it in d["items"])
+              for d in bundle_docs)
     return "fail" if bad else "pass"
+
+
+def _hidden_data_folders(root: Path) -> list[str]:
+    """Hidden entries among events/ and flows/ folders (`events/..camera`, `.000001.old-PID`): never checked."""
+    found = []
+    for top in ("events", "flows"):
+        for d in ([root / top] + sorted(p for p in (root / top).glob("*") if p.is_dir()) if (root / top).is_dir()
+                  else []):
+            found += [p.relative_to(root).as_posix() for p in sorted(d.iterdir()) if p.name.startswith(".")]
+    return found
 
 
 def _qa_by_folder(qa: dict) -> dict:
@@ -321,6 +347,7 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
     stats.splits.append(bundle.info.get("split"))
     items.sort(key=lambda it: (it["qa_status"] != "fail", it["kind"] or "", it["folder"]))
     return {"bundle": str(root), "key": key, "qa_status": qa["status"], "qa_summary": qa["summary"],
+            "unchecked": _hidden_data_folders(root),
             "bundle_checks": [c for c in qa.get("bundle", {}).get("checks", []) if c["status"] != "pass"],
             "items": items, "quarantine": quarantine}
 

@@ -1,0 +1,169 @@
+"""The exporter under abuse (needs bpy): a user's `.staging` or `rowbeam-run-*` folder survives, a .blend whose
+image texture is a FIFO, a device or a socket is refused in one line within seconds, Ctrl-C and SIGTERM at random
+moments stop it with one line (130 / 143) and a resumable bundle, --quiet silences Blender's stderr, and the
+report never copies text from a quarantined folder that links outside the bundle."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, python_command, run_python
+from .helpers import bundle_digest, save_plane_scene
+from .test_reliability_abuse import dead_pid, snapshot
+
+EXPORT = REPO / "render_export.py"
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    """A 40x18-pixel plane scene (30 fps), no rgb."""
+    return save_plane_scene(tmp_path_factory.mktemp("rel") / "a.blend", scale=32)
+
+
+def export_args(blend, out, *extra):
+    return [EXPORT, blend, "--rig", blend.with_suffix(".rig.json"), "--out", out, "--device", "cpu", *extra]
+
+
+def run_export(args, tmpdir: Path, timeout=300) -> subprocess.CompletedProcess:
+    return run_python(*args, env={**os.environ, "TMPDIR": str(tmpdir)}, timeout=timeout)
+
+
+def _one_line(r, status=2, *fragments):
+    assert r.returncode == status, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert all(f in r.stderr for f in fragments), r.stderr
+
+
+def test_a_user_staging_folder_is_never_taken_for_a_dead_writers(scene, tmp_path):
+    out, tmpdir = tmp_path / "out", tmp_path / "tmp"
+    (out / ".staging" / "drafts").mkdir(parents=True)
+    (out / ".staging" / "drafts" / "chapter1.tex").write_text("\\chapter{mine}")
+    tmpdir.mkdir()
+    before = snapshot(out)
+    _one_line(run_export(export_args(scene, out, "--count", "1"), tmpdir), 2, "not empty")
+    assert snapshot(out) == before
+
+
+def test_a_user_folder_named_like_a_run_folder_survives_an_export(scene, tmp_path):
+    tmpdir = tmp_path / "tmp"
+    mine = tmpdir / f"rowbeam-run-{dead_pid()}-thesis"
+    mine.mkdir(parents=True)
+    (mine / "thesis.pdf").write_bytes(b"%PDF mine")
+    before = snapshot(mine)
+    r = run_export(export_args(scene, tmp_path / "out", "--count", "1"), tmpdir)
+    assert r.returncode == 0, r.stderr
+    assert snapshot(mine) == before and os.listdir(tmpdir) == [mine.name]
+
+
+TEXTURE_SCRIPT = """
+import sys
+import bpy
+src, dst, png = sys.argv[sys.argv.index("--") + 1:]
+bpy.ops.wm.open_mainfile(filepath=src)
+img = bpy.data.images.new("tex", 4, 4)
+img.filepath_raw = png
+img.file_format = "PNG"
+img.save()
+img.source = "FILE"
+mat = bpy.data.materials.new("texmat")
+mat.use_nodes = True
+node = mat.node_tree.nodes.new("ShaderNodeTexImage")
+node.image = img
+bsdf = mat.node_tree.nodes.get("Principled BSDF")
+mat.node_tree.links.new(node.outputs["Color"], bsdf.inputs["Base Color"])
+for ob in bpy.data.objects:
+    if ob.type == "MESH":
+        ob.data.materials.clear()
+        ob.data.materials.append(mat)
+bpy.ops.wm.save_as_mainfile(filepath=dst)
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device"])
+def test_a_special_file_used_as_a_texture_is_refused_in_one_line_within_seconds(kind, scene, tmp_path):
+    script = tmp_path / "tex.py"
+    script.write_text(TEXTURE_SCRIPT)
+    tex = tmp_path / "tex.png"
+    blend = tmp_path / "t.blend"
+    built = run_python(script, "--", scene, blend, tex, timeout=300)
+    assert built.returncode == 0, built.stderr
+    blend.with_suffix(".rig.json").write_text(scene.with_suffix(".rig.json").read_text())
+    tex.unlink()
+    if kind == "fifo":
+        os.mkfifo(tex)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(tex))
+    else:
+        tex.symlink_to("/dev/zero")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    t0 = time.monotonic()
+    r = run_export(export_args(blend, tmp_path / "out", "--count", "1"), tmpdir, timeout=120)
+    _one_line(r, 2, str(tex) if kind != "device" else "/dev/zero")
+    assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "out").exists() and not list(tmpdir.iterdir())
+
+
+def interrupt_after(args, tmpdir: Path, sig: int, delay_s: float) -> tuple[int, str, bool]:
+    """Start an exporter, send `sig` `delay_s` after its plan line; (exit status, stderr, was running)."""
+    p = subprocess.Popen(python_command(*args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "TMPDIR": str(tmpdir)})
+    for line in p.stdout:
+        if "flow pair(s) ->" in line:
+            break
+    time.sleep(delay_s)
+    alive = p.poll() is None
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=300)
+    return p.returncode, err, alive
+
+
+@pytest.mark.slow
+def test_twenty_interrupts_at_random_moments(scene, tmp_path):
+    """SIGINT / SIGTERM 0-4 s after the plan line of a 4-event export, 20 times on one folder: each run exits
+    130 / 143 with one `interrupted:` line (or 0 when it had finished), no traceback, no segfault; the folders
+    published so far are byte-identical to an uninterrupted export's and a final run completes the bundle."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    ref = run_export(export_args(scene, tmp_path / "reference", "--count", "4"), tmpdir)
+    assert ref.returncode == 0, ref.stderr
+    truth = bundle_digest(tmp_path / "reference")
+    rng = random.Random(20)
+    tally = {"interrupted": 0, "finished": 0, "bad": []}
+    for k in range(20):
+        out = tmp_path / f"out{k % 5}"
+        sig = rng.choice([signal.SIGINT, signal.SIGTERM])
+        rc, err, alive = interrupt_after(export_args(scene, out, "--count", "4"), tmpdir, sig, rng.uniform(0, 4))
+        now = bundle_digest(out) if out.exists() else {}
+        corrupt = [f for f in now if f.startswith(("events/", "flows/")) and now[f] != truth.get(f)]
+        ok = (rc == 128 + sig and err.count("\n") == 1 and "interrupted:" in err) or (rc == 0 and not alive)
+        if not ok or "Traceback" in err or corrupt:
+            tally["bad"].append((k, sig, rc, err[-300:], corrupt))
+        tally["interrupted" if rc == 128 + sig else "finished"] += 1
+    print(f"interrupt tally: {json.dumps(tally)}")
+    assert not tally["bad"], tally
+    assert not list(tmpdir.iterdir()), os.listdir(tmpdir)
+    for k in range(5):
+        r = run_export(export_args(scene, tmp_path / f"out{k}", "--count", "4"), tmpdir)
+        assert r.returncode == 0, r.stderr
+        assert {f: d for f, d in bundle_digest(tmp_path / f"out{k}").items() if f.startswith("events/")} == \
+            {f: d for f, d in truth.items() if f.startswith("events/")}
+        assert not [p for p in (tmp_path / f"out{k}").rglob(".*")]
+
+
+def test_quiet_export_prints_nothing_but_an_error(scene, tmp_path):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    r = run_export(export_args(scene, tmp_path / "out", "--count", "1", "--quiet"), tmpdir)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", (r.stdout, r.stderr)
+    r = run_export(export_args(scene, tmp_path / "out", "--count", "1", "--quiet", "--first-event", "-3"), tmpdir)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
