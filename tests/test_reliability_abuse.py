@@ -808,3 +808,21 @@ def test_finalize_never_overwrites_files_it_did_not_write(case, tmp_path):
     with pytest.raises(RowbeamError):
         check_outputs_are_ours(tmp_path)
     assert snapshot(tmp_path) == before
+
+
+CONSOLE = ("import os,sys\nfrom rowbeam.blender.export.console import export_console\n"
+           "with export_console(quiet=sys.argv[1] == 'quiet', verbose=sys.argv[1] == 'verbose'):\n"
+           "    os.write(1, b'Read blend: x.blend\\n')\n"
+           "    os.write(2, b'Warning: PyDriver auto-exec disabled\\n')\n"
+           "    os.write(2, b'OpenEXR: warning, header attribute ignored\\n')\n"
+           "    print('rowbeam: error: the one line', file=sys.stderr)\n")
+
+
+@pytest.mark.parametrize("mode, shown", [("quiet", ["rowbeam: error"]),
+                                         ("verbose", ["Read blend", "PyDriver", "OpenEXR", "rowbeam: error"])])
+def test_quiet_silences_blender_and_openexr_lines_and_verbose_shows_them(mode, shown):
+    r = subprocess.run([sys.executable, "-c", CONSOLE, mode], cwd=REPO, capture_output=True, text=True,
+                       timeout=TIMEOUT_S)
+    text = r.stdout + r.stderr
+    for line in ("Read blend", "PyDriver", "OpenEXR", "rowbeam: error"):
+        assert (line in text) is (line in shown), (mode, text)
