@@ -12,6 +12,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _entry() -> int:
+    from rowbeam.util.interrupt import defer
+
+    defer()            # first: every thread started later (numpy's, Blender's, Cycles') keeps SIGINT/SIGTERM blocked
     from rowbeam.blender.export.cli import main
 
     if "--" in sys.argv:                       # blender -b scene.blend -P render_export.py -- args

@@ -306,7 +306,32 @@ CHECKER = [
          argv=lambda c: _check(c, report=c.root / "bundle.json")),
     Case("report_on_read_only_mount", _noop, 2, "Permission denied",
          argv=lambda c: _check(c, report=_readonly_dir() / "rowbeam_report.json")),
+    Case("event_link_outside", lambda c: _link_outside(c, c.e1, c.root / "events" / CAMERA / "000002"), 1,
+         {"layout"}),
+    Case("sensor_link_outside", lambda c: _link_outside(c, c.e1.parent, c.root / "events" / "camera_rear"), 1,
+         {"layout"}),
+    Case("event_link_to_sibling_prefix", lambda c: _link_sibling(c, "events/camera_front/000001", "000002"), 1,
+         {"layout"}),
 ]
+
+
+def _user_file_and_link(mine: Path, link: Path) -> None:
+    mine.write_text("the user's file")
+    link.symlink_to(mine)
+
+
+def _link_outside(c: Ctx, copy_of: Path, link: Path) -> None:
+    """`link` -> a copy of `copy_of` outside the bundle (beside it)."""
+    outside = c.root.parent / "outside" / copy_of.name
+    shutil.copytree(copy_of, outside)
+    link.symlink_to(outside)
+
+
+def _link_sibling(c: Ctx, rel: str, name: str) -> None:
+    """A link into a sibling folder whose name starts with the bundle's (`bundle` vs `bundle2`)."""
+    sibling = c.root.with_name(c.root.name + "2")
+    shutil.copytree(c.root / rel, sibling / rel)
+    (c.root / rel).parent.joinpath(name).symlink_to(sibling / rel)
 
 ADAPTER = [
     Case("adapt_out_is_a_folder", _noop, 2, "exists and is not a regular file", argv=_adapt_argv(lambda c: c.out)),
@@ -335,6 +360,14 @@ ADAPTER = [
          "sha256 does not match", argv=_adapt_argv(fmt="kitti", out_name="f.png")),
     Case("adapt_bad_variant", _noop, 2, "variant 'occ' is not one of valid, geometric",
          argv=_adapt_argv(extra=("--variant", "occ"))),
+    Case("adapt_out_file_exists", lambda c: (c.out / "f.flo").write_text("mine"), 2, "never overwrites",
+         argv=_adapt_argv()),
+    Case("adapt_sidecar_exists", lambda c: (c.out / "f.flo.json").write_text("{}"), 2, "never overwrites",
+         argv=_adapt_argv()),
+    Case("adapt_pfm_out_exists", lambda c: (c.out / "f.pfm").write_text("mine"), 2, "never overwrites",
+         argv=_adapt_argv("f.pfm", fmt="pfm")),
+    Case("adapt_kitti_out_is_a_link", lambda c: _user_file_and_link(c.out / "mine.txt", c.out / "f.png"), 2,
+         "never overwrites", argv=_adapt_argv("f.png", fmt="kitti-flow")),
 ]
 ADAPTER = [Case(**{**c.__dict__, "adapt": True}) for c in ADAPTER]
 CORPUS = CHECKER + ADAPTER

@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     from rowbeam.util.interrupt import guard
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["export"]:
+        from rowbeam.util.interrupt import defer
+
+        defer()        # before numpy or bpy start threads: the export takes signals between events only
     return guard(f"rowbeam {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "rowbeam", lambda: _dispatch(argv))
 
 

@@ -2,9 +2,11 @@
 
 `guard` installs the handlers for a command and turns an interrupt into one line on stderr and the exit
 status 128 + signal number (no traceback). A signal raises `Interrupted` (a KeyboardInterrupt, so every
-`except BaseException` clean-up runs) where Python code is running -- except inside `deferred()`, where it
-is only recorded and raised by `raise_pending()` at the caller's safe points (the exporter: between
-events), so it is never raised, and swallowed, inside a Blender or Cycles callback.
+`except BaseException` clean-up runs) where Python code is running -- except after `deferred()`: there the
+two signals are blocked (pthread_sigmask, inherited by every thread created later, Blender's and Cycles'
+included), stay pending whatever handler Blender installs meanwhile, and are taken by `raise_pending()` at
+the caller's safe points (the exporter: between events). So an interrupt is never raised, and swallowed,
+inside a Blender or Cycles callback, and never meets Blender's own signal disposition.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import sys
 import threading
 from contextlib import contextmanager
 
-_state = {"pending": None, "deferred": 0}
+SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_state = {"pending": None, "blocked": False}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -27,9 +30,6 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _handler(signum, frame):
-    if _state["deferred"]:
-        _state["pending"] = signum
-        return
     raise Interrupted(signum)
 
 
@@ -42,19 +42,29 @@ def install() -> None:
 
 
 def raise_pending() -> None:
-    """A safe point: raise Interrupted when a signal arrived meanwhile."""
+    """A safe point: raise Interrupted when SIGINT or SIGTERM arrived while blocked (the signal is taken)."""
+    if _state["pending"] is None and _state["blocked"] and signal.sigpending() & SIGNALS:
+        info = signal.sigtimedwait(SIGNALS, 0)
+        if info is not None:
+            _state["pending"] = info.si_signo
     if _state["pending"] is not None:
         raise Interrupted(_state["pending"])
 
 
+def defer() -> None:
+    """Block SIGINT and SIGTERM from here on (main thread; threads created later inherit it, so call it before
+    bpy is imported): they are raised only at raise_pending(). They stay blocked, so one arriving when the work
+    is done (or inside Blender's teardown) is ignored instead of meeting Blender's own disposition."""
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        _state["blocked"] = True
+
+
 @contextmanager
 def deferred():
-    """Record signals instead of raising them inside the block; raise at raise_pending() or on leaving."""
-    _state["deferred"] += 1
-    try:
-        yield
-    finally:
-        _state["deferred"] -= 1
+    """defer() for the block; a signal that arrived inside it is raised on leaving it."""
+    defer()
+    yield
     raise_pending()
 
 

@@ -8,6 +8,7 @@ that same single sample.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -289,11 +290,28 @@ def render_passes(scene, view_layer) -> dict:
         finally:
             for vl in scene.view_layers:
                 vl.use = layers[vl.name]
-        channels = read_exr_parts(path)
+        try:
+            channels = read_exr_parts(path)
+        except RowbeamError as exc:
+            raise _render_file_error(path, str(exc)) from None
     finally:
         scene.render.filepath = old_path
         Path(path).unlink(missing_ok=True)
-    return _collect_passes(channels, view_layer.name)
+    passes = _collect_passes(channels, view_layer.name)
+    if view_layer.use_pass_z and "depth" not in passes:
+        raise _render_file_error(path, "it holds no depth pass")
+    return passes
+
+
+def _render_file_error(path: str, why: str) -> RowbeamError:
+    """One line for a render Blender could not write completely (a full temporary folder, mostly)."""
+    folder = os.path.dirname(path)
+    try:
+        free = f"{shutil.disk_usage(folder).free} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return RowbeamError(f"{path}: Cycles' render file could not be read back ({why}); its temporary folder "
+                        f"{folder} has {free}: free space in TMPDIR and rerun")
 
 
 def _collect_passes(channels: dict, layer: str) -> dict:

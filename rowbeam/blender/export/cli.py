@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from rowbeam.util.errors import RowbeamError, quiet_numpy_float_warnings
-from rowbeam.util.interrupt import deferred, guard
+from rowbeam.util.interrupt import defer, deferred, guard
 from rowbeam.model.timing import MAX_EVENT_INDEX
 
 from rowbeam.blender.export.console import export_console
@@ -113,6 +113,7 @@ def main(argv: list[str], blend_positional: bool, prog: str = "render_export.py"
 def _export(args, blend_positional: bool, console) -> int:
     """Plan and run the export; rowbeam's lines go to `console`, user errors to stderr (one line, exit 2)."""
     try:
+        defer()                     # before bpy loads: Blender's and Cycles' threads inherit the blocked signals
         from rowbeam.blender.export.allocator import keep_freed_memory
         from rowbeam.blender.export.run_temp import enter_process_temp
 
