@@ -1,7 +1,10 @@
 """Reading exported events in tests."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 from rowbeam.bundle.reader import open_event
@@ -121,3 +124,16 @@ def run_on_a_terminal(argv, cwd, env=None, timeout=600) -> tuple[int, str]:
         chunks.append(data)
     os.close(main)
     return proc.wait(timeout=timeout), b"".join(chunks).decode(errors="replace")
+
+
+def snapshot(*roots) -> dict:
+    """{path: sha256 of a regular file, or its kind} of everything under `roots` (never opens special files)."""
+    out = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                p = Path(dirpath) / name
+                st = os.lstat(p)
+                out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest() if stat.S_ISREG(st.st_mode)
+                               else stat.S_IFMT(st.st_mode))
+    return out

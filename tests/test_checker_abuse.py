@@ -8,11 +8,9 @@ or exactly the set of failing checks and warnings in the written QA report.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ from rowbeam.bundle.schema import schema_errors
 from rowbeam.blender.scenes import calibration
 
 from .conftest import REPO, run_python
+from .helpers import snapshot
 
 CAMERA = "camera_front"
 TIMEOUT_S = 60
@@ -78,19 +77,6 @@ def ctx(clean, tmp_path) -> Ctx:
 
 def cli(*args) -> object:
     return run_python("-m", "rowbeam", *args, timeout=TIMEOUT_S)
-
-
-def snapshot(*roots) -> dict:
-    """{path: sha256 of a regular file, or its kind} of everything under `roots` (never opens special files)."""
-    out = {}
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            for name in dirnames + filenames:
-                p = Path(dirpath) / name
-                st = os.lstat(p)
-                out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest() if stat.S_ISREG(st.st_mode)
-                               else stat.S_IFMT(st.st_mode))
-    return out
 
 
 def tmp_litter(*roots) -> list[str]:

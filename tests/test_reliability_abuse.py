@@ -6,11 +6,9 @@ signals and full disks.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -27,6 +25,7 @@ from rowbeam.bundle.reader import Bundle
 from rowbeam.util.errors import RowbeamError
 
 from .conftest import REPO
+from .helpers import snapshot
 
 TIMEOUT_S = 60
 
@@ -46,16 +45,12 @@ def plant_marker(folder: Path, pid: int, files=None, host: str | None = None, fm
     (folder / ownership.MARKER).write_text(json.dumps(doc))
 
 
-def snapshot(*roots) -> dict:
-    out = {}
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            for name in dirnames + filenames:
-                p = Path(dirpath) / name
-                st = os.lstat(p)
-                out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest() if stat.S_ISREG(st.st_mode)
-                               else stat.S_IFMT(st.st_mode))
-    return out
+def planted(tmp_path: Path, name: str, plant) -> tuple[Path, dict]:
+    """A new folder `name` with `plant(folder)` applied, and the snapshot of everything under tmp_path."""
+    folder = tmp_path / name
+    folder.mkdir()
+    plant(folder)
+    return folder, snapshot(tmp_path)
 
 
 def cli(*args, env=None, timeout=TIMEOUT_S) -> subprocess.CompletedProcess:
@@ -149,10 +144,7 @@ REPORT_OUT_CASES = {f.__name__.strip("_"): f for f in (
 @pytest.mark.parametrize("case", sorted(REPORT_OUT_CASES))
 def test_report_out_holding_user_files_is_refused_and_kept(case, tmp_path):
     bundle = fake_bundle(tmp_path / "bundle")
-    out = tmp_path / "out"
-    out.mkdir()
-    REPORT_OUT_CASES[case](out)
-    before = snapshot(tmp_path)
+    out, before = planted(tmp_path, "out", REPORT_OUT_CASES[case])
     r = cli("report", bundle, "--out", out)
     one_line(r, 2, str(out))
     assert snapshot(tmp_path) == before
@@ -299,10 +291,7 @@ SCHEMAS_CASES = {f.__name__.removeprefix("_schemas_"): f for f in (
 
 @pytest.mark.parametrize("case", sorted(SCHEMAS_CASES))
 def test_schemas_refuses_a_folder_holding_user_files(case, tmp_path):
-    d = tmp_path / "schemas"
-    d.mkdir()
-    SCHEMAS_CASES[case](d)
-    before = snapshot(tmp_path)
+    d, before = planted(tmp_path, "schemas", SCHEMAS_CASES[case])
     one_line(cli("schemas", d), 2, str(d))
     assert snapshot(tmp_path) == before
 
@@ -324,32 +313,32 @@ IDENTITY = {"blend_sha256": "0" * 64, "rig_sha256": "1" * 64, "ontology_sha256":
             "lineage_group": "s"}
 
 
+def put(root: Path, rel: str, text: str = "mine") -> None:
+    """Write the user's file root/rel (folders created)."""
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(text)
+
+
 def _staging_drafts(out):
-    (out / ".staging" / "drafts").mkdir(parents=True)
-    (out / ".staging" / "drafts" / "chapter1.tex").write_text("\\chapter{mine}")
+    put(out, ".staging/drafts/chapter1.tex", "\\chapter{mine}")
 
 
 def _staging_writer_named(out):
-    d = out / ".staging" / f"w-{dead_pid()}-0badcafe"
-    d.mkdir(parents=True)
-    (d / "notes.txt").write_text("mine, in a folder named like a writer's")
+    put(out, f".staging/w-{dead_pid()}-0badcafe/notes.txt", "mine, in a folder named like a writer's")
 
 
 def _staging_file(out):
-    (out / ".staging").mkdir()
-    (out / ".staging" / "todo.txt").write_text("mine")
+    put(out, ".staging/todo.txt")
 
 
 def _staging_lock_with_text(out):
-    (out / ".staging" / "locks").mkdir(parents=True)
-    (out / ".staging" / "locks" / "mine.lock").write_text("not empty: mine")
+    put(out, ".staging/locks/mine.lock", "not empty: mine")
 
 
 def _staging_forged_marker(out):
-    d = out / ".staging" / f"w-{dead_pid()}-0badcafe"
-    d.mkdir(parents=True)
-    (d / ownership.MARKER).write_text('{"format": "rowbeam/owner@1"}')     # no pid: not a marker
-    (d / "notes.txt").write_text("mine")
+    d = f".staging/w-{dead_pid()}-0badcafe"
+    put(out, f"{d}/{ownership.MARKER}", '{"format": "rowbeam/owner@1"}')      # no pid: not a marker
+    put(out, f"{d}/notes.txt")
 
 
 def _bundle_tmp_named(out):
@@ -370,10 +359,7 @@ STAGING_CASES = {f.__name__.strip("_"): f for f in (
 def test_export_refuses_a_folder_whose_hidden_entries_are_not_provably_rowbeams(case, tmp_path):
     from rowbeam.blender.export.bundle import BundleWriter
 
-    out = tmp_path / "out"
-    out.mkdir()
-    STAGING_CASES[case](out)
-    before = snapshot(tmp_path)
+    out, before = planted(tmp_path, "out", STAGING_CASES[case])
     w = BundleWriter(out, IDENTITY)
     with pytest.raises(RowbeamError, match="not empty"):
         w.open()
@@ -719,7 +705,7 @@ def test_report_interrupted_leaves_nothing(sig, tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # full disks: one line, exit 2, nothing left
 
-def _tmpfs(path: Path, size: str) -> None:
+def tmpfs(path: Path, size: str) -> None:
     path.mkdir()
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         pytest.skip("needs root to mount a small tmpfs")
@@ -728,21 +714,23 @@ def _tmpfs(path: Path, size: str) -> None:
         pytest.skip("cannot mount a tmpfs here")
 
 
-def _fill(fs: Path) -> None:
+def fill(fs: Path, leave_bytes: int = 0) -> None:
+    """Fill the file system at `fs` with `fs/filler`, then give back about `leave_bytes`."""
     with open(fs / "filler", "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 4096)
         except OSError:
             pass
+        f.truncate(max(os.fstat(f.fileno()).st_size - leave_bytes, 0))
 
 
 @pytest.mark.parametrize("command", ["schemas", "report"])
 def test_full_disk_is_one_line_and_leaves_nothing(command, tmp_path):
     fs = tmp_path / "fs"
-    _tmpfs(fs, "256k")
+    tmpfs(fs, "256k")
     try:
-        _fill(fs)
+        fill(fs)
         bundle = fake_bundle(tmp_path / "bundle")
         r = cli("schemas", fs / "out") if command == "schemas" else cli("report", bundle, "--out", fs / "out")
         one_line(r, 2)
