@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import io
 import os
+import sys
+import threading
+from contextlib import contextmanager
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -50,10 +53,36 @@ def _owned(pixels: np.ndarray) -> np.ndarray:
     return pixels if pixels.flags.owndata else pixels.copy()
 
 
+_stderr = {"lock": threading.Lock(), "users": 0, "saved": None}
+
+
+@contextmanager
+def openexr_stderr_silenced():
+    """Point file descriptor 2 at /dev/null while OpenEXR's C library reads (it prints its own diagnostics of a
+    corrupt file there; rowbeam reports the same failure as one RowbeamError line). Reference-counted across
+    threads: descriptor 2 comes back when the last reader leaves."""
+    with _stderr["lock"]:
+        if _stderr["users"] == 0:
+            sys.stderr.flush()
+            _stderr["saved"] = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        _stderr["users"] += 1
+    try:
+        yield
+    finally:
+        with _stderr["lock"]:
+            _stderr["users"] -= 1
+            if _stderr["users"] == 0:
+                os.dup2(_stderr["saved"], 2)
+                os.close(_stderr["saved"])
+
+
 def read_exr_channels(path) -> tuple[dict, dict]:
     """{channel name: 2-D array} and the header of a single-part EXR; RowbeamError if unreadable."""
     try:
-        with OpenEXR.File(str(path), separate_channels=True) as f:
+        with openexr_stderr_silenced(), OpenEXR.File(str(path), separate_channels=True) as f:
             channels = {name: _owned(ch.pixels) for name, ch in f.channels().items()}
             header = dict(f.header())
     except Exception as exc:  # OpenEXR raises RuntimeError for truncated or corrupt files
@@ -64,7 +93,7 @@ def read_exr_channels(path) -> tuple[dict, dict]:
 def read_exr_parts(path) -> dict:
     """{channel name: 2-D array} over every part of a (multi-part) EXR, e.g. a Cycles render."""
     try:
-        with OpenEXR.File(str(path), separate_channels=True) as f:
+        with openexr_stderr_silenced(), OpenEXR.File(str(path), separate_channels=True) as f:
             return {name: _owned(ch.pixels) for part in f.parts for name, ch in part.channels.items()}
     except Exception as exc:
         raise RowbeamError(f"{path}: unreadable OpenEXR file ({exc})") from None
@@ -78,7 +107,7 @@ def check_exr_header(path, channels: list[str], shape=None) -> tuple[int, int]:
     most MAX_PAYLOAD_PIXELS pixels and match the declared `shape` ((H, W) or (H, W, C)), the channels must be
     exactly the declared ones, unsubsampled. Every failure is one RowbeamError naming the file."""
     try:
-        with OpenEXR.File(str(path), header_only=True) as f:
+        with openexr_stderr_silenced(), OpenEXR.File(str(path), header_only=True) as f:
             parts = len(f.parts)
             header = dict(f.header())
     except Exception as exc:  # OpenEXR raises RuntimeError for truncated or corrupt files
