@@ -33,11 +33,8 @@ def _inside_bundle(target: Path, source: Path) -> bool:
 def check_output_file(target, source) -> Path:
     """Refuse a file target that exists, cannot be written or lies inside the source's bundle data; create nothing."""
     target = Path(target)
-    if os.path.lexists(target):
-        if not target.is_file():
-            raise RowbeamError(f"{target}: exists and is not a regular file; give a file path")
-        raise RowbeamError(f"{target}: exists; rowbeam never overwrites a file it cannot prove it wrote; "
-                           "remove it or give a new name")
+    if os.path.lexists(target) and not target.is_file():
+        raise RowbeamError(f"{target}: exists and is not a regular file; give a file path")
     parent = target.parent
     if not parent.is_dir():
         raise RowbeamError(f"{target}: folder {parent} does not exist" if not os.path.lexists(parent)
@@ -47,6 +44,9 @@ def check_output_file(target, source) -> Path:
     if _inside_bundle(target, source):
         raise RowbeamError(f"{target}: inside the bundle's data folders; writing there would change the bundle; "
                            "write the adapter output elsewhere")
+    if os.path.lexists(target):
+        raise RowbeamError(f"{target}: exists; rowbeam never overwrites a file it cannot prove it wrote; "
+                           "remove it or give a new name")
     return target
 
 
