@@ -188,3 +188,50 @@ def test_a_full_tmpdir_is_one_line_and_leaves_nothing(leave_kib, scene, tmp_path
         assert not [p for p in out.rglob(".*")] if out.exists() else True
     finally:
         subprocess.run(["umount", str(fs)], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def small_bundle(scene, tmp_path_factory):
+    out = tmp_path_factory.mktemp("relb") / "bundle"
+    tmpdir = tmp_path_factory.mktemp("relt")
+    r = run_export(export_args(scene, out, "--count", "1"), tmpdir)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _secret_outside(tmp_path: Path) -> Path:
+    outside = tmp_path / "outside" / "000000"
+    outside.mkdir(parents=True)
+    (outside / "qa_report.json").write_text(json.dumps({"checks": [{"check": "x", "status": "fail",
+                                                                     "message": "SECRET-OUTSIDE-TEXT"}]}))
+    return outside
+
+
+@pytest.mark.parametrize("where", ["quarantine_link", "hidden_sensor_copy", "event_link", "sibling_prefix"])
+def test_report_never_reads_outside_and_fails_on_unchecked_folders(where, small_bundle, tmp_path):
+    """A quarantine folder linking outside: listed, its text never copied; a hidden `events/..camera` copy, an event
+    linking outside or into `bundle2` (a sibling sharing the name prefix): the report's status is FAIL (exit 1)."""
+    import shutil
+
+    root = tmp_path / "bundle"
+    shutil.copytree(small_bundle, root, symlinks=True)
+    outside = _secret_outside(tmp_path)
+    event = next((root / "events").glob("*/*"))
+    if where == "quarantine_link":
+        (root / "quarantine" / "events" / event.parent.name).mkdir(parents=True)
+        (root / "quarantine" / "events" / event.parent.name / event.name).symlink_to(outside)
+    elif where == "hidden_sensor_copy":
+        shutil.copytree(event.parent, root / "events" / f"..{event.parent.name}")
+    elif where == "event_link":
+        shutil.copytree(event, outside.parent / "000099")
+        (event.parent / "000099").symlink_to(outside.parent / "000099")
+    else:
+        sibling = tmp_path / "bundle2" / "events" / event.parent.name / "000099"
+        shutil.copytree(event, sibling)
+        (event.parent / "000099").symlink_to(sibling)
+    r = run_python("-m", "rowbeam", "report", root, "--out", tmp_path / "rep", timeout=300)
+    assert "Traceback" not in r.stderr, r.stderr
+    text = "".join(p.read_text(errors="replace") for p in (tmp_path / "rep").rglob("*") if p.suffix in (".html", ".json"))
+    assert "SECRET-OUTSIDE-TEXT" not in text
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert r.returncode == 1 and doc["status"] == "fail", (r.returncode, r.stdout, r.stderr)

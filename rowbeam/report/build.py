@@ -331,11 +331,13 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
         items.append(item)
         progress.advance(i + 1)
     quarantine = [_quarantine_entry(root, q) for q in qa.get("quarantine", [])]
+    unchecked = _hidden_data_folders(root)
     for q in quarantine:                    # held back at export: the same overlays, failed checks first
         q["kind"] = None
         outside = q.pop("outside", False)
         if outside:                         # a link out of the bundle: listed with why, nothing read there
             q.pop("checks")
+            unchecked.append(q["folder"])
             continue
         doc = _open_quarantined(root, root / q["folder"])
         _item_page(doc, key, q["folder"], "fail", q.pop("checks"), q, w, Residuals(), _Stats(), ctx, True,
@@ -347,7 +349,7 @@ def _report_bundle(root: Path, key: str, qa: dict, w: Writer, res: Residuals, st
     stats.splits.append(bundle.info.get("split"))
     items.sort(key=lambda it: (it["qa_status"] != "fail", it["kind"] or "", it["folder"]))
     return {"bundle": str(root), "key": key, "qa_status": qa["status"], "qa_summary": qa["summary"],
-            "unchecked": _hidden_data_folders(root),
+            "unchecked": unchecked,
             "bundle_checks": [c for c in qa.get("bundle", {}).get("checks", []) if c["status"] != "pass"],
             "items": items, "quarantine": quarantine}
 
