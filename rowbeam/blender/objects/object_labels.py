@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -130,18 +130,19 @@ def deforming_row_meshes(scene, clock, objects, times) -> dict:
     return out
 
 
-def rasterise_deforming(scene, clock, obj, F, times, T_cw_rows, lens, W: int, H: int, rays: CanvasRays,
-                        near: float, far: float):
+def rasterise_deforming(st, obj, F, T_cw_rows, lens, rays: CanvasRays):
     """A deforming object's canvas silhouette, rasterised per canvas pixel from its evaluated mesh at each canvas
     row's exact time (the same for every camera model: a pinhole camera passes its pinhole Lens).
 
     The mesh is evaluated only at the rows its canvas box can cover: first at DEFORM_SAMPLE_ROWS evenly spaced
     canvas rows, then at every row of the canvas box (rowbeam.check.rasterize.lens_canvas_box of the per-row mesh boxes
     of all rows evaluated so far, LENS_BOX_PAD_PX padded) not yet evaluated, until the box holds only evaluated rows.
-    times: exact time (ns) of canvas rows 0 .. 3H-1; T_cw_rows (3H, 4, 4) camera <- world per canvas row; F: the
-    asset's triangles; near / far: camera-z clip (m). Returns (canvas box (x0, x1, y0, y1), mask (y1 - y0, x1 - x0)
+    st: the event's _Stage (scene, clock, times: exact time (ns) of canvas rows 0 .. 3H-1, W, H, clip: camera-z
+    near / far, m); T_cw_rows (3H, 4, 4) camera <- world per canvas row; F: the asset's triangles.
+    Returns (canvas box (x0, x1, y0, y1), mask (y1 - y0, x1 - x0)
     bool, world vertices (y1 - y0, V, 3) of the box's rows), None when the box misses the canvas, or a str (why not)
     when the evaluated triangles change between rows or differ from F."""
+    scene, clock, times, W, H, (near, far) = st.ctx.scene, st.ctx.clock, st.times, st.W, st.H, st.clip
     got = {}
     want = np.unique(np.linspace(0, len(times) - 1, DEFORM_SAMPLE_ROWS).round().astype(int)).tolist()
     while want:
@@ -253,9 +254,11 @@ def write_assets(root, assets: dict) -> None:
         atomic_write_bytes(p, data)
 
 
-def _boxes(Kc, Wc, Hc, cam_poses, obj_mats, corners, clip):
+def _boxes(Kc, canvas_size, cam_poses, obj_mats, corners, clip):
     """(boxes, depths): padded canvas box [x0, x1) x [y0, y1) of each object over the sampled poses (None: off
-    canvas) and its camera-z range (zmin, zmax) over those poses ((-inf, inf) when it reaches the near plane)."""
+    canvas; canvas_size (3W, 3H) px) and its camera-z range (zmin, zmax) over those poses ((-inf, inf) when it
+    reaches the near plane)."""
+    Wc, Hc = canvas_size
     boxes, depths = [], []
     for j, C in enumerate(corners):
         us, vs, zs, near = [], [], [], False
@@ -306,13 +309,14 @@ def hull_box(corners, T_co, K, W: int, H: int, near: float):
     return x0, x1, int(c[0]), int(c[-1]) + 1
 
 
-def unoccluded_inside(boxes: dict, depths: dict, render_index: dict, instance_id, camera_z, W: int, H: int) -> set:
+def unoccluded_inside(boxes: dict, depths: dict, render_index: dict, instance_id, camera_z) -> set:
     """Objects no other object can cover: the padded canvas box lies inside the image and every pixel of it
     that shows another surface in the label render shows it beyond the object's farthest sampled camera z
     (+ 1 cm + 1 %). Where the object has silhouette it would then win the depth test, so its amodal mask is
     its modal mask and it needs no render of its own."""
     out = set()
-    inst = np.asarray(instance_id)
+    inst = np.asarray(instance_id)                                      # (H, W) image
+    H, W = inst.shape
     z = np.nan_to_num(np.asarray(camera_z, dtype=np.float64), nan=np.inf)
     for k, (x0, x1, y0, y1) in boxes.items():
         if x0 < W or x1 > 2 * W or y0 < H or y1 > 2 * H or not np.isfinite(depths[k][1]):
@@ -385,38 +389,126 @@ def canvas_ray_cache(lens, W: int, H: int) -> CanvasRays:
     return _RAYS[key]
 
 
-def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, instance_id, camera_z, lens=None):
-    """Object labels of one camera event (lens: the rowbeam.model.lens.Lens it renders through, else None).
+@dataclass(frozen=True)
+class EventInputs:
+    """What a camera event hands to its object labels.
+
+    timing: the event's rolling-shutter timing model; K (3, 3) image intrinsics (px); params: the camera's
+    Blender parameters (rowbeam.model.camera_model); row_poses (H, 4, 4) world <- OpenCV camera per image row;
+    ref_pose (4, 4) world <- camera at the reference time; instance_id (H, W) render index per pixel (0:
+    background); camera_z (H, W) m; lens: the rowbeam.model.lens.Lens it renders through, else None (pinhole)."""
+    timing: object
+    K: object
+    params: object
+    row_poses: object
+    ref_pose: object
+    instance_id: object
+    camera_z: object
+    lens: object = None
+
+
+@dataclass
+class _Stage:
+    """Shared state of one event's object labels, filled stage by stage (canvas px, canvas row c = image row
+    c - H; object keys k index the object table)."""
+    ctx: object
+    sensor: object
+    ev: EventInputs
+    cam: object
+    W: int
+    H: int
+    times: list
+    t_ref: int
+    table: list
+    objs: list
+    moving: list
+    row_of_moving: dict
+    entries: dict = field(default_factory=dict)      # k -> {T_wo_ref, V, F, notes, sha, checkable, aabb}
+    assets: dict = field(default_factory=dict)       # sha256 -> bytes
+    skipped: list = field(default_factory=list)
+    cam_rows: object = None                          # (3H, 4, 4) world <- camera per canvas row
+    obj_rows: object = None                          # (moving, 3H, 4, 4) world <- object (with scale)
+    M_samples: object = None                         # (objects, POSE_SAMPLES, 4, 4) at the box-sampling rows
+    sample_rows: object = None
+    hidden_notes: dict = field(default_factory=dict)
+    corners: dict = field(default_factory=dict)      # k -> (8, 3) asset-box corners, object frame
+    boxes: dict = field(default_factory=dict)        # k -> canvas box (x0, x1, y0, y1)
+    from_modal: set = field(default_factory=set)
+    rasterised: dict = field(default_factory=dict)   # k -> (box, mask)
+    clip: tuple = (0.0, 0.0)                         # (near, far) camera-z clip, m
+    K_expected: object = None
+
+    @property
+    def Wc(self) -> int:
+        return 3 * self.W
+
+    @property
+    def Hc(self) -> int:
+        return 3 * self.H
+
+    def skip(self, k: int, reason: str) -> None:
+        e = self.table[k]
+        self.skipped.append({"instance_id": e.render_index, "id": str(e.id), "name": e.obj_name, "reason": reason})
+
+
+def compute_object_labels(ctx, sensor, ev: EventInputs):
+    """Object labels of one camera event: assets, canvas poses, projected boxes, rasterised silhouettes, Cycles
+    canvas renders for the rest, then per-object records.
 
     Returns (arrays {amodal_masks, amodal_masks_canvas, canvas_row_time_ns, canvas_row_T_world_camera,
     object_row_T_world_object}, manifest block, assets {sha256: ply bytes}, seconds).
     """
+    t_start = time.perf_counter()
+    st = _new_stage(ctx, sensor, ev)
+    _stage_assets(st)
+    t_meshes = time.perf_counter()
+    _stage_canvas_poses(st)
+    t_poses = time.perf_counter()
+    _stage_boxes(st)
+    t_raster = time.perf_counter()
+    _stage_rasterise(st)
+    t_raster = time.perf_counter() - t_raster
+    groups = pack_groups({k: b for k, b in st.boxes.items() if k not in st.from_modal and k not in st.rasterised})
+    canvas_masks, render_seconds, K_canvas_err, rendered_px = _stage_renders(st, groups)
+    canvas_masks.update(st.rasterised)
+    for k in st.from_modal:                    # no possible occluder, inside the image: amodal = modal
+        x0, x1, y0, y1 = st.boxes[k]
+        canvas_masks[k] = (st.boxes[k], np.asarray(ev.instance_id)[y0 - st.H:y1 - st.H, x0 - st.W:x1 - st.W]
+                           == st.table[k].render_index)
+    objects_out, amodal, canvas_list, added_total = _stage_assemble(st, canvas_masks)
+    set_time(st.ctx.scene, st.ctx.clock, st.t_ref)
+    arrays = _arrays(st, amodal, canvas_list)
+    seconds = {"object_labels": time.perf_counter() - t_start, "object_label_meshes": t_meshes - t_start,
+               "object_label_row_poses": t_poses - t_meshes, "object_label_renders": sum(render_seconds),
+               "object_label_rasterise": t_raster}
+    method = _method_block(st, groups, rendered_px, added_total, K_canvas_err)
+    block = {"definition": DEFINITION, "method": method, "canvas": _canvas_block(st),
+             "objects": objects_out, "skipped": st.skipped}
+    return arrays, block, st.assets, seconds
+
+
+def _new_stage(ctx, sensor, ev: EventInputs) -> _Stage:
+    table = list(ctx.table)
+    moving = [k for k, e in enumerate(table) if e.motion == "moving"]
+    return _Stage(ctx=ctx, sensor=sensor, ev=ev, cam=ctx.scene.objects[sensor.object],
+                  W=ev.params.resolution_x, H=ev.params.resolution_y, times=canvas_row_times(ev.timing),
+                  t_ref=ev.timing.reference_time_ns(), table=table,
+                  objs=[ctx.scene.objects[e.obj_name] for e in table], moving=moving,
+                  row_of_moving={k: i for i, k in enumerate(moving)})
+
+
+def _stage_assets(st: _Stage) -> None:
+    """Meshes and content-addressed assets at the reference time (st.entries, st.assets); objects without mesh
+    geometry and instancers are listed in st.skipped."""
     import bpy
 
-    from rowbeam.blender.sensors.camera_event import use_render_camera
-
-    t_start = time.perf_counter()
-    scene, clock = ctx.scene, ctx.clock
-    cam = scene.objects[sensor.object]
-    W, H = params.resolution_x, params.resolution_y
-    Wc, Hc = 3 * W, 3 * H
-    flipped = sensor.readout_direction != "top_to_bottom"
-    times = canvas_row_times(timing)
-    t_ref = timing.reference_time_ns()
-    table = list(ctx.table)
-    objs = [scene.objects[e.obj_name] for e in table]
-    moving = [k for k, e in enumerate(table) if e.motion == "moving"]
-    row_of_moving = {k: i for i, k in enumerate(moving)}
-
-    # meshes and assets at the reference time
-    set_time(scene, clock, t_ref)
+    scene = st.ctx.scene
+    set_time(scene, st.ctx.clock, st.t_ref)
     dg = bpy.context.evaluated_depsgraph_get()
-    entries, assets, skipped = {}, {}, []
-    for k, (e, o) in enumerate(zip(table, objs, strict=True)):
+    for k, (e, o) in enumerate(zip(st.table, st.objs, strict=True)):
         mesh = mesh_of(o, dg)
         if mesh is None:
-            skipped.append({"instance_id": e.render_index, "id": str(e.id), "name": e.obj_name,
-                            "reason": f"{o.type} object without mesh geometry: no object labels"})
+            st.skip(k, f"{o.type} object without mesh geometry: no object labels")
             continue
         T_wo, V, notes = asset_for(np.array(o.matrix_world, dtype=np.float64), mesh[0], mesh[1], e.obj_name)
         if o.is_deform_modified(scene, "RENDER"):
@@ -424,319 +516,376 @@ def compute_object_labels(ctx, sensor, timing, K, params, row_poses, ref_pose, i
                          "at each canvas row's time (row_mesh)")
         data = ply_bytes(V, mesh[1])
         sha = hashlib.sha256(data).hexdigest()
-        assets[sha] = data
-        entries[k] = {"T_wo_ref": T_wo, "V": V, "F": mesh[1], "notes": notes, "sha": sha,
-                      "checkable": not o.is_deform_modified(scene, "RENDER"),
-                      "aabb": (V.min(axis=0), V.max(axis=0))}
-
+        st.assets[sha] = data
+        st.entries[k] = {"T_wo_ref": T_wo, "V": V, "F": mesh[1], "notes": notes, "sha": sha,
+                         "checkable": not o.is_deform_modified(scene, "RENDER"),
+                         "aabb": (V.min(axis=0), V.max(axis=0))}
     for o in scene.objects:
         if o.is_instancer and o.instance_type != "NONE" and not o.hide_render:
-            skipped.append({"instance_id": None, "id": None, "name": o.name,
-                            "reason": f"instancer ({o.instance_type}): its instances are not in the object table "
-                                      "(instance_id 0); no object labels"})
+            st.skipped.append({"instance_id": None, "id": None, "name": o.name,
+                               "reason": f"instancer ({o.instance_type}): its instances are not in the object table "
+                                         "(instance_id 0); no object labels"})
 
-    t_meshes = time.perf_counter()
-    # poses per canvas row: camera for every row (image rows reuse row_poses), moving objects for every row
-    sample_rows = np.unique(np.linspace(0, Hc - 1, POSE_SAMPLES).round().astype(int))
+
+def _stage_canvas_poses(st: _Stage) -> None:
+    """Poses per canvas row: the camera for every row (image rows reuse row_poses), moving objects for every
+    row; every object's matrix at the box-sampling rows; objects hidden during part of the canvas rows."""
+    scene, clock, H, Hc, times = st.ctx.scene, st.ctx.clock, st.H, st.Hc, st.times
+    st.sample_rows = np.unique(np.linspace(0, Hc - 1, POSE_SAMPLES).round().astype(int))
     need = [c for c in range(Hc) if not H <= c < 2 * H]
-    cam_rows = np.empty((Hc, 4, 4))
-    cam_rows[H:2 * H] = row_poses
-    mov_objs = [objs[k] for k in moving]
-    M_extra = objects_world_matrices(scene, clock, [cam] + mov_objs, [times[c] for c in need])
-    cam_rows[need] = [world_from_opencv_camera(m) for m in M_extra[0]]
-    obj_rows = np.empty((len(moving), Hc, 4, 4))
-    if moving:
+    st.cam_rows = np.empty((Hc, 4, 4))
+    st.cam_rows[H:2 * H] = st.ev.row_poses
+    mov_objs = [st.objs[k] for k in st.moving]
+    M_extra = objects_world_matrices(scene, clock, [st.cam] + mov_objs, [times[c] for c in need])
+    st.cam_rows[need] = [world_from_opencv_camera(m) for m in M_extra[0]]
+    st.obj_rows = np.empty((len(st.moving), Hc, 4, 4))
+    if st.moving:
         M_in = objects_world_matrices(scene, clock, mov_objs, [times[c] for c in range(H, 2 * H)])
-        obj_rows[:, need] = M_extra[1:]
-        obj_rows[:, H:2 * H] = M_in
-    # matrices (with scale) at the box-sampling rows, for every object
-    M_samples = objects_world_matrices(scene, clock, objs, [times[c] for c in sample_rows])
-    hidden_notes, states = {}, []
+        st.obj_rows[:, need] = M_extra[1:]
+        st.obj_rows[:, H:2 * H] = M_in
+    st.M_samples = objects_world_matrices(scene, clock, st.objs, [times[c] for c in st.sample_rows])
+    states = []
     for c in (0, H, 2 * H - 1, Hc - 1):
         set_time(scene, clock, times[c])
-        states.append([bool(o.hide_render) for o in objs])
-    for k in range(len(objs)):
+        states.append([bool(o.hide_render) for o in st.objs])
+    for k in range(len(st.objs)):
         if len({s[k] for s in states}) > 1:
-            hidden_notes[k] = ("hidden (hide_render) during part of the canvas rows' times: Blender takes render "
-                               "visibility at the shutter centre only, so every label shows it in all rows or in none")
-    t_poses = time.perf_counter()
-    Kc = intrinsics_from_blender(replace(params, lens_mm=params.lens_mm / 3, shift_x=params.shift_x / 3,
-                                         shift_y=params.shift_y / 3, resolution_x=Wc, resolution_y=Hc))
-    K_expected = np.array(K, dtype=np.float64) + np.array([[0, 0, W], [0, 0, H], [0, 0, 0]])
-    corners = {}
-    for k, ent in entries.items():
+            st.hidden_notes[k] = ("hidden (hide_render) during part of the canvas rows' times: Blender takes render "
+                                  "visibility at the shutter centre only, so every label shows it in all rows or in "
+                                  "none")
+
+
+def _stage_boxes(st: _Stage) -> None:
+    """Padded projected canvas boxes and camera-z ranges (pinhole), the objects whose amodal mask is their
+    modal one (unoccluded_inside), the asset-box corners and the camera's clip slab."""
+    ev, W, H = st.ev, st.W, st.H
+    st.K_expected = np.array(ev.K, dtype=np.float64) + np.array([[0, 0, W], [0, 0, H], [0, 0, 0]])
+    for k, ent in st.entries.items():
         lo, hi = ent["aabb"]
-        corners[k] = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
-    keys = list(entries)
+        st.corners[k] = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    st.clip = (float(st.cam.data.clip_start), float(st.cam.data.clip_end)) if ev.lens is None else CLIP_M
+    if ev.lens is not None:
+        return                               # through a lens: every object is rasterised (or skipped)
+    keys = list(st.entries)
+    Kc = intrinsics_from_blender(replace(ev.params, lens_mm=ev.params.lens_mm / 3, shift_x=ev.params.shift_x / 3,
+                                         shift_y=ev.params.shift_y / 3, resolution_x=st.Wc, resolution_y=st.Hc))
     # corners are in the baked (scaled) object frame: use rigid object poses
-    rig_samples = np.array([[rigid_part(M_samples[k, i]) for i in range(len(sample_rows))] for k in keys]) \
-        if keys else np.zeros((0, len(sample_rows), 4, 4))
-    clip = float(cam.data.clip_start)
-    if lens is None:
-        box_list, depth_list = _boxes(Kc, Wc, Hc, cam_rows[sample_rows], rig_samples, [corners[k] for k in keys], clip)
-        boxes = {k: b for k, b in zip(keys, box_list, strict=True) if b is not None}
-        depths = dict(zip(keys, depth_list, strict=True))
-        from_modal = unoccluded_inside(boxes, depths, {k: table[k].render_index for k in boxes}, instance_id,
-                                       camera_z, W, H) if SHORTCUT_UNOCCLUDED else set()
-    else:
-        boxes, from_modal = {}, set()        # through a lens: every object is rasterised (or skipped)
-    clip_near, clip_far = (float(cam.data.clip_start), float(cam.data.clip_end)) if lens is None else CLIP_M
-    rasterised = {}
-    t_raster = time.perf_counter()
-    T_cw_rows = np.linalg.inv(cam_rows)                                  # (3H, 4, 4) camera <- world per canvas row
-    # deforming objects, every camera model: rasterised per pixel from the evaluated mesh at each canvas row's time
-    ray_lens = lens if lens is not None else make_lens(LensSpec(), K, W, H)
-    rays_cache = canvas_ray_cache(ray_lens, W, H)
-    shown = lens_shown(scene, clock, objs, timing, hidden_notes)
-    for k in keys:
-        ent = entries[k]
-        if ent["checkable"] or not shown.get(k, True):
-            continue
-        got = rasterise_deforming(scene, clock, objs[k], ent["F"], times, T_cw_rows, ray_lens, W, H, rays_cache,
-                                  clip_near, clip_far)
-        if isinstance(got, str):
-            if lens is not None:       # pinhole: left to the Cycles canvas renders (not re-rasterised by the checker)
-                skipped.append({"instance_id": table[k].render_index, "id": str(table[k].id),
-                                "name": table[k].obj_name, "reason": f"deforming: {got}: no object labels through "
-                                "a lens"})
-            continue
-        boxes.pop(k, None)
-        from_modal.discard(k)
-        if got is None:
-            continue
-        box, mask, Vw = got
-        data = npy_bytes(Vw)
-        sha = hashlib.sha256(data).hexdigest()
-        assets[sha] = data
-        ent["row_mesh"] = {"uri": asset_uri(sha, data), "relative_to": "bundle root", "sha256": sha,
-                           "first_canvas_row": box[2], "rows": box[3] - box[2], "units": "m", "frame": "world",
-                           "rule": ROW_MESH_RULE}
-        boxes[k] = box
-        rasterised[k] = (box, mask)
+    rig_samples = np.array([[rigid_part(M) for M in st.M_samples[k]] for k in keys]) \
+        if keys else np.zeros((0, len(st.sample_rows), 4, 4))
+    box_list, depth_list = _boxes(Kc, (st.Wc, st.Hc), st.cam_rows[st.sample_rows], rig_samples,
+                                  [st.corners[k] for k in keys], float(st.cam.data.clip_start))
+    st.boxes = {k: b for k, b in zip(keys, box_list, strict=True) if b is not None}
+    depths = dict(zip(keys, depth_list, strict=True))
+    if SHORTCUT_UNOCCLUDED:
+        st.from_modal = unoccluded_inside(st.boxes, depths, {k: st.table[k].render_index for k in st.boxes},
+                                          ev.instance_id, ev.camera_z)
+
+
+def _stage_rasterise(st: _Stage) -> None:
+    """Rasterised canvas silhouettes (st.rasterised): deforming objects for every camera model, then every
+    rigid object through a lens, or (pinhole) the rigid objects RASTER_RULE admits."""
+    T_cw_rows = np.linalg.inv(st.cam_rows)                              # (3H, 4, 4) camera <- world per canvas row
+    lens = st.ev.lens
+    ray_lens = lens if lens is not None else make_lens(LensSpec(), st.ev.K, st.W, st.H)
+    rays_cache = canvas_ray_cache(ray_lens, st.W, st.H)
+    shown = lens_shown(st.ctx.scene, st.ctx.clock, st.objs, st.ev.timing, st.hidden_notes)
+    for k in list(st.entries):
+        if not st.entries[k]["checkable"] and shown.get(k, True):
+            _rasterise_deforming_entry(st, k, T_cw_rows, ray_lens, rays_cache)
     if lens is not None:
-        for k in keys:
-            ent = entries[k]
+        for k in list(st.entries):
             if not shown.get(k, True):
-                skipped.append({"instance_id": table[k].render_index, "id": str(table[k].id), "name": table[k].obj_name,
-                                "reason": f"{hidden_notes[k]}; hidden at the label render's time (the shutter "
-                                          "centre): no pixel rendered, no object labels"})
-                continue
-            if not ent["checkable"]:
-                continue
-            T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k]]]) if k in row_of_moving
-                    else ent["T_wo_ref"])
-            T_co = T_cw_rows @ T_wo
-            box = lens_canvas_box(lens, corners[k], np.broadcast_to(T_co, (Hc, 4, 4)), W, H, clip_near)
-            if box is None:
-                continue
-            x0, x1, y0, y1 = box
-            boxes[k] = box
-            rasterised[k] = (box, rasterize_rays(ent["V"], ent["F"], rays_cache.get(x0, x1, y0, y1), T_co[y0:y1],
-                                                 near=clip_near, far=clip_far))
+                st.skip(k, f"{st.hidden_notes[k]}; hidden at the label render's time (the shutter centre): no pixel "
+                           "rendered, no object labels")
+            elif st.entries[k]["checkable"]:
+                _rasterise_lens_entry(st, k, T_cw_rows, rays_cache)
     elif RASTERISE_RIGID:
-        K64 = np.asarray(K, dtype=np.float64)
-        for k in keys:
-            ent = entries[k]
-            if k in from_modal or not ent["checkable"] or k in hidden_notes:
-                continue
-            T_wo = (np.array([rigid_part(M) for M in obj_rows[row_of_moving[k]]]) if k in row_of_moving
-                    else ent["T_wo_ref"])
-            T_co = T_cw_rows @ T_wo                                       # (3H, 4, 4) camera <- object per row
-            box = hull_box(corners[k], T_co, K64, W, H, clip_near)
-            if box is None:
-                boxes.pop(k, None)                                        # no pixel centre of the canvas
-                continue
-            x0, x1, y0, y1 = box
-            if (y1 - y0) * len(ent["F"]) > RASTER_MAX_PAIRS:
-                continue
-            boxes[k] = box
-            rasterised[k] = (box, rasterize_rows(ent["V"], ent["F"], K64, T_co[y0:y1], np.arange(y0, y1) - H,
-                                                 x1 - x0, x0 - W, near=clip_near, far=clip_far))
-    t_raster = time.perf_counter() - t_raster
-    groups = pack_groups({k: b for k, b in boxes.items() if k not in from_modal and k not in rasterised})
+        for k in list(st.entries):
+            if k not in st.from_modal and st.entries[k]["checkable"] and k not in st.hidden_notes:
+                _rasterise_rigid_entry(st, k, T_cw_rows)
 
-    # renders
-    canvas_masks = {}
-    render_seconds = []
-    first = times[0]
-    period = timing.period_ns                  # row period (ns, exact)
-    K_canvas_err, rendered_px = None, 0
-    if lens is None:                           # Cycles canvas renders (pinhole canvas camera)
-        with ScenePatch() as p:
-            ctx.base_settings(p, Wc, Hc)
-            p.set(scene.cycles, "samples", 1)
-            p.set(scene.cycles, "pixel_filter_type", "GAUSSIAN")
-            p.set(scene.cycles, "filter_width", 0.01)
-            p.set(scene.cycles, "max_bounces", 0)
-            vl = ctx.view_layer
-            for attr in ("use_pass_position", "use_pass_normal", "use_pass_z", "use_pass_vector"):
-                p.set(vl, attr, False)
-            p.set(vl, "use_pass_object_index", True)
-            cs.set_render_indices(p, scene, table)
-            rcam = use_render_camera(p, scene, cam, sensor.readout_direction)
-            p.set(rcam.data, "lens", rcam.data.lens / 3)
-            p.set(rcam.data, "shift_x", rcam.data.shift_x / 3)
-            p.set(rcam.data, "shift_y", rcam.data.shift_y / 3)
-            sign = -1.0 if flipped else 1.0
-            K_canvas_err = float(np.abs(intrinsics_from_blender(replace(
-                params, lens_mm=rcam.data.lens, shift_x=sign * rcam.data.shift_x, shift_y=sign * rcam.data.shift_y,
-                resolution_x=Wc, resolution_y=Hc)) - K_expected).max())
-            shutter = timed_rows_shutter(first, period, Hc)
-            cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, objs + [rcam])
-            for g in groups:
-                box = (min(boxes[k][0] for k in g), max(boxes[k][1] for k in g),
-                       min(boxes[k][2] for k in g), max(boxes[k][3] for k in g))
-                rendered_px += _area(box)
-                in_group = set(g)
-                with ScenePatch() as q:
-                    for k, o in enumerate(objs):
-                        if k not in in_group and not o.hide_render:
-                            q.set(o, "hide_render", True)      # not synced at all: the render costs its group only
-                    _set_canvas_border(q, scene, box, Wc, Hc, flipped)
-                    t0 = time.perf_counter()
-                    passes = cs.render_passes(scene, vl)
-                    render_seconds.append(time.perf_counter() - t0)
-                idx = passes["index"]
-                if flipped:
-                    idx = idx[::-1, ::-1]
-                if idx.shape != (box[3] - box[2], box[1] - box[0]):
-                    raise RuntimeError(f"canvas border render returned {idx.shape}, expected "
-                                       f"{(box[3] - box[2], box[1] - box[0])}")
-                idx = np.rint(idx).astype(np.int64)
-                for k in g:
-                    ri = table[k].render_index
-                    canvas_masks[k] = (box, idx == ri)
 
-    canvas_masks.update(rasterised)
-    for k in from_modal:                       # no possible occluder, inside the image: amodal = modal
-        x0, x1, y0, y1 = boxes[k]
-        canvas_masks[k] = (boxes[k], np.asarray(instance_id)[y0 - H:y1 - H, x0 - W:x1 - W] == table[k].render_index)
+def _row_T_wo(st: _Stage, k: int):
+    """World <- object (rigid) of object k: (3H, 4, 4) per canvas row when it moves, else (4, 4)."""
+    if k in st.row_of_moving:
+        return np.array([rigid_part(M) for M in st.obj_rows[st.row_of_moving[k]]])
+    return st.entries[k]["T_wo_ref"]
 
-    # assemble per-object results
+
+def _rasterise_deforming_entry(st: _Stage, k: int, T_cw_rows, ray_lens, rays_cache) -> None:
+    ent = st.entries[k]
+    got = rasterise_deforming(st, st.objs[k], ent["F"], T_cw_rows, ray_lens, rays_cache)
+    if isinstance(got, str):
+        if st.ev.lens is not None:  # pinhole: left to the Cycles canvas renders (not re-rasterised by the checker)
+            st.skip(k, f"deforming: {got}: no object labels through a lens")
+        return
+    st.boxes.pop(k, None)
+    st.from_modal.discard(k)
+    if got is None:
+        return
+    box, mask, Vw = got
+    data = npy_bytes(Vw)
+    sha = hashlib.sha256(data).hexdigest()
+    st.assets[sha] = data
+    ent["row_mesh"] = {"uri": asset_uri(sha, data), "relative_to": "bundle root", "sha256": sha,
+                       "first_canvas_row": box[2], "rows": box[3] - box[2], "units": "m", "frame": "world",
+                       "rule": ROW_MESH_RULE}
+    st.boxes[k] = box
+    st.rasterised[k] = (box, mask)
+
+
+def _rasterise_lens_entry(st: _Stage, k: int, T_cw_rows, rays_cache) -> None:
+    ent = st.entries[k]
+    T_co = T_cw_rows @ _row_T_wo(st, k)
+    box = lens_canvas_box(st.ev.lens, st.corners[k], np.broadcast_to(T_co, (st.Hc, 4, 4)), st.W, st.H, st.clip[0])
+    if box is None:
+        return
+    x0, x1, y0, y1 = box
+    st.boxes[k] = box
+    st.rasterised[k] = (box, rasterize_rays(ent["V"], ent["F"], rays_cache.get(x0, x1, y0, y1), T_co[y0:y1],
+                                            near=st.clip[0], far=st.clip[1]))
+
+
+def _rasterise_rigid_entry(st: _Stage, k: int, T_cw_rows) -> None:
+    ent = st.entries[k]
+    K64 = np.asarray(st.ev.K, dtype=np.float64)
+    T_co = T_cw_rows @ _row_T_wo(st, k)                                 # (3H, 4, 4) camera <- object per row
+    box = hull_box(st.corners[k], T_co, K64, st.W, st.H, st.clip[0])
+    if box is None:
+        st.boxes.pop(k, None)                                           # no pixel centre of the canvas
+        return
+    x0, x1, y0, y1 = box
+    if (y1 - y0) * len(ent["F"]) > RASTER_MAX_PAIRS:
+        return
+    st.boxes[k] = box
+    st.rasterised[k] = (box, rasterize_rows(ent["V"], ent["F"], K64, T_co[y0:y1], np.arange(y0, y1) - st.H,
+                                            x1 - x0, x0 - st.W, near=st.clip[0], far=st.clip[1]))
+
+
+def _stage_renders(st: _Stage, groups: list):
+    """Cycles canvas renders (pinhole only) of each group: ({k: (box, mask)}, render seconds, the canvas
+    camera's K error vs K + (W, H), rendered px)."""
+    canvas_masks, render_seconds = {}, []
+    if st.ev.lens is not None:
+        return canvas_masks, render_seconds, None, 0
+    scene, vl = st.ctx.scene, st.ctx.view_layer
+    rendered_px = 0
+    with ScenePatch() as p:
+        K_canvas_err = _canvas_render_setup(st, p)
+        for g in groups:
+            box = (min(st.boxes[k][0] for k in g), max(st.boxes[k][1] for k in g),
+                   min(st.boxes[k][2] for k in g), max(st.boxes[k][3] for k in g))
+            rendered_px += _area(box)
+            in_group = set(g)
+            with ScenePatch() as q:
+                for k, o in enumerate(st.objs):
+                    if k not in in_group and not o.hide_render:
+                        q.set(o, "hide_render", True)      # not synced at all: the render costs its group only
+                _set_canvas_border(q, scene, box, st.Wc, st.Hc, _flipped(st))
+                t0 = time.perf_counter()
+                passes = cs.render_passes(scene, vl)
+                render_seconds.append(time.perf_counter() - t0)
+            idx = passes["index"]
+            if _flipped(st):
+                idx = idx[::-1, ::-1]
+            if idx.shape != (box[3] - box[2], box[1] - box[0]):
+                raise RuntimeError(f"canvas border render returned {idx.shape}, expected "
+                                   f"{(box[3] - box[2], box[1] - box[0])}")
+            idx = np.rint(idx).astype(np.int64)
+            for k in g:
+                canvas_masks[k] = (box, idx == st.table[k].render_index)
+    return canvas_masks, render_seconds, K_canvas_err, rendered_px
+
+
+def _flipped(st: _Stage) -> bool:
+    return st.sensor.readout_direction != "top_to_bottom"
+
+
+def _canvas_render_setup(st: _Stage, p) -> float:
+    """Patch the scene for the canvas renders (3W x 3H, 1 sample, Gaussian 0.01 px, Object Index pass, lens / 3,
+    shift / 3, stretched rolling shutter); returns max |K_canvas - (K + (W, H))| (px)."""
+    from rowbeam.blender.sensors.camera_event import use_render_camera
+
+    scene, vl, params = st.ctx.scene, st.ctx.view_layer, st.ev.params
+    st.ctx.base_settings(p, st.Wc, st.Hc)
+    p.set(scene.cycles, "samples", 1)
+    p.set(scene.cycles, "pixel_filter_type", "GAUSSIAN")
+    p.set(scene.cycles, "filter_width", 0.01)
+    p.set(scene.cycles, "max_bounces", 0)
+    for attr in ("use_pass_position", "use_pass_normal", "use_pass_z", "use_pass_vector"):
+        p.set(vl, attr, False)
+    p.set(vl, "use_pass_object_index", True)
+    cs.set_render_indices(p, scene, st.table)
+    rcam = use_render_camera(p, scene, st.cam, st.sensor.readout_direction)
+    p.set(rcam.data, "lens", rcam.data.lens / 3)
+    p.set(rcam.data, "shift_x", rcam.data.shift_x / 3)
+    p.set(rcam.data, "shift_y", rcam.data.shift_y / 3)
+    sign = -1.0 if _flipped(st) else 1.0
+    K_canvas_err = float(np.abs(intrinsics_from_blender(replace(
+        params, lens_mm=rcam.data.lens, shift_x=sign * rcam.data.shift_x, shift_y=sign * rcam.data.shift_y,
+        resolution_x=st.Wc, resolution_y=st.Hc)) - st.K_expected).max())
+    shutter = timed_rows_shutter(st.times[0], _row_period(st), st.Hc)
+    cs.apply_shutter(p, scene, st.ctx.clock, shutter, st.sensor.motion_steps, st.objs + [rcam])
+    return K_canvas_err
+
+
+def _row_period(st: _Stage) -> Fraction:
+    return st.ev.timing.period_ns                  # row period (ns, exact)
+
+
+def _stage_assemble(st: _Stage, canvas_masks: dict):
+    """Per-object records in render-index order: (objects, packed image masks, packed canvas masks, modal
+    pixels added in all)."""
     objects_out, amodal, canvas_list, added_total = [], [], [], 0
-    inst = np.asarray(instance_id)
-    T_cw_ref = invert_rigid(ref_pose)
-    ref_obj = {k: entries[k]["T_wo_ref"] for k in entries}
+    flat = np.asarray(st.ev.instance_id).ravel()
     # visible pixels of every render index at once: (image rows, image cols) of index i = pix[start[i]:stop[i]]
-    flat = inst.ravel()
     order = np.argsort(flat, kind="stable")
     ids, start, counts = np.unique(flat[order], return_index=True, return_counts=True)
     where = {int(i): order[a:a + n] for i, a, n in zip(ids, start, counts, strict=True)}
-    for k in sorted(canvas_masks, key=lambda k: table[k].render_index):
-        e, ent = table[k], entries[k]
-        (x0, x1, y0, y1), m = canvas_masks[k]
-        pix = where.get(e.render_index, np.zeros(0, np.int64))
-        mv, mu = pix // W + H, pix % W + W                         # visible pixels, canvas coordinates
-        if pix.size:                                                # window = box plus the visible pixels
-            x0w, x1w = min(x0, int(mu.min())), max(x1, int(mu.max()) + 1)
-            y0w, y1w = min(y0, int(mv.min())), max(y1, int(mv.max()) + 1)
-        else:
-            x0w, x1w, y0w, y1w = x0, x1, y0, y1
-        full = np.zeros((y1w - y0w, x1w - x0w), dtype=bool)       # amodal silhouette in the window
-        full[y0 - y0w:y1 - y0w, x0 - x0w:x1 - x0w] = m
-        modal = np.zeros_like(full)
-        modal[mv - y0w, mu - x0w] = True
-        added = int((modal & ~full).sum())
-        added_total += added
-        full |= modal
-        inside = np.zeros_like(full)                                # the image part of the window
-        inside[max(H - y0w, 0):max(2 * H - y0w, 0), max(W - x0w, 0):max(2 * W - x0w, 0)] = True
-        img_w = full & inside
-        n_all, n_img, n_vis = int(full.sum()), int(img_w.sum()), int(pix.size)
-        if n_all == 0:        # projected box met the canvas, silhouette did not: not in view (or hidden then)
-            if k in hidden_notes:
-                skipped.append({"instance_id": e.render_index, "id": str(e.id), "name": e.obj_name,
-                                "reason": hidden_notes[k] + "; no pixel rendered"})
+    for k in sorted(canvas_masks, key=lambda k: st.table[k].render_index):
+        pix = where.get(st.table[k].render_index, np.zeros(0, np.int64))
+        win = _window(st, canvas_masks[k], pix)
+        added_total += win["added"]
+        if win["n_all"] == 0:    # projected box met the canvas, silhouette did not: not in view (or hidden then)
+            if k in st.hidden_notes:
+                st.skip(k, st.hidden_notes[k] + "; no pixel rendered")
             continue
-        mask_index = None
-        if n_img:
+        mask_index = canvas_index = None
+        if win["n_img"]:
             mask_index = len(amodal)
-            img = np.zeros((H, W), dtype=bool)
-            img[max(y0w - H, 0):min(y1w - H, H), max(x0w - W, 0):min(x1w - W, W)] = \
-                img_w[max(H - y0w, 0):min(2 * H - y0w, y1w - y0w), max(W - x0w, 0):min(2 * W - x0w, x1w - x0w)]
-            amodal.append(np.packbits(img, axis=-1))
-        canvas_index = None
-        if n_all > n_img:
+            amodal.append(np.packbits(_image_mask(st, win), axis=-1))
+        if win["n_all"] > win["n_img"]:
             canvas_index = len(canvas_list)
-            canvas = np.zeros((Hc, Wc), dtype=bool)
-            canvas[y0w:y1w, x0w:x1w] = full
+            canvas = np.zeros((st.Hc, st.Wc), dtype=bool)
+            x0w, x1w, y0w, y1w = win["box"]
+            canvas[y0w:y1w, x0w:x1w] = win["full"]
             canvas_list.append(np.packbits(canvas, axis=-1))
-        T_wo_ref = ref_obj[k]
-        if k in row_of_moving:
-            T_wo_ref = None
-        centroid_row = int(np.floor((mv - H).mean() + 0.5)) if n_vis else None
-        if k in row_of_moving:
-            Tm = obj_rows[row_of_moving[k]]
-            T_ref_w = rigid_part(np.array(_matrix_at(scene, clock, objs[k], t_ref)))
-            T_c = rigid_part(Tm[H + centroid_row]) if centroid_row is not None else None
-        else:
-            T_ref_w = T_wo_ref
-            T_c = T_wo_ref
-        notes = list(ent["notes"]) + ([hidden_notes[k]] if k in hidden_notes else [])
-        if added:
-            notes.append(f"{added} modal pixel(s) not on the rendered silhouette were added to the amodal mask")
-        lo, hi = ent["aabb"]
-        objects_out.append({
-            "instance_id": e.render_index, "id": str(e.id), "name": e.obj_name, "class": e.class_tag,
-            "semantic_id": e.class_id, "motion": e.motion,
-            "mask_index": mask_index, "canvas_mask_index": canvas_index,
-            "row_pose_index": row_of_moving.get(k),
-            "px_count_all": n_all, "px_count_in_image": n_img, "px_count_visib": n_vis,
-            "visib_fract": n_vis / n_all, "truncation_fraction": 1 - n_img / n_all,
-            "occlusion_fraction": (1 - n_vis / n_img) if n_img else 0.0,
-            "bbox_modal": tight_box(modal, x0w - W, y0w - H), "bbox_amodal_clipped": tight_box(img_w, x0w - W, y0w - H),
-            "bbox_amodal_unclipped": tight_box(full, x0w - W, y0w - H),
-            "box3d": {"kind": "object_template_aabb", "frame": "object",
-                      "centre_m": [float(x) for x in (lo + hi) / 2], "size_m": [float(x) for x in hi - lo]},
-            "T_camera_object_reference": (T_cw_ref @ T_ref_w).tolist(), "reference_time_ns": int(t_ref),
-            "T_camera_object_centroid_row": (invert_rigid(row_poses[centroid_row]) @ T_c).tolist()
-            if centroid_row is not None else None,
-            "centroid_row": centroid_row,
-            "centroid_row_time_ns": _round_ns(times[H + centroid_row]) if centroid_row is not None else None,
-            "asset": {"uri": f"{ASSET_DIR}/{ent['sha']}.ply", "relative_to": "bundle root", "sha256": ent["sha"],
-                      "units": "m", "frame": "object (scale baked in)"},
-            **({"row_mesh": ent["row_mesh"]} if "row_mesh" in ent else {}),
-            "rasterisation_check": ent["checkable"] or "row_mesh" in ent,
-            "notes": notes,
-        })
-    set_time(scene, clock, t_ref)
-    arrays = {
+        objects_out.append(_object_record(st, k, win, mask_index, canvas_index))
+    return objects_out, amodal, canvas_list, added_total
+
+
+def _window(st: _Stage, canvas_mask, pix) -> dict:
+    """An object's amodal silhouette `full` (the canvas mask OR its visible pixels) and modal mask `modal` in the
+    window box (x0w, x1w, y0w, y1w) = its canvas box plus its visible pixels (flat image indices `pix`); the
+    image part `img_w` of `full`; counts n_all, n_img, n_vis; `added` modal pixels not on the silhouette."""
+    W, H = st.W, st.H
+    (x0, x1, y0, y1), m = canvas_mask
+    mv, mu = pix // W + H, pix % W + W                         # visible pixels, canvas coordinates
+    if pix.size:                                                # window = box plus the visible pixels
+        x0w, x1w = min(x0, int(mu.min())), max(x1, int(mu.max()) + 1)
+        y0w, y1w = min(y0, int(mv.min())), max(y1, int(mv.max()) + 1)
+    else:
+        x0w, x1w, y0w, y1w = x0, x1, y0, y1
+    full = np.zeros((y1w - y0w, x1w - x0w), dtype=bool)       # amodal silhouette in the window
+    full[y0 - y0w:y1 - y0w, x0 - x0w:x1 - x0w] = m
+    modal = np.zeros_like(full)
+    modal[mv - y0w, mu - x0w] = True
+    added = int((modal & ~full).sum())
+    full |= modal
+    inside = np.zeros_like(full)                                # the image part of the window
+    inside[max(H - y0w, 0):max(2 * H - y0w, 0), max(W - x0w, 0):max(2 * W - x0w, 0)] = True
+    img_w = full & inside
+    return {"box": (x0w, x1w, y0w, y1w), "full": full, "modal": modal, "img_w": img_w, "added": added,
+            "rows": mv - H, "n_all": int(full.sum()), "n_img": int(img_w.sum()), "n_vis": int(pix.size)}
+
+
+def _image_mask(st: _Stage, win: dict) -> np.ndarray:
+    """(H, W) bool: the window's amodal silhouette inside the image."""
+    W, H = st.W, st.H
+    x0w, x1w, y0w, y1w = win["box"]
+    img = np.zeros((H, W), dtype=bool)
+    img[max(y0w - H, 0):min(y1w - H, H), max(x0w - W, 0):min(x1w - W, W)] = \
+        win["img_w"][max(H - y0w, 0):min(2 * H - y0w, y1w - y0w), max(W - x0w, 0):min(2 * W - x0w, x1w - x0w)]
+    return img
+
+
+def _object_poses(st: _Stage, k: int, centroid_row):
+    """(world <- object at the reference time, world <- object at the centroid row's time or None); rigid."""
+    T_wo_ref = st.entries[k]["T_wo_ref"]
+    if k not in st.row_of_moving:
+        return T_wo_ref, T_wo_ref
+    Tm = st.obj_rows[st.row_of_moving[k]]
+    T_ref_w = rigid_part(np.array(_matrix_at(st.ctx.scene, st.ctx.clock, st.objs[k], st.t_ref)))
+    T_c = rigid_part(Tm[st.H + centroid_row]) if centroid_row is not None else None
+    return T_ref_w, T_c
+
+
+def _object_record(st: _Stage, k: int, win: dict, mask_index, canvas_index) -> dict:
+    """The manifest record of object k from its window (_window)."""
+    e, ent, W, H = st.table[k], st.entries[k], st.W, st.H
+    n_all, n_img, n_vis = win["n_all"], win["n_img"], win["n_vis"]
+    x0w, _, y0w, _ = win["box"]
+    centroid_row = int(np.floor(win["rows"].mean() + 0.5)) if n_vis else None
+    T_ref_w, T_c = _object_poses(st, k, centroid_row)
+    notes = list(ent["notes"]) + ([st.hidden_notes[k]] if k in st.hidden_notes else [])
+    if win["added"]:
+        notes.append(f"{win['added']} modal pixel(s) not on the rendered silhouette were added to the amodal mask")
+    lo, hi = ent["aabb"]
+    return {
+        "instance_id": e.render_index, "id": str(e.id), "name": e.obj_name, "class": e.class_tag,
+        "semantic_id": e.class_id, "motion": e.motion,
+        "mask_index": mask_index, "canvas_mask_index": canvas_index,
+        "row_pose_index": st.row_of_moving.get(k),
+        "px_count_all": n_all, "px_count_in_image": n_img, "px_count_visib": n_vis,
+        "visib_fract": n_vis / n_all, "truncation_fraction": 1 - n_img / n_all,
+        "occlusion_fraction": (1 - n_vis / n_img) if n_img else 0.0,
+        "bbox_modal": tight_box(win["modal"], x0w - W, y0w - H),
+        "bbox_amodal_clipped": tight_box(win["img_w"], x0w - W, y0w - H),
+        "bbox_amodal_unclipped": tight_box(win["full"], x0w - W, y0w - H),
+        "box3d": {"kind": "object_template_aabb", "frame": "object",
+                  "centre_m": [float(x) for x in (lo + hi) / 2], "size_m": [float(x) for x in hi - lo]},
+        "T_camera_object_reference": (invert_rigid(st.ev.ref_pose) @ T_ref_w).tolist(),
+        "reference_time_ns": int(st.t_ref),
+        "T_camera_object_centroid_row": (invert_rigid(st.ev.row_poses[centroid_row]) @ T_c).tolist()
+        if centroid_row is not None else None,
+        "centroid_row": centroid_row,
+        "centroid_row_time_ns": _round_ns(st.times[H + centroid_row]) if centroid_row is not None else None,
+        "asset": {"uri": f"{ASSET_DIR}/{ent['sha']}.ply", "relative_to": "bundle root", "sha256": ent["sha"],
+                  "units": "m", "frame": "object (scale baked in)"},
+        **({"row_mesh": ent["row_mesh"]} if "row_mesh" in ent else {}),
+        "rasterisation_check": ent["checkable"] or "row_mesh" in ent,
+        "notes": notes,
+    }
+
+
+def _arrays(st: _Stage, amodal: list, canvas_list: list) -> dict:
+    W, H, Wc, Hc = st.W, st.H, st.Wc, st.Hc
+    return {
         "amodal_masks": np.stack(amodal) if amodal else np.zeros((0, H, (W + 7) // 8), np.uint8),
         "amodal_masks_canvas": np.stack(canvas_list) if canvas_list else np.zeros((0, Hc, (Wc + 7) // 8), np.uint8),
-        "canvas_row_time_ns": np.array([_round_ns(t) for t in times], dtype=np.int64),
-        "canvas_row_T_world_camera": cam_rows,
-        "object_row_T_world_object": np.array([[rigid_part(M) for M in obj_rows[i]] for i in range(len(moving))])
-        if moving else np.zeros((0, Hc, 4, 4)),
+        "canvas_row_time_ns": np.array([_round_ns(t) for t in st.times], dtype=np.int64),
+        "canvas_row_T_world_camera": st.cam_rows,
+        "object_row_T_world_object": np.array([[rigid_part(M) for M in st.obj_rows[i]] for i in range(len(st.moving))])
+        if st.moving else np.zeros((0, Hc, 4, 4)),
     }
-    seconds = {"object_labels": time.perf_counter() - t_start, "object_label_meshes": t_meshes - t_start,
-               "object_label_row_poses": t_poses - t_meshes, "object_label_renders": sum(render_seconds),
-               "object_label_rasterise": t_raster}
-    block = {
-        "definition": DEFINITION,
-        "method": {"amodal": METHOD if lens is None else LENS_METHOD, "renders": len(groups),
-                   "objects_rendered": len(boxes) - len(from_modal) - len(rasterised),
-                   "objects_from_modal": len(from_modal), "objects_rasterised": len(rasterised),
-                   "amodal_source": {"cycles_renders": sorted(table[k].render_index for g in groups for k in g),
-                                     "modal": sorted(table[k].render_index for k in from_modal),
-                                     "rasterised": sorted(table[k].render_index for k in rasterised)},
-                   "rendered_px": rendered_px, "image_px": W * H,
-                   "unoccluded_rule": UNOCCLUDED_RULE, "raster_rule": RASTER_RULE,
-                   "modal_pixels_added": added_total, "canvas_K_max_abs_error": K_canvas_err,
-                   "canvas_shutter": {"first_row_ns": float(first), "row_period_ns": float(period), "rows": Hc,
-                                      "motion_steps": sensor.motion_steps}},
-        "canvas": {"size_px": [Wc, Hc], "origin_px": [-W, -H],
-                   "clip_m": {"near": float(clip_near), "far": float(clip_far),
-                              "rule": "camera rays start on the plane camera_z = near and end on camera_z = far "
-                                      "(Cycles clip_start / clip_end): surface outside that slab is not seen"
-                                      + ("" if lens is None else "; through a lens the rays are the lens camera's "
-                                         "(clip_start / clip_end of rowbeam/blender/cycles/osl_camera.py)")},
-                   **({} if lens is None else {"lens": {"model": lens.model, "valid_pixels": LENS_CANVAS_RULE}}),
-                   "row_times": "canvas row c <-> image row v = c - H; time = start + readout*(v'+0.5)/H + "
-                                "exposure/2 (v' = v top_to_bottom, H-1-v bottom_to_top), extrapolated beyond the image"},
-        "objects": objects_out,
-        "skipped": skipped,
-    }
-    return arrays, block, assets, seconds
+
+
+def _method_block(st: _Stage, groups, rendered_px: int, added_total: int, K_canvas_err) -> dict:
+    table, lens = st.table, st.ev.lens
+    return {"amodal": METHOD if lens is None else LENS_METHOD, "renders": len(groups),
+            "objects_rendered": len(st.boxes) - len(st.from_modal) - len(st.rasterised),
+            "objects_from_modal": len(st.from_modal), "objects_rasterised": len(st.rasterised),
+            "amodal_source": {"cycles_renders": sorted(table[k].render_index for g in groups for k in g),
+                              "modal": sorted(table[k].render_index for k in st.from_modal),
+                              "rasterised": sorted(table[k].render_index for k in st.rasterised)},
+            "rendered_px": rendered_px, "image_px": st.W * st.H,
+            "unoccluded_rule": UNOCCLUDED_RULE, "raster_rule": RASTER_RULE,
+            "modal_pixels_added": added_total, "canvas_K_max_abs_error": K_canvas_err,
+            "canvas_shutter": {"first_row_ns": float(st.times[0]), "row_period_ns": float(_row_period(st)),
+                               "rows": st.Hc, "motion_steps": st.sensor.motion_steps}}
+
+
+def _canvas_block(st: _Stage) -> dict:
+    lens = st.ev.lens
+    clip_rule = ("camera rays start on the plane camera_z = near and end on camera_z = far (Cycles clip_start / "
+                 "clip_end): surface outside that slab is not seen"
+                 + ("" if lens is None else "; through a lens the rays are the lens camera's "
+                    "(clip_start / clip_end of rowbeam/blender/cycles/osl_camera.py)"))
+    return {"size_px": [st.Wc, st.Hc], "origin_px": [-st.W, -st.H],
+            "clip_m": {"near": float(st.clip[0]), "far": float(st.clip[1]), "rule": clip_rule},
+            **({} if lens is None else {"lens": {"model": lens.model, "valid_pixels": LENS_CANVAS_RULE}}),
+            "row_times": "canvas row c <-> image row v = c - H; time = start + readout*(v'+0.5)/H + "
+                         "exposure/2 (v' = v top_to_bottom, H-1-v bottom_to_top), extrapolated beyond the image"}
 
 
 def _matrix_at(scene, clock, obj, t_ns):

@@ -200,12 +200,11 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         seconds["verify"] = time.perf_counter() - t0
     object_block, assets = None, {}
     if sensor.object_labels:
-        from rowbeam.blender.objects.object_labels import compute_object_labels
+        from rowbeam.blender.objects.object_labels import EventInputs, compute_object_labels
 
         ctx.progress.stage("object labels")
-        obj_arrays, object_block, assets, obj_seconds = compute_object_labels(
-            ctx, sensor, timing, K, params, row_poses, ref_pose, labels["instance_id"], labels["camera_z"],
-            lens=lens)
+        obj_arrays, object_block, assets, obj_seconds = compute_object_labels(ctx, sensor, EventInputs(
+            timing, K, params, row_poses, ref_pose, labels["instance_id"], labels["camera_z"], lens))
         arrays.update(obj_arrays)
         seconds.update(obj_seconds)
     method = {
