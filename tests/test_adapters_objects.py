@@ -96,12 +96,29 @@ def test_coco_skips_void_class_with_a_reason(calib, tmp_path):
     def void_front(m):
         next(o for o in m["object_labels"]["objects"] if o["name"] == "front")["semantic_id"] = 2**32 - 1
     root = _edited_copy(e, tmp_path, void_front)
-    _ok(_adapt("coco", root, tmp_path / "c.json"))
+    r = _adapt("coco", root, tmp_path / "c.json")
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+    assert r.stdout.rstrip().endswith("dropped 1 of 5 object label(s): 1 void class (no ontology class, no COCO "
+                                      "category) ('front')"), r.stdout
     doc = json.loads((tmp_path / "c.json").read_text())
     assert objs["front"]["id"] not in {a["rowbeam_id"] for a in doc["annotations"]}
     side = json.loads((tmp_path / "c.json.json").read_text())
     assert side["skipped"] == [{"sample_id": doc["images"][0]["rowbeam_sample_id"], "id": objs["front"]["id"],
-                                "reason": "void class (no ontology class, no COCO category)"}]
+                                "name": "front", "reason": "void class (no ontology class, no COCO category)"}]
+
+
+def test_coco_with_no_annotation_at_all_says_why_and_exits_2(calib, tmp_path):
+    e, _, _, _ = calib
+
+    def void_all(m):
+        for o in m["object_labels"]["objects"]:
+            o["semantic_id"] = 2**32 - 1
+    root = _edited_copy(e, tmp_path, void_all)
+    r = _adapt("coco", root, tmp_path / "c.json")
+    assert r.returncode == 2 and not (tmp_path / "c.json").exists() and not (tmp_path / "c.json.json").exists()
+    (line,) = r.stderr.strip().splitlines()
+    assert "coco: no annotation to write: dropped 5 of 5 object label(s): 5 void class" in line, line
+    assert "'truncated'" in line and "class_rules" in line
 
 
 # ---------------------------------------------------------------- BOP

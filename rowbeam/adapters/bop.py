@@ -26,7 +26,15 @@ from rowbeam.util.errors import RowbeamError
 from rowbeam.model.frames import apply, invert_rigid
 from rowbeam.check.object_checks import object_row_poses
 from rowbeam.adapters.mesh import diameter, mesh_ply_bytes, read_asset
-from rowbeam.adapters.objects import amodal_mask, image_size, labelled_events, mask_box, modal_mask, refuse_lens
+from rowbeam.adapters.objects import (
+    amodal_mask,
+    image_size,
+    labelled_events,
+    mask_box,
+    modal_mask,
+    refuse_empty,
+    refuse_lens,
+)
 from rowbeam.adapters.output import (
     FOLDER_SIDECAR,
     check_output_dir,
@@ -150,6 +158,7 @@ def export_bop(bundle_path, out_dir, split: str = "test") -> dict:
     out_dir = check_output_dir(out_dir, bundle.path)
     events = labelled_events(bundle)
     refuse_lens(events, "BOP", "stores cam_K only (pinhole; scene_camera.json has no distortion field)")
+    refuse_empty("bop", sum(len(e.object_labels) for e in events), [], 0)
     assets = _assets(events)
     obj_ids = {sha: i for i, sha in enumerate(sorted(assets), start=1)}
     depth_scale = _depth_scale(events)

@@ -18,7 +18,15 @@ import numpy as np
 from rowbeam.bundle.reader import Bundle
 from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import sha256_file
-from rowbeam.adapters.objects import VOID_ID, image_size, labelled_events, mask_box, modal_mask
+from rowbeam.adapters.objects import (
+    VOID_ID,
+    dropped_summary,
+    image_size,
+    labelled_events,
+    mask_box,
+    modal_mask,
+    refuse_empty,
+)
 from rowbeam.adapters.output import check_output_file, sidecar, sidecar_bytes, write_file
 
 
@@ -87,7 +95,8 @@ def coco_document(bundle: Bundle, sensor: str | None = None) -> tuple[dict, dict
                    f"class id {label['semantic_id']} not in the ontology" if int(label["semantic_id"]) not in known
                    else None)
             if why:
-                skipped.append({"sample_id": event.sample_id, "id": str(label["id"]), "reason": why})
+                skipped.append({"sample_id": event.sample_id, "id": str(label["id"]), "name": label.get("name"),
+                                 "reason": why})
                 continue
             u0, v0, u1, v1 = mask_box(mask)
             annotations.append({
@@ -105,7 +114,10 @@ def coco_document(bundle: Bundle, sensor: str | None = None) -> tuple[dict, dict
                     "w = u_max - u_min + 1; rowbeam_bbox_amodal = amodal box on the 3x canvas, same convention "
                     "(x, y may be negative); rowbeam_id = stable 64-bit object id (decimal string)"},
            "images": images, "annotations": annotations, "categories": categories}
-    return doc, {"skipped": skipped, "events": [e.sample_id for e in events]}
+    total = sum(len(e.object_labels) for e in events)
+    refuse_empty("coco", len(annotations), skipped, total)
+    return doc, {"skipped": skipped, "events": [e.sample_id for e in events],
+                 "dropped": dropped_summary(skipped, total)}
 
 
 LOST = ["amodal masks (only the rowbeam_bbox_amodal boxes are kept), the 3x-canvas silhouettes and counts",
@@ -123,7 +135,7 @@ def export_coco(bundle_path, out, sensor: str | None = None) -> dict:
     try:
         meta = sidecar("coco_instances", out.name, {"bundle": str(bundle.path), "events": stats["events"]}, LOST,
                        {"px": 0.0}, sha256=sha256_file(out), skipped=stats["skipped"],
-                       annotations=len(doc["annotations"]), units="px",
+                       annotations=len(doc["annotations"]), units="px", dropped=stats["dropped"],
                        segmentation="compressed COCO RLE of the modal mask (column-major runs, zeros first)")
         write_file(side, sidecar_bytes(meta))
     except BaseException:

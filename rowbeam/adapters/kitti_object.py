@@ -24,7 +24,7 @@ import numpy as np
 
 from rowbeam.bundle.reader import Bundle, Event
 from rowbeam.sensors.lidar import LIDAR
-from rowbeam.adapters.objects import image_size, labelled_events, refuse_lens
+from rowbeam.adapters.objects import dropped_summary, image_size, labelled_events, refuse_empty, refuse_lens
 from rowbeam.adapters.output import (
     FOLDER_SIDECAR,
     check_output_dir,
@@ -132,7 +132,8 @@ def export_kitti_object(bundle_path, out_dir, sensor: str | None = None) -> dict
             for label in e.object_labels:
                 box, why = yaw_box(label) if label.get("bbox_amodal_clipped") else (None, "not in the image")
                 if box is None:
-                    skipped.append({"sample_id": e.sample_id, "id": str(label["id"]), "reason": why})
+                    skipped.append({"sample_id": e.sample_id, "id": str(label["id"]), "name": label.get("name"),
+                                    "reason": why})
                     continue
                 lines.append(label_line(label, box))
                 written.append({"file": f"label_2/{name}.txt", "line": len(lines), "id": str(label["id"]),
@@ -148,10 +149,13 @@ def export_kitti_object(bundle_path, out_dir, sensor: str | None = None) -> dict
             velo_notes[name] = note
             write_file(stage / "calib" / f"{name}.txt",
                        calib_text(np.asarray(e.manifest["calibration"]["K"], np.float64), velo).encode())
+        total = sum(len(e.object_labels) for e in events)
+        refuse_empty("kitti-object", len(written), skipped, total)
         W, H = image_size(events[0])
         doc = sidecar("kitti_object", out_dir.name, {"bundle": str(bundle.path), "sensor": events[0].sensor,
                                                       "events": [e.sample_id for e in events]},
                       LOST, worst, files=folder_listing(stage), objects=written, skipped=skipped,
+                      dropped=dropped_summary(skipped, total),
                       camera="rowbeam camera = KITTI camera 2 (R0_rect = I, P2 = [K | 0])", image_size_px=[W, H],
                       pose_time="each event's reference_time_ns", axis_tolerance_rad=AXIS_TOL_RAD,
                       occluded_mapping="0: occlusion_fraction < 0.1, 1: < 0.5, 2: >= 0.5, 3: not in the image",

@@ -71,3 +71,29 @@ def mask_box(mask: np.ndarray) -> tuple[int, int, int, int] | None:
     v = np.flatnonzero(rows)
     u = np.flatnonzero(cols)
     return int(u[0]), int(v[0]), int(u[-1]), int(v[-1])
+
+
+def dropped_summary(skipped: list[dict], total: int) -> str:
+    """'dropped N of TOTAL object label(s): k reason (first names), ...' of an adapter's skipped list
+    ({"reason", "name"?} each), or '' when nothing was dropped."""
+    if not skipped:
+        return ""
+    by_reason: dict = {}
+    for s in skipped:
+        by_reason.setdefault(s["reason"], []).append(s.get("name") or s.get("id"))
+    parts = []
+    for reason, names in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+        first = ", ".join(repr(n) for n in dict.fromkeys(names) if n is not None)
+        first = ", ".join(first.split(", ")[:5]) + (", ..." if len(set(names)) > 5 else "")
+        parts.append(f"{len(names)} {reason}" + (f" ({first})" if first else ""))
+    return f"dropped {len(skipped)} of {total} object label(s): " + "; ".join(parts)
+
+
+def refuse_empty(fmt: str, written: int, skipped: list[dict], total: int) -> None:
+    """RowbeamError (one line, nothing written) when an adapter would write no annotation at all."""
+    if written:
+        return
+    why = dropped_summary(skipped, total) or "the labelled events hold no object"
+    hint = (" (tag the objects or add class_rules to the ontology: docs/objects.md)"
+            if any("void class" in s["reason"] for s in skipped) else "")
+    raise RowbeamError(f"{fmt}: no annotation to write: {why}{hint}")

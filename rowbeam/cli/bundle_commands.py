@@ -189,7 +189,9 @@ def _run_adapter(args) -> str:
 
         s = export_kitti_object(args.bundle, args.out_dir, args.sensor)
     err = ", ".join(f"{v:.4g} {k}" for k, v in s["max_rounding_error"].items())
-    return f"rowbeam adapt: wrote {s['file']} ({s['format']}; max rounding error {err}); {len(s['lost'])} losses in the sidecar"
+    dropped = f"; {s['dropped']}" if s.get("dropped") else ""
+    return (f"rowbeam adapt: wrote {s['file']} ({s['format']}; max rounding error {err}); {len(s['lost'])} losses in "
+            f"the sidecar{dropped}")
 
 
 if __name__ == "__main__":

@@ -110,6 +110,15 @@ def main(argv: list[str], blend_positional: bool, prog: str = "render_export.py"
         return guard("rowbeam", lambda: _export(args, blend_positional, console))
 
 
+def _warn_unclassified(table) -> None:
+    """One warning line on stderr naming the objects that have no class (void)."""
+    from rowbeam.blender.objects.object_table import unclassified_summary
+
+    line = unclassified_summary(table)
+    if line:
+        print(f"rowbeam: warning: {line}", file=sys.stderr)
+
+
 def _export(args, blend_positional: bool, console) -> int:
     """Plan and run the export; rowbeam's lines go to `console`, user errors to stderr (one line, exit 2)."""
     try:
@@ -130,6 +139,7 @@ def _export(args, blend_positional: bool, console) -> int:
             split=args.split)
         with deferred():        # a signal stops the export between events, never inside a Cycles callback
             plan = plan_export(request)
+            _warn_unclassified(plan.context.table)
             flows = sum(j.is_flow for j in plan.jobs)
             console.say(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "
                         f"(device {plan.context.device})")

@@ -1,7 +1,9 @@
 """Stable object identity: 64-bit ids stored on objects, render indices, semantic classes (bpy).
 
 An object's id lives in its custom property `rowbeam_id` as a decimal or 0x-hex string
-(Blender integer properties are 32-bit). Its class tag lives in `rowbeam_class`.
+(Blender integer properties are 32-bit). Its class tag lives in `rowbeam_class`; without one (or with a tag
+the ontology lacks) the ontology's class rules (rowbeam.model.class_rules) read the tags the scene already
+carries (custom properties, collections, names).
 The render index (1..N, written into Cycles' Object Index pass) is assigned per export in a
 deterministic order (by id) and mapped back to the id in the manifest's object table.
 """
@@ -11,7 +13,8 @@ import hashlib
 from dataclasses import dataclass
 
 from rowbeam.util.errors import RowbeamError
-from rowbeam.model.ontology import Ontology
+from rowbeam.model.class_rules import ObjectTags, classify
+from rowbeam.model.ontology import VOID_ID, Ontology
 
 ID_PROPERTY = "rowbeam_id"
 CLASS_PROPERTY = "rowbeam_class"
@@ -48,11 +51,66 @@ class ObjectEntry:
     class_tag: str | None
     id_source: str
     motion: str = "static"
+    class_source: str = ""
 
     def to_json(self) -> dict:
         return {"id": self.id, "render_index": self.render_index, "class_id": self.class_id,
                 "class_tag": self.class_tag, "name": self.obj_name, "id_source": self.id_source,
-                "motion": self.motion}
+                "motion": self.motion, **({"class_source": self.class_source} if self.class_source else {})}
+
+
+def collection_parents(scene) -> dict:
+    """{collection name: enclosing collection name} below the scene's master collection."""
+    parents = {}
+
+    def walk(collection, parent_name):
+        for child in collection.children:
+            if child.name not in parents:
+                parents[child.name] = parent_name
+                walk(child, child.name)
+
+    walk(scene.collection, None)
+    return parents
+
+
+def object_tags(obj, parents: dict) -> ObjectTags:
+    """ObjectTags of an object: its scalar custom properties and its collections, innermost first."""
+    props = {}
+    for key in obj.keys():
+        value = obj[key]
+        if isinstance(value, (int, float, str)):
+            props[key] = value
+    names = []
+    for c in obj.users_collection:
+        name = c.name
+        while name is not None and name not in names:
+            names.append(name)
+            name = parents.get(name)
+    return ObjectTags(obj.name, props, tuple(n for n in names if n in parents))
+
+
+def classify_object(obj, ontology: Ontology, parents: dict) -> tuple[int, str | None, str]:
+    """(class id, class tag, class source) of an object: its rowbeam_class when the ontology knows it, else the
+    ontology's class rules, else VOID_ID with why."""
+    tag = obj.get(CLASS_PROPERTY)
+    if tag is not None and ontology.class_of(str(tag)) != VOID_ID:
+        return ontology.class_of(str(tag)), str(tag), CLASS_PROPERTY
+    cid, source = classify(ontology.class_rules, object_tags(obj, parents), ontology.resolve, ontology.class_ids)
+    if cid is not None:
+        return cid, ontology.class_name(cid), source
+    why = [f"{CLASS_PROPERTY} {str(tag)!r} is no tag of the ontology" if tag is not None else f"no {CLASS_PROPERTY}"]
+    why.append(source or ("no class rule matched" if ontology.class_rules else "the ontology has no class_rules"))
+    return VOID_ID, (str(tag) if tag is not None else None), "unclassified: " + "; ".join(why)
+
+
+def unclassified_summary(table) -> str | None:
+    """One warning line naming the objects without a class (void), or None when every object has one."""
+    void = [e for e in table if e.class_id == VOID_ID]
+    if not void:
+        return None
+    names = ", ".join(repr(e.obj_name) for e in void[:5]) + (", ..." if len(void) > 5 else "")
+    return (f"{len(void)} of {len(table)} object(s) have no class (void; objects[].class_source says why): {names}; "
+            f"tag them ({CLASS_PROPERTY}) or add class_rules to the ontology (docs/objects.md)")
 
 
 def renderable_objects(scene, view_layer) -> list:
@@ -119,6 +177,7 @@ def build_object_table(scene, view_layer, ontology: Ontology) -> list[ObjectEntr
     """Object table for every renderable object, render indices 1..N in id order."""
     rows = []
     seen = {}
+    parents = collection_parents(scene)
     for o in renderable_objects(scene, view_layer):
         raw = o.get(ID_PROPERTY)
         if raw is None:
@@ -129,13 +188,10 @@ def build_object_table(scene, view_layer, ontology: Ontology) -> list[ObjectEntr
             raise RowbeamError(f"object {o.name!r}: {ID_PROPERTY} {format_object_id(oid)} is also used by "
                                f"{seen[oid]!r}; ids must be unique (a duplicated object needs a new id)")
         seen[oid] = o.name
-        tag = o.get(CLASS_PROPERTY)
-        tag = str(tag) if tag is not None else None
-        rows.append((oid, o.name, tag, source))
+        rows.append((oid, o.name, source, classify_object(o, ontology, parents)))
     if len(rows) > MAX_RENDER_INDEX:
         raise RowbeamError(f"scene has {len(rows)} renderable objects; at most {MAX_RENDER_INDEX} are supported")
     rows.sort()
     moving = moving_objects(scene, [scene.objects[name] for _, name, _, _ in rows])
-    return [ObjectEntry(name, oid, i + 1, ontology.class_of(tag), tag, source,
-                        "moving" if name in moving else "static")
-            for i, (oid, name, tag, source) in enumerate(rows)]
+    return [ObjectEntry(name, oid, i + 1, cid, tag, source, "moving" if name in moving else "static", why)
+            for i, (oid, name, source, (cid, tag, why)) in enumerate(rows)]
