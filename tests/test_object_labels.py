@@ -332,12 +332,15 @@ def test_bad_input_curve_without_geometry_and_non_uniform_scale(exports):
     assert scaled["px_count_all"] == 200 and scaled["bbox_modal"] == [40, 25, 20, 10]
     blink = [o for o in m["object_labels"]["objects"] if o["name"] == "blink"]
     assert "hidden (hide_render) during part" in (reasons.get("blink") or " ".join(blink[0]["notes"] if blink else []))
-    inst = [s for s in skipped if s["name"] == "collection_instancer"]
-    assert len(inst) == 1 and "instancer (COLLECTION)" in inst[0]["reason"] and inst[0]["instance_id"] is None
-    assert "instanced_quad" not in {o["name"] for o in m["object_labels"]["objects"]}
+    assert "collection_instancer" not in reasons                  # its instance is an object of its own
+    (row,) = [o for o in m["objects"] if o.get("instance", {}).get("instancer") == "collection_instancer"]
+    assert row["instance"]["object"] == "instanced_quad" and row["id_source"] == "instance_path_name_hash_unstable"
+    label = next(o for o in m["object_labels"]["objects"] if o["instance_id"] == row["render_index"])
+    assert label["px_count_visib"] == label["px_count_all"] == 200 and label["bbox_modal"] == [10, 28, 20, 10]
     _, a = load_event(e.event)
-    assert (a["instance_id"][28:38, 10:30] == 0).all()          # the instance renders, unlabelled (instance_id 0)
-    assert m["method"]["derivation"]["unresolved_hit_pixels"] == 200     # its 20 x 10 px hit no table object
+    assert (a["instance_id"][28:38, 10:30] == row["render_index"]).all()    # 20 x 10 px, closed form
+    assert (a["instance_id"] == row["render_index"]).sum() == 200
+    assert m["method"]["derivation"]["unresolved_hit_pixels"] == 0
     assert failures(e.bundle)[0]["status"] == "pass"
 
 

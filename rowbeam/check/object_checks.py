@@ -9,6 +9,7 @@ import numpy as np
 from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import resolve_inside, sha256_file
 from rowbeam.model.frames import invert_rigid, is_rigid
+from rowbeam.model.instance_identity import instance_id
 from rowbeam.model.lens import LensSpec, lens_from_calibration, make_lens
 from rowbeam.check.rasterize import (
     UNIT_BOX,
@@ -239,6 +240,7 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
     seen = set(np.unique(inst[inst > 0]).tolist())
     add("objects:listed", seen <= listed, "every visible instance has an object-label entry" if seen <= listed
         else f"visible instances {sorted(seen - listed)[:5]} have no object-label entry")
+    _check_instance_ids(manifest, add)
     index_rows = [o["mask_index"] for o in objs if o["mask_index"] is not None]
     canvas_rows = [o["canvas_mask_index"] for o in objs if o.get("canvas_mask_index") is not None]
     ok = (sorted(index_rows) == list(range(arrays["amodal_masks"].shape[0]))
@@ -317,6 +319,18 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
         p = problems[key]
         add(f"objects:{key}", not p, what if not p else f"{p[0]}" + (f" (+{len(p) - 1} more)" if len(p) > 1 else ""))
     _check_assets(manifest, arrays, objs, block, add, root)
+
+
+def _check_instance_ids(manifest: dict, add) -> None:
+    """objects:instance_ids: every instance of the object table has the id its instancer's id and persistent path
+    give (rowbeam.model.instance_identity.INSTANCE_ID_RULE)."""
+    rows = [o for o in manifest.get("objects", []) if "instance" in o]
+    if not rows:
+        return
+    bad = [o["name"] for o in rows if "instancer_id" not in o["instance"] or o["id"] != instance_id(
+        int(o["instance"]["instancer_id"]), o["instance"]["persistent_path"])]
+    add("objects:instance_ids", not bad, f"{len(rows)} instance id(s) follow from instancer id and persistent path"
+        if not bad else f"{len(bad)} instance id(s) do not follow from instancer id and persistent path: {bad[:3]}")
 
 
 def _asset_bytes(root, asset: dict) -> bytes:

@@ -25,6 +25,7 @@ from rowbeam.blender.compat.scene_patch import ScenePatch
 from rowbeam.blender.cycles.label_materials import POLICY_AOV
 
 TRUE_NORMAL_AOV = "rowbeam_true_normal"
+INSTANCE_RANDOM_AOV = "rowbeam_instance_random"     # rowbeam.blender.objects.instances: Object Info Random
 GPU_BACKENDS = ("OPTIX", "CUDA", "HIP", "ONEAPI", "METAL")
 
 
@@ -329,6 +330,7 @@ def _collect_passes(channels: dict, layer: str) -> dict:
         "normal": stack("Normal", "XYZ"),
         "true_normal": stack(TRUE_NORMAL_AOV, "RGB"),
         "vector": stack("Vector", "XYZW"),
+        "instance_random": channels.pop(f"{layer}.{INSTANCE_RANDOM_AOV}.X", None),
     }
     for key, name in blender_compat.pass_channels(layer).items():
         if name in channels:

@@ -46,7 +46,8 @@ from rowbeam.blender.export.manifest import (
     write_payloads,
 )
 from rowbeam.blender.objects.object_labels import check_object_scales, write_assets
-from rowbeam.blender.objects.object_table import build_object_table
+from rowbeam.blender.objects.instances import InstanceSet, build_instances
+from rowbeam.blender.objects.object_table import build_object_table, collection_parents
 from rowbeam.util.progress import Progress
 from rowbeam.blender.export.run_temp import run_temp
 from rowbeam.util.interrupt import Interrupted, raise_pending
@@ -114,6 +115,7 @@ class ExportContext:
     device: str = "CPU"
     scenario: str = "untitled"         # lineage scenario: the first part of every sample id
     progress: Progress = field(default_factory=Progress)   # stage progress inside each job (silent by default)
+    instances: InstanceSet = field(default_factory=InstanceSet)   # instances as objects (objects/instances.py)
 
     def image_size(self, sensor) -> tuple[int, int]:
         if sensor.image_size_px:
@@ -232,6 +234,7 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     view_layer = bpy.context.view_layer
     clock = scene_clock(scene)
     table = build_object_table(scene, view_layer, ontology)
+    instances = build_instances(scene, view_layer, table, ontology, collection_parents(scene))
     check_object_scales(scene, table, sensors)                        # object labels: no mirroring scale
     jobs = []
     for s in sensors:
@@ -252,7 +255,8 @@ def plan_export(request: ExportRequest) -> ExportPlan:
         "rowbeam_version": ROWBEAM_VERSION, "blender_version": bpy.app.version_string}})
     out_base = _out_folder_base(Path(request.out))
     writer.validate()
-    ctx = ExportContext(scene, view_layer, clock, table, semantic_lut(table), ontology, scenario=lineage["scenario"])
+    ctx = ExportContext(scene, view_layer, clock, table, semantic_lut(table + instances.entries), ontology,
+                        scenario=lineage["scenario"], instances=instances)
     for s in sensors:
         if isinstance(s, CameraSensor):
             _check_image_size(s, ctx.image_size(s), blend_path)
@@ -521,7 +525,7 @@ def _export_event(plan: ExportPlan, job: Job):
                                     started=payloads)
     manifest = assemble_manifest(
         exporter.core(out, sensor, index), sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
-        sensor=sensor, modalities=modalities, objects=ctx.table, ontology=ctx.ontology,
+        sensor=sensor, modalities=modalities, objects=ctx.table + ctx.instances.entries, ontology=ctx.ontology,
         build=_build_info(plan, out.render_device), lineage=_lineage_info(plan), run=_run_info(out.seconds, t0),
         state=plan.state)
     return _check_and_publish(plan, staged, job.location, manifest)

@@ -191,7 +191,11 @@ def _round_ns(t: Fraction) -> int:
 
 def mesh_of(obj, depsgraph):
     """(vertices (V,3) local, triangles (F,3)) of the evaluated object, or None without mesh geometry."""
-    ob = obj.evaluated_get(depsgraph)
+    return triangles_of(obj.evaluated_get(depsgraph))
+
+
+def triangles_of(ob):
+    """(vertices (V,3) local, triangles (F,3)) of an evaluated object (or instance), None without mesh geometry."""
     try:
         me = ob.to_mesh()
     except RuntimeError:
@@ -437,6 +441,8 @@ class _Stage:
     rasterised: dict = field(default_factory=dict)   # k -> (box, mask)
     clip: tuple = (0.0, 0.0)                         # (near, far) camera-z clip, m
     K_expected: object = None
+    n_objects: int = 0                               # keys k < n_objects are scene objects, the rest instances
+    inst_matrix: dict = field(default_factory=dict)  # instance k -> world matrix (4, 4) at the reference time
 
     @property
     def Wc(self) -> int:
@@ -468,6 +474,9 @@ def compute_object_labels(ctx, sensor, ev: EventInputs):
     t_raster = time.perf_counter()
     _stage_rasterise(st)
     t_raster = time.perf_counter() - t_raster
+    for k in [k for k in st.boxes if k >= st.n_objects and k not in st.from_modal and k not in st.rasterised]:
+        st.boxes.pop(k)         # an instance cannot be rendered alone (it shares its instancer's visibility)
+        st.skip(k, f"instance with more than {RASTER_MAX_PAIRS} (canvas row, triangle) pairs: no object labels")
     groups = pack_groups({k: b for k, b in st.boxes.items() if k not in st.from_modal and k not in st.rasterised})
     canvas_masks, render_seconds, K_canvas_err, rendered_px = _stage_renders(st, groups)
     canvas_masks.update(st.rasterised)
@@ -488,13 +497,16 @@ def compute_object_labels(ctx, sensor, ev: EventInputs):
 
 
 def _new_stage(ctx, sensor, ev: EventInputs) -> _Stage:
-    table = list(ctx.table)
-    moving = [k for k, e in enumerate(table) if e.motion == "moving"]
+    """The stage of an event: the object table's objects (keys 0 .. N-1), then its instances (st.objs[k] None)."""
+    insts = getattr(ctx, "instances", None)
+    extra = list(insts.entries) if insts else []
+    table = list(ctx.table) + extra
+    moving = [k for k, e in enumerate(ctx.table) if e.motion == "moving"]
     return _Stage(ctx=ctx, sensor=sensor, ev=ev, cam=ctx.scene.objects[sensor.object],
                   W=ev.params.resolution_x, H=ev.params.resolution_y, times=canvas_row_times(ev.timing),
                   t_ref=ev.timing.reference_time_ns(), table=table,
-                  objs=[ctx.scene.objects[e.obj_name] for e in table], moving=moving,
-                  row_of_moving={k: i for i, k in enumerate(moving)})
+                  objs=[ctx.scene.objects[e.obj_name] for e in ctx.table] + [None] * len(extra), moving=moving,
+                  row_of_moving={k: i for i, k in enumerate(moving)}, n_objects=len(ctx.table))
 
 
 def _stage_assets(st: _Stage) -> None:
@@ -505,10 +517,13 @@ def _stage_assets(st: _Stage) -> None:
     scene = st.ctx.scene
     set_time(scene, st.ctx.clock, st.t_ref)
     dg = bpy.context.evaluated_depsgraph_get()
-    for k, (e, o) in enumerate(zip(st.table, st.objs, strict=True)):
+    insts = getattr(st.ctx, "instances", None)
+    instancers = set(insts.instancer.values()) if insts else set()
+    for k, (e, o) in enumerate(zip(st.table[:st.n_objects], st.objs, strict=False)):
         mesh = mesh_of(o, dg)
         if mesh is None:
-            st.skip(k, f"{o.type} object without mesh geometry: no object labels")
+            st.skip(k, f"{o.type} object without mesh geometry: no object labels"
+                    + ("; its instances are objects of their own" if o.name in instancers else ""))
             continue
         T_wo, V, notes = asset_for(np.array(o.matrix_world, dtype=np.float64), mesh[0], mesh[1], e.obj_name)
         if o.is_deform_modified(scene, "RENDER"):
@@ -520,11 +535,39 @@ def _stage_assets(st: _Stage) -> None:
         st.entries[k] = {"T_wo_ref": T_wo, "V": V, "F": mesh[1], "notes": notes, "sha": sha,
                          "checkable": not o.is_deform_modified(scene, "RENDER"),
                          "aabb": (V.min(axis=0), V.max(axis=0))}
+    labelled = _stage_instance_assets(st)
     for o in scene.objects:
-        if o.is_instancer and o.instance_type != "NONE" and not o.hide_render:
+        if o.is_instancer and o.instance_type != "NONE" and not o.hide_render and o.name not in labelled:
             st.skipped.append({"instance_id": None, "id": None, "name": o.name,
                                "reason": f"instancer ({o.instance_type}): its instances are not in the object table "
                                          "(instance_id 0); no object labels"})
+
+
+def _stage_instance_assets(st: _Stage) -> set:
+    """Assets of the instances (keys k >= n_objects) at the reference time, like objects' (a static instance is
+    rigid: its pose is its world matrix's rigid part, its scale baked into the asset); returns the instancers'
+    names. A moving instance or one without mesh geometry is listed in st.skipped."""
+    from rowbeam.blender.objects.instances import instance_geometry
+
+    insts = st.ctx.instances
+    if not insts:
+        return set()
+    geom = instance_geometry(st.ctx.scene, st.ctx.view_layer, insts)
+    for k in range(st.n_objects, len(st.table)):
+        e = st.table[k]
+        if e.motion != "static" or e.render_index not in geom:
+            st.skip(k, "instance " + ("moving: no object labels yet" if e.motion != "static" else
+                                      "without mesh geometry at the reference time: no object labels"))
+            continue
+        M, V_local, F = geom[e.render_index]
+        T_wo, V, notes = asset_for(M, V_local, F, e.obj_name)
+        data = ply_bytes(V, F)
+        sha = hashlib.sha256(data).hexdigest()
+        st.assets[sha] = data
+        st.inst_matrix[k] = M
+        st.entries[k] = {"T_wo_ref": T_wo, "V": V, "F": F, "notes": notes, "sha": sha, "checkable": True,
+                         "aabb": (V.min(axis=0), V.max(axis=0))}
+    return set(insts.instancer.values())
 
 
 def _stage_canvas_poses(st: _Stage) -> None:
@@ -543,12 +586,15 @@ def _stage_canvas_poses(st: _Stage) -> None:
         M_in = objects_world_matrices(scene, clock, mov_objs, [times[c] for c in range(H, 2 * H)])
         st.obj_rows[:, need] = M_extra[1:]
         st.obj_rows[:, H:2 * H] = M_in
-    st.M_samples = objects_world_matrices(scene, clock, st.objs, [times[c] for c in st.sample_rows])
+    M_obj = objects_world_matrices(scene, clock, st.objs[:st.n_objects], [times[c] for c in st.sample_rows])
+    M_inst = np.array([np.broadcast_to(st.inst_matrix.get(k, np.eye(4)), (len(st.sample_rows), 4, 4))
+                       for k in range(st.n_objects, len(st.table))]).reshape(-1, len(st.sample_rows), 4, 4)
+    st.M_samples = np.concatenate([np.asarray(M_obj).reshape(-1, len(st.sample_rows), 4, 4), M_inst])
     states = []
     for c in (0, H, 2 * H - 1, Hc - 1):
         set_time(scene, clock, times[c])
-        states.append([bool(o.hide_render) for o in st.objs])
-    for k in range(len(st.objs)):
+        states.append([bool(o.hide_render) for o in st.objs[:st.n_objects]])
+    for k in range(st.n_objects):
         if len({s[k] for s in states}) > 1:
             st.hidden_notes[k] = ("hidden (hide_render) during part of the canvas rows' times: Blender takes render "
                                   "visibility at the shutter centre only, so every label shows it in all rows or in "
@@ -676,10 +722,10 @@ def _stage_renders(st: _Stage, groups: list):
             box = (min(st.boxes[k][0] for k in g), max(st.boxes[k][1] for k in g),
                    min(st.boxes[k][2] for k in g), max(st.boxes[k][3] for k in g))
             rendered_px += _area(box)
-            in_group = set(g)
             with ScenePatch() as q:
-                for k, o in enumerate(st.objs):
-                    if k not in in_group and not o.hide_render:
+                members = {st.objs[k].name for k in g}
+                for o in [o for o in st.objs if o is not None] + _instancers(scene):
+                    if o.name not in members and not o.hide_render:
                         q.set(o, "hide_render", True)      # not synced at all: the render costs its group only
                 _set_canvas_border(q, scene, box, st.Wc, st.Hc, _flipped(st))
                 t0 = time.perf_counter()
@@ -695,6 +741,11 @@ def _stage_renders(st: _Stage, groups: list):
             for k in g:
                 canvas_masks[k] = (box, idx == st.table[k].render_index)
     return canvas_masks, render_seconds, K_canvas_err, rendered_px
+
+
+def _instancers(scene) -> list:
+    """Scene objects that instance others (their instances carry other pass indices than their own)."""
+    return [o for o in scene.objects if o.is_instancer]
 
 
 def _flipped(st: _Stage) -> bool:
@@ -715,7 +766,7 @@ def _canvas_render_setup(st: _Stage, p) -> float:
     for attr in ("use_pass_position", "use_pass_normal", "use_pass_z", "use_pass_vector"):
         p.set(vl, attr, False)
     p.set(vl, "use_pass_object_index", True)
-    cs.set_render_indices(p, scene, st.table)
+    cs.set_render_indices(p, scene, st.table[:st.n_objects])
     rcam = use_render_camera(p, scene, st.cam, st.sensor.readout_direction)
     p.set(rcam.data, "lens", rcam.data.lens / 3)
     p.set(rcam.data, "shift_x", rcam.data.shift_x / 3)
@@ -725,7 +776,7 @@ def _canvas_render_setup(st: _Stage, p) -> float:
         params, lens_mm=rcam.data.lens, shift_x=sign * rcam.data.shift_x, shift_y=sign * rcam.data.shift_y,
         resolution_x=st.Wc, resolution_y=st.Hc)) - st.K_expected).max())
     shutter = timed_rows_shutter(st.times[0], _row_period(st), st.Hc)
-    cs.apply_shutter(p, scene, st.ctx.clock, shutter, st.sensor.motion_steps, st.objs + [rcam])
+    cs.apply_shutter(p, scene, st.ctx.clock, shutter, st.sensor.motion_steps, st.objs[:st.n_objects] + [rcam])
     return K_canvas_err
 
 

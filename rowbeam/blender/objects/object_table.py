@@ -52,11 +52,13 @@ class ObjectEntry:
     id_source: str
     motion: str = "static"
     class_source: str = ""
+    instance: dict | None = None        # an instance's instancer, instanced object, path (objects/instances.py)
 
     def to_json(self) -> dict:
         return {"id": self.id, "render_index": self.render_index, "class_id": self.class_id,
                 "class_tag": self.class_tag, "name": self.obj_name, "id_source": self.id_source,
-                "motion": self.motion, **({"class_source": self.class_source} if self.class_source else {})}
+                "motion": self.motion, **({"class_source": self.class_source} if self.class_source else {}),
+                **({"instance": self.instance} if self.instance else {})}
 
 
 def collection_parents(scene) -> dict:
@@ -80,13 +82,15 @@ def object_tags(obj, parents: dict) -> ObjectTags:
         value = obj[key]
         if isinstance(value, (int, float, str)):
             props[key] = value
+    import bpy
+
     names = []
     for c in obj.users_collection:
-        name = c.name
+        name = c.name if c.name in bpy.data.collections else None      # not a scene's master collection
         while name is not None and name not in names:
             names.append(name)
             name = parents.get(name)
-    return ObjectTags(obj.name, props, tuple(n for n in names if n in parents))
+    return ObjectTags(obj.name, props, tuple(names))
 
 
 def classify_object(obj, ontology: Ontology, parents: dict) -> tuple[int, str | None, str]:

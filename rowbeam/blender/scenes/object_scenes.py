@@ -72,7 +72,7 @@ def object_calibration(scale: int = 16, mover_speed: float = 150.0, direction: s
 def object_bad_input(kind: str = "mixed"):
     """Bad-input variants: "mixed" = a curve without geometry (skipped with a reason), a quad with non-uniform
     scale (2, 0.5, 1) (baked into its asset, noted), a normal quad, a quad hidden from frame 2 and an instanced
-    collection (an empty instancing a quad: listed in skipped); "negative_scale" = a quad with
+    collection (an empty instancing a quad: an object of its own); "negative_scale" = a quad with
     scale (-1, 1, 1) (refused)."""
     import bpy
 

@@ -32,6 +32,7 @@ from rowbeam.blender.flow.mesh_motion import STEPS_METHOD, choose_deform_steps, 
 from rowbeam.blender.compat.scene_clock import camera_poses, pose_method, set_time
 from rowbeam.blender.compat.scene_patch import ScenePatch
 from rowbeam.blender.export.verify import ROW_SELECTION, compare_row, motion_rows
+from rowbeam.blender.objects.instances import resolve_index, setup_instance_passes
 
 LABEL_METHOD = ("cycles_rolling_shutter_labels: one Cycles render with motion blur and a TOP rolling shutter "
                 "(rolling_shutter_duration=0, half-row correction applied) so every row is traced at its reference "
@@ -267,7 +268,7 @@ def _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0):
             if len(bands) > 1:          # Cycles rows run top-first; bottom_to_top renders through a flipped camera
                 flipped = sensor.readout_direction != "top_to_bottom"
                 cs.set_row_band(q, scene, H - stop if flipped else first, H - first if flipped else stop, H)
-            passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
+            passes = _resolved(ctx, unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction))
         if passes["depth"].shape != (stop - first, W):
             raise RuntimeError(f"label band rows {first}..{stop - 1} rendered {passes['depth'].shape}")
         seconds["label_render"] += time.perf_counter() - t0
@@ -295,6 +296,14 @@ def _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0):
     return labels, stats
 
 
+def _resolved(ctx, passes: dict) -> dict:
+    """Passes with the Object Index of instanced geometry replaced by each instance's render index
+    (rowbeam.blender.objects.instances.resolve_index); unchanged without instances."""
+    if ctx.instances:
+        passes["index"] = resolve_index(passes["index"], passes.pop("instance_random", None), ctx.instances)
+    return passes
+
+
 def _deform_motion_steps(patch: ScenePatch, scene, deform_steps: list) -> None:
     """Give each deforming object the motion_steps chosen for it (`choose_deform_steps`)."""
     for row in deform_steps:
@@ -313,6 +322,7 @@ def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int,
         apply_surface_policy(patch, ctx.scene, ctx.view_layer, label_materials(ctx.render_objects()),
                              sensor.surface_policy, cs.TRUE_NORMAL_AOV)
     cs.set_render_indices(patch, ctx.scene, ctx.table)
+    setup_instance_passes(patch, ctx.scene, ctx.view_layer, ctx.instances, ctx.render_objects())
     return render_camera(patch, ctx.scene, ctx.scene.objects[sensor.object], sensor, lens)
 
 
@@ -327,7 +337,7 @@ def exact_row_labels(ctx, sensor: CameraSensor, timing, v: int, K, row_pose, ray
     with ScenePatch() as q:
         cs.set_row_border(q, scene, cycles_row, H)
         set_time(scene, ctx.clock, timing.row_time_exact(v))
-        passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
+        passes = _resolved(ctx, unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction))
     if passes["depth"].shape[0] != 1:
         raise RuntimeError(f"row render of row {v} returned {passes['depth'].shape[0]} rows, expected one")
     labels, _ = derive_labels(passes, row_pose[None], K, ctx.lut, first_row=v,
