@@ -456,3 +456,43 @@ def test_bop_failure_while_writing_leaves_nothing(calib, tmp_path, monkeypatch):
     with pytest.raises(RowbeamError, match="No space left"):
         bop.export_bop(e.bundle, tmp_path / "bop")
     assert len(calls) == 5 and list(tmp_path.iterdir()) == []          # no OUT_DIR, no staging sibling
+
+
+# ---------------------------------------------------------------- images users can open
+
+def _with_rgb_standard_exposure(exposure):
+    """The object calibration scene with an RGB render, the Standard view transform and `exposure` stops."""
+    import bpy
+
+    truth, rig = object_scenes.object_calibration()
+    rig["sensors"][0]["rgb_samples"] = 1
+    bpy.context.scene.view_settings.view_transform = "Standard"
+    bpy.context.scene.view_settings.exposure = exposure
+    return truth, rig
+
+
+def test_formats_get_colour_managed_srgb_pngs_of_the_rgb(exports, tmp_path):
+    """rgb_display = the sRGB transfer of rgb x 2^exposure (the Standard view transform's closed form, 0 LSB), and
+    COCO (file_name beside the JSON), BOP (rgb/) and KITTI (image_2/) PNGs decode to exactly it."""
+    from rowbeam.adapters.objects import srgb8
+
+    e = exports("object_calibration_rgb", _with_rgb_standard_exposure, exposure=0.5, first_event=1, count=1)
+    m, a = load_event(e.event)
+    assert a["rgb_display"].dtype == np.uint8 and a["rgb_display"].shape == (H, W, 3)
+    assert np.abs(a["rgb_display"].astype(int) - srgb8(a["rgb"] * 2 ** 0.5)).max() == 0
+    how = m["method"]["rgb_display"]
+    assert (how["view_transform"], how["exposure_stops"], how["display_device"]) == ("Standard", 0.5, "sRGB")
+    want = a["rgb_display"][..., ::-1]                                      # cv2 decodes BGR
+    out = tmp_path / "coco" / "instances.json"
+    out.parent.mkdir()
+    _ok(_adapt("coco", e.bundle, out))
+    (img,) = json.loads(out.read_text())["images"]
+    assert img["file_name"] == f"instances_images/{m['sample_id']}.png"
+    assert np.array_equal(cv2.imread(str(out.parent / img["file_name"]), cv2.IMREAD_UNCHANGED), want)
+    assert json.loads((tmp_path / "coco" / "instances.json.json").read_text())["images"][img["file_name"]] == how
+    _ok(_adapt("bop", e.bundle, tmp_path / "bop"))
+    (png,) = (tmp_path / "bop").glob("test/000001/rgb/*.png")
+    assert np.array_equal(cv2.imread(str(png), cv2.IMREAD_UNCHANGED), want)
+    _ok(_adapt("kitti-object", e.bundle, tmp_path / "kitti"))
+    (png,) = (tmp_path / "kitti" / "image_2").glob("*.png")
+    assert np.array_equal(cv2.imread(str(png), cv2.IMREAD_UNCHANGED), want)

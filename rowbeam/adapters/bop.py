@@ -28,12 +28,14 @@ from rowbeam.check.object_checks import object_row_poses
 from rowbeam.adapters.mesh import diameter, mesh_ply_bytes, read_asset
 from rowbeam.adapters.objects import (
     amodal_mask,
+    display_image,
     image_size,
     labelled_events,
     mask_box,
     modal_mask,
     refuse_empty,
     refuse_lens,
+    srgb8,  # noqa: F401  (the fallback encoding, also used by tests)
 )
 from rowbeam.adapters.output import (
     FOLDER_SIDECAR,
@@ -69,13 +71,6 @@ def _json(doc) -> bytes:
 
 def _flat(R) -> list[float]:
     return [float(x) for x in np.asarray(R, np.float64).reshape(-1)]
-
-
-def srgb8(rgb: np.ndarray) -> np.ndarray:
-    """Scene-linear float RGB -> 8-bit sRGB (IEC 61966-2-1 transfer, clipped to [0, 1])."""
-    c = np.clip(np.nan_to_num(np.asarray(rgb, np.float64)), 0.0, 1.0)
-    s = np.where(c <= 0.0031308, 12.92 * c, 1.055 * np.power(c, 1 / 2.4) - 0.055)
-    return np.rint(s * 255.0).astype(np.uint8)
 
 
 def depth_png(camera_z: np.ndarray, valid: np.ndarray, depth_scale: float) -> tuple[np.ndarray, float]:
@@ -164,7 +159,7 @@ def export_bop(bundle_path, out_dir, split: str = "test") -> dict:
     depth_scale = _depth_scale(events)
     sensors = sorted({e.sensor for e in events})
     err = {"depth_mm": 0.0, "model_mm": 0.0, "pose_mm": 0.0}
-    gt_table, rs_table = [], []
+    gt_table, rs_table, displays = [], [], {}
     with staged_dir(out_dir) as stage:
         (stage / "models").mkdir()
         info = {}
@@ -198,8 +193,10 @@ def export_bop(bundle_path, out_dir, split: str = "test") -> dict:
                 depth, derr = depth_png(e.array("camera_z"), e.array("valid"), depth_scale)
                 err["depth_mm"] = max(err["depth_mm"], derr)
                 write_file(scene / "depth" / f"{im:06d}.png", png_bytes(depth, 16))
-                if "rgb" in e.names:
-                    write_file(scene / "rgb" / f"{im:06d}.png", png_bytes(srgb8(e.array("rgb")), 8))
+                image, how = display_image(e)
+                if image is not None:
+                    write_file(scene / "rgb" / f"{im:06d}.png", png_bytes(image, 8))
+                    displays[e.sample_id] = how
                 valid = e.array("valid").astype(bool)
                 gts[str(im)], gt_infos[str(im)] = [], []
                 for gt_id, label in enumerate(e.object_labels):
@@ -237,7 +234,7 @@ def export_bop(bundle_path, out_dir, split: str = "test") -> dict:
                                                                          default=0),
                                              "pixel_displacement_bound_px": max(
                                                  (r["pixel_displacement_bound_px"] for r in rs_table), default=0.0)},
-                      depth_scale=depth_scale, units="mm")
+                      depth_scale=depth_scale, units="mm", rgb_display=displays)
         write_file(stage / FOLDER_SIDECAR, sidecar_bytes(doc))
     return doc
 

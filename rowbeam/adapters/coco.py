@@ -1,6 +1,7 @@
 """COCO instances JSON from camera object labels (`adapt coco BUNDLE OUT.json`).
 
-One image per labelled camera event, one annotation per object with at least one visible pixel:
+One image per labelled camera event (an 8-bit sRGB PNG of its RGB in OUT_images/ beside OUT, made with the scene's
+colour management; file_name is relative to OUT's folder), one annotation per object with at least one visible pixel:
 segmentation = COCO RLE of the modal mask (instance_id == the object's render index) in compressed string
 form, area = visible pixel count, bbox = [u_min, v_min, u_max - u_min + 1, v_max - v_min + 1] of the visible
 pixels (pixel centres at integers; COCO's box runs from the left edge of u_min to the right edge of u_max).
@@ -20,6 +21,7 @@ from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import sha256_file
 from rowbeam.adapters.objects import (
     VOID_ID,
+    display_image,
     dropped_summary,
     image_size,
     labelled_events,
@@ -27,7 +29,15 @@ from rowbeam.adapters.objects import (
     modal_mask,
     refuse_empty,
 )
-from rowbeam.adapters.output import check_output_file, sidecar, sidecar_bytes, write_file
+from rowbeam.adapters.output import (
+    check_output_dir,
+    check_output_file,
+    sidecar,
+    sidecar_bytes,
+    staged_dir,
+    write_file,
+)
+from rowbeam.adapters.png import png_bytes
 
 
 def rle_counts(mask: np.ndarray) -> list[int]:
@@ -76,17 +86,20 @@ def _categories(events) -> list[dict]:
             for cid, c in sorted(classes.items())]
 
 
-def coco_document(bundle: Bundle, sensor: str | None = None) -> tuple[dict, dict]:
-    """(COCO instances document, statistics for the sidecar)."""
+def coco_document(bundle: Bundle, sensor: str | None = None, images_dir: str = "images") -> tuple[dict, dict]:
+    """(COCO instances document, statistics for the sidecar); an event with rgb is the image
+    `images_dir/<sample_id>.png` (stats["images"]: {file_name: (uint8 image, how it was made)})."""
     events = labelled_events(bundle, sensor)
     categories = _categories(events)
     known = {c["id"] for c in categories}
-    images, annotations, skipped = [], [], []
+    images, annotations, skipped, files = [], [], [], {}
     for image_id, event in enumerate(events, start=1):
         W, H = image_size(event)
-        rgb = event.manifest["modalities"].get("rgb")
-        images.append({"id": image_id, "width": W, "height": H,
-                       "file_name": f"events/{event.sensor}/{event.index:06d}/{rgb['uri']}" if rgb else "",
+        pixels, how = display_image(event)
+        name = f"{images_dir}/{event.sample_id}.png" if pixels is not None else ""
+        if pixels is not None:
+            files[name] = (pixels, how)
+        images.append({"id": image_id, "width": W, "height": H, "file_name": name,
                        "rowbeam_sample_id": event.sample_id, "rowbeam_reference_time_ns": event.reference_time_ns})
         for label in event.object_labels:
             mask = modal_mask(event, label)
@@ -116,29 +129,39 @@ def coco_document(bundle: Bundle, sensor: str | None = None) -> tuple[dict, dict
            "images": images, "annotations": annotations, "categories": categories}
     total = sum(len(e.object_labels) for e in events)
     refuse_empty("coco", len(annotations), skipped, total)
-    return doc, {"skipped": skipped, "events": [e.sample_id for e in events],
+    return doc, {"skipped": skipped, "events": [e.sample_id for e in events], "images": files,
                  "dropped": dropped_summary(skipped, total)}
 
 
 LOST = ["amodal masks (only the rowbeam_bbox_amodal boxes are kept), the 3x-canvas silhouettes and counts",
         "per-row acquisition times, object poses, 3D boxes, depth and every other modality",
-        "objects with no visible pixel and objects of the void class (listed in skipped)"]
+        "objects with no visible pixel and objects of the void class (listed in skipped)",
+        "the float rgb: each image is an 8-bit sRGB display PNG (the scene's view transform and exposure: the "
+        "sidecar's images)"]
 
 
 def export_coco(bundle_path, out, sensor: str | None = None) -> dict:
-    """Write OUT (COCO instances JSON) and OUT.json (sidecar); return the sidecar."""
+    """Write OUT (COCO instances JSON), its images (8-bit sRGB PNGs in the new folder OUT_images/ beside it, named
+    by each image's file_name, relative to OUT's folder) and OUT.json (sidecar); return the sidecar."""
     bundle = Bundle.open(bundle_path)
     out = check_output_file(out, bundle.path)
     side = check_output_file(Path(str(out) + ".json"), bundle.path)
-    doc, stats = coco_document(bundle, sensor)
-    write_file(out, json.dumps(doc, separators=(",", ":")).encode() + b"\n")
-    try:
-        meta = sidecar("coco_instances", out.name, {"bundle": str(bundle.path), "events": stats["events"]}, LOST,
-                       {"px": 0.0}, sha256=sha256_file(out), skipped=stats["skipped"],
-                       annotations=len(doc["annotations"]), units="px", dropped=stats["dropped"],
-                       segmentation="compressed COCO RLE of the modal mask (column-major runs, zeros first)")
-        write_file(side, sidecar_bytes(meta))
-    except BaseException:
-        out.unlink(missing_ok=True)                # never a file without its sidecar
-        raise
+    images_dir = check_output_dir(out.parent / f"{out.stem}_images", bundle.path)
+    doc, stats = coco_document(bundle, sensor, images_dir.name)
+    with staged_dir(images_dir) as stage:
+        for name, (pixels, _) in stats["images"].items():
+            write_file(stage / Path(name).name, png_bytes(pixels, 8))
+        write_file(out, json.dumps(doc, separators=(",", ":")).encode() + b"\n")
+        try:
+            meta = sidecar("coco_instances", out.name, {"bundle": str(bundle.path), "events": stats["events"]}, LOST,
+                           {"px": 0.0}, sha256=sha256_file(out), skipped=stats["skipped"],
+                           annotations=len(doc["annotations"]), units="px", dropped=stats["dropped"],
+                           segmentation="compressed COCO RLE of the modal mask (column-major runs, zeros first)",
+                           images={name: how for name, (_, how) in stats["images"].items()})
+            write_file(side, sidecar_bytes(meta))
+        except BaseException:
+            out.unlink(missing_ok=True)                # never a file without its sidecar
+            raise
+    if not stats["images"]:
+        images_dir.rmdir()
     return meta

@@ -24,7 +24,15 @@ import numpy as np
 
 from rowbeam.bundle.reader import Bundle, Event
 from rowbeam.sensors.lidar import LIDAR
-from rowbeam.adapters.objects import dropped_summary, image_size, labelled_events, refuse_empty, refuse_lens
+from rowbeam.adapters.objects import (
+    display_image,
+    dropped_summary,
+    image_size,
+    labelled_events,
+    refuse_empty,
+    refuse_lens,
+)
+from rowbeam.adapters.png import png_bytes
 from rowbeam.adapters.output import (
     FOLDER_SIDECAR,
     check_output_dir,
@@ -121,10 +129,10 @@ def export_kitti_object(bundle_path, out_dir, sensor: str | None = None) -> dict
     out_dir = check_output_dir(out_dir, bundle.path)
     events = labelled_events(bundle, sensor, single_sensor=True)
     refuse_lens(events, "KITTI", "calib P2 = [K | 0] is a pinhole projection (no distortion)")
-    written, skipped, velo_notes = [], [], {}
+    written, skipped, velo_notes, displays = [], [], {}, {}
     worst = {"m": 0.0, "rad": 0.0, "px": 0.0, "fraction": 0.0}
     with staged_dir(out_dir) as stage:
-        for sub in ("label_2", "calib"):
+        for sub in ("label_2", "calib", "image_2"):
             (stage / sub).mkdir()
         for e in events:
             name = f"{e.index:06d}"
@@ -145,17 +153,23 @@ def export_kitti_object(bundle_path, out_dir, sensor: str | None = None) -> dict
                 worst["fraction"] = max(worst["fraction"], abs(round(float(label["truncation_fraction"]), 2)
                                                                - float(label["truncation_fraction"])))
             write_file(stage / "label_2" / f"{name}.txt", "".join(f"{ln}\n" for ln in lines).encode())
+            image, how = display_image(e)
+            if image is not None:
+                write_file(stage / "image_2" / f"{name}.png", png_bytes(image, 8))
+                displays[name] = how
             velo, note = _lidar_to_camera(bundle, e)
             velo_notes[name] = note
             write_file(stage / "calib" / f"{name}.txt",
                        calib_text(np.asarray(e.manifest["calibration"]["K"], np.float64), velo).encode())
         total = sum(len(e.object_labels) for e in events)
         refuse_empty("kitti-object", len(written), skipped, total)
+        if not displays:
+            (stage / "image_2").rmdir()
         W, H = image_size(events[0])
         doc = sidecar("kitti_object", out_dir.name, {"bundle": str(bundle.path), "sensor": events[0].sensor,
                                                       "events": [e.sample_id for e in events]},
                       LOST, worst, files=folder_listing(stage), objects=written, skipped=skipped,
-                      dropped=dropped_summary(skipped, total),
+                      dropped=dropped_summary(skipped, total), rgb_display=displays,
                       camera="rowbeam camera = KITTI camera 2 (R0_rect = I, P2 = [K | 0])", image_size_px=[W, H],
                       pose_time="each event's reference_time_ns", axis_tolerance_rad=AXIS_TOL_RAD,
                       occluded_mapping="0: occlusion_fraction < 0.1, 1: < 0.5, 2: >= 0.5, 3: not in the image",

@@ -73,6 +73,29 @@ def mask_box(mask: np.ndarray) -> tuple[int, int, int, int] | None:
     return int(u[0]), int(v[0]), int(u[-1]), int(v[-1])
 
 
+def srgb8(rgb: np.ndarray) -> np.ndarray:
+    """Scene-linear float RGB -> 8-bit sRGB (IEC 61966-2-1 transfer, clipped to [0, 1])."""
+    c = np.clip(np.nan_to_num(np.asarray(rgb, np.float64)), 0.0, 1.0)
+    s = np.where(c <= 0.0031308, 12.92 * c, 1.055 * np.power(c, 1 / 2.4) - 0.055)
+    return np.rint(s * 255.0).astype(np.uint8)
+
+
+FALLBACK_DISPLAY = {"view_transform": "none: the bundle has no rgb_display; scene-linear rgb clipped to [0, 1] with the "
+                                      "sRGB transfer (IEC 61966-2-1)", "exposure_stops": 0.0, "gamma": 1.0,
+                    "display_device": "sRGB"}
+
+
+def display_image(event: Event) -> tuple[np.ndarray | None, dict | None]:
+    """((H, W, 3) uint8 sRGB display image of the event's RGB, how it was made) -- the exported rgb_display
+    (the scene's view transform and exposure, method.rgb_display) or, in a bundle without it, FALLBACK_DISPLAY;
+    (None, None) when the event has no rgb."""
+    if "rgb_display" in event.names:
+        return event.array("rgb_display"), event.manifest["method"].get("rgb_display")
+    if "rgb" in event.names:
+        return srgb8(event.array("rgb")), FALLBACK_DISPLAY
+    return None, None
+
+
 def dropped_summary(skipped: list[dict], total: int) -> str:
     """'dropped N of TOTAL object label(s): k reason (first names), ...' of an adapter's skipped list
     ({"reason", "name"?} each), or '' when nothing was dropped."""

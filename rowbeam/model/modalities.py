@@ -114,6 +114,10 @@ CAMERA_MODALITIES = _table(
                  "policy (opacity < 1, glass / transmission, volume; manifest method.surface_policy), else 0",
                  "1", "uint8", ("policy",), ("H", "W"), "{sensor}:image", ALWAYS_VALID, "per_row", "row_time_ns",
                  optional=True),
+    ModalitySpec("rgb_display", "8-bit sRGB-encoded display image of rgb through the scene's colour management (view "
+                 "transform, look, exposure, gamma, display device: method.rgb_display), 0..255, for viewing and "
+                 "image formats", "1", "uint8", None, ("H", "W", 3), "{sensor}:image", ALWAYS_VALID,
+                 "per_row_interval", "row_time_ns", optional=True),
     # object labels (rig camera option object_labels; manifest block object_labels declares the objects)
     ModalitySpec("amodal_masks", "np.packbits(axis=-1) of each listed object's amodal mask in the image (row i <-> "
                  "object_labels.objects[k] with mask_index i)", "1", "uint8", None, ("O", "H", "Wp"),

@@ -33,6 +33,7 @@ from rowbeam.blender.compat.scene_clock import camera_poses, pose_method, set_ti
 from rowbeam.blender.compat.scene_patch import ScenePatch
 from rowbeam.blender.export.verify import ROW_SELECTION, compare_row, motion_rows
 from rowbeam.blender.objects.instances import resolve_index, setup_instance_passes
+from rowbeam.blender.sensors.rgb_display import display_rgb8, display_settings
 
 LABEL_METHOD = ("cycles_rolling_shutter_labels: one Cycles render with motion blur and a TOP rolling shutter "
                 "(rolling_shutter_duration=0, half-row correction applied) so every row is traced at its reference "
@@ -174,6 +175,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         if coverage:
             arrays["rgb_coverage"] = np.clip(1.0 - passes["mist"], 0.0, 1.0).astype(np.float32)
         del passes                                     # peak memory: not held through the label render
+        arrays["rgb_display"] = display_rgb8(scene, arrays["rgb"])
         seconds["rgb_render"] = time.perf_counter() - t0
 
     device = ctx.device
@@ -223,6 +225,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         "verification": verification,
         "surface_policy": {**sensor.surface_policy.manifest_block(),
                            "decided_pixels": int(np.count_nonzero(labels.get("policy_mask", 0)))},
+        **({"rgb_display": display_settings(scene)} if "rgb_display" in arrays else {}),
     }
     if lens is not None:
         method["lens"] = {"model": lens.model, "osl_newton_steps": OSL_NEWTON_STEPS,
