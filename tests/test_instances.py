@@ -130,7 +130,8 @@ def test_every_instance_is_an_object_with_exact_pixels_masks_and_boxes(city):
     assert set(by_key) == set(truth["rects"])
     ground = next(o for o in m["objects"] if o["name"] == "ground")
     labels = {o["id"]: o for o in m["object_labels"]["objects"]}
-    errors = {}
+    errors, pose_err = {}, 0.0
+    K = truth["K"]
     for key, rect in truth["rects"].items():
         o = by_key[key]
         want = _rect_mask(rect, W, H)
@@ -142,6 +143,12 @@ def test_every_instance_is_an_object_with_exact_pixels_masks_and_boxes(city):
         assert lab["bbox_modal"] == box and lab["bbox_amodal_unclipped"] == box, (key, lab)
         assert lab["px_count_visib"] == lab["px_count_all"] == int(want.sum())
         assert o["class_id"] == (7 if key[0] == "scatter" else 3), (key, o)    # vegetation / building
+        z = Z_TREE if key[0] == "scatter" else Z_BLOCK                     # closed-form pose: facing the camera
+        want_T = _translation(((rect[0] + rect[1]) / 2 - K[0, 2]) * z / K[0, 0],
+                              ((rect[2] + rect[3]) / 2 - K[1, 2]) * z / K[1, 1], z)
+        pose_err = max(pose_err, float(np.abs(np.array(lab["T_camera_object_reference"]) - want_T).max()))
+    print(f"instance mask errors vs closed form: {errors}; pose error {pose_err:.2e}")
+    assert pose_err < 1e-5, pose_err                                             # float32 matrices in Blender
     assert errors == {k: 0 for k in errors}, errors
     union = np.zeros((H, W), bool)
     for rect in truth["rects"].values():
@@ -228,3 +235,16 @@ def test_particle_instances_resolve_and_pass_the_checker(exports):
             assert labels[o["render_index"]]["px_count_visib"] == int((a["instance_id"] == o["render_index"]).sum())
     report, failed = failures(e.bundle)
     assert report["status"] == "pass", [(f["check"], f["message"]) for f in failed]
+
+
+def test_instances_beyond_the_declared_bound_are_one_line_exit_2(city, monkeypatch):
+    from rowbeam.blender.export.run import ExportRequest, plan_export
+    from rowbeam.blender.objects import instances
+    from rowbeam.util.errors import RowbeamError
+
+    monkeypatch.setattr(instances, "MAX_INSTANCES", 5)
+    with pytest.raises(RowbeamError) as err:
+        plan_export(ExportRequest(out=city.bundle.parent / "bound", blend=city.blend, rig=city.rig, sensors=None,
+                                  first_event=1, count=1, device="cpu"))
+    assert "more than 5 rendered instances" in str(err.value) and "\n" not in str(err.value)
+    assert err.value.exit_code == 2 and not (city.bundle.parent / "bound").exists()
