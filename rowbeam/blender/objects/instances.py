@@ -111,9 +111,9 @@ def collect_instances(scene, view_layer) -> list[dict]:
 
 
 def build_instances(scene, view_layer, table: list, ontology, parents: dict) -> InstanceSet:
-    """The InstanceSet of the scene at its current frame: ids (INSTANCE_ID_RULE), classes (the instancer's
-    rowbeam_class when the ontology knows it, else the instanced object's class), render indices after the
-    table's, in id order; RowbeamError (one line) on a duplicate id or too many objects."""
+    """The InstanceSet of the scene at its current frame: ids (INSTANCE_ID_RULE), classes (_instance_class),
+    motion (moving_instances), render indices after the table's, in id order; RowbeamError (one line) on a
+    duplicate id, more than MAX_INSTANCES instances or too many render indices."""
     rows, seen = [], {e.id: e.obj_name for e in table}
     now = collect_instances(scene, view_layer)
     moving = moving_instances(scene, view_layer) if now else set()
