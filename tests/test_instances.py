@@ -167,10 +167,13 @@ def test_instance_ids_are_stable_across_events_and_exports(city, tmp_path):
     ids = [sorted((o["name"], o["id"]) for o in json.loads(p.read_text())["objects"]) for p in events]
     assert len(ids) == 2 and ids[0] == ids[1]
     r = run_python("render_export.py", city.blend, "--rig", city.rig, "--out", tmp_path / "again",
-                   "--first-event", 1, "--count", 1, "-q")
+                   "--first-event", 1, "--count", 2, "--flow", "-q")
     assert r.returncode == 0, r.stderr
-    (again,) = sorted((tmp_path / "again").glob("events/*/*/manifest.json"))
-    assert sorted((o["name"], o["id"]) for o in json.loads(again.read_text())["objects"]) == ids[0]
+    for again in sorted((tmp_path / "again").glob("events/*/*/manifest.json")):
+        assert sorted((o["name"], o["id"]) for o in json.loads(again.read_text())["objects"]) == ids[0]
+    assert len(list((tmp_path / "again").glob("flows/*/*/manifest.json"))) == 1       # flow over instances
+    report, failed = failures(tmp_path / "again")
+    assert report["status"] == "pass", [(f["check"], f["message"]) for f in failed]
 
 
 def test_checker_fails_pixels_given_to_the_wrong_instance(city, tmp_path):
@@ -248,3 +251,41 @@ def test_instances_beyond_the_declared_bound_are_one_line_exit_2(city, monkeypat
                                   first_event=1, count=1, device="cpu"))
     assert "more than 5 rendered instances" in str(err.value) and "\n" not in str(err.value)
     assert err.value.exit_code == 2 and not (city.bundle.parent / "bound").exists()
+
+
+def lidar_in_instanced_room(steps: int = 256):
+    """The LiDAR box room with a 1 m cube collection-instanced twice (nested: a block of two) in front of the
+    mount."""
+    import bpy
+
+    from rowbeam.blender.scenes import lidar_calibration as lc
+
+    truth, rig = lc.box_room(steps)
+    cube_c, block_c = bpy.data.collections.new("Crate"), bpy.data.collections.new("Crates")
+    crate = common.add_box("crate", (1.0, 1.0, 1.0), (0, 0, 0))
+    for c in crate.users_collection:
+        c.objects.unlink(crate)
+    cube_c.objects.link(crate)
+    common.tag(crate, 0xE001, "vehicle")
+    for name, y in (("crate_a", -1.0), ("crate_b", 1.0)):
+        _empty(name, cube_c, _translation(0, y, 0), cube_c, block_c)
+    top = _empty("crates", block_c, _translation(2.5, 0.0, 1.2), block_c, bpy.context.scene.collection)
+    common.tag(top, 0xE002, None)
+    return truth, rig
+
+
+def test_lidar_beams_on_instances_carry_each_instance_id(exports):
+    """Each crate instance's beams carry its own render index; the verification's BVH ray casts (scene.ray_cast,
+    hit object and instance matrix) name the same instance."""
+    e = exports("lidar_instances", lidar_in_instanced_room)
+    m, a = load_event(e.event)
+    insts = {o["render_index"]: o for o in m["objects"] if "instance" in o}
+    assert len(insts) == 2 and all(o["class_id"] == 4 for o in insts.values())
+    ids, counts = np.unique(a["instance_id"], return_counts=True)
+    hits = {int(i): int(n) for i, n in zip(ids, counts, strict=True) if int(i) in insts}
+    assert set(hits) == set(insts), hits                                      # both crates are hit
+    checked = [f["firing"] for f in m["method"]["verification"]["firings"]]
+    on_instances = int(np.isin(a["instance_id"][checked], list(insts)).sum())
+    assert on_instances > 0 and m["method"]["verification"]["id_mismatch_beams"] == 0   # BVH casts agree
+    report, failed = failures(e.bundle)
+    assert report["status"] == "pass", [(f["check"], f["message"]) for f in failed]

@@ -69,8 +69,11 @@ def load_event(event_dir: Path, names=NEEDED) -> tuple[dict, dict]:
 
 def _object_luts(ctx, rigid, deforming, t_src, t_dst):
     """(render index -> rigid slot (-1 none), -> deforming slot (-1 none), -> undefined) and the reason per
-    object name for the objects whose correspondence is undefined because they are hidden at one endpoint."""
-    size = max((e.render_index for e in ctx.table), default=0) + 1
+    object name for the objects whose correspondence is undefined because they are hidden at one endpoint.
+    Instances (rowbeam.blender.objects.instances): a static one is static scene geometry; a moving one's
+    correspondence is undefined (its material points are not tracked)."""
+    instances = ctx.instances.entries if ctx.instances else []
+    size = max([e.render_index for e in ctx.table] + [e.render_index for e in instances] + [0]) + 1
     slot = np.full(size, -1, np.int64)
     dslot = np.full(size, -1, np.int64)
     undefined = np.zeros(size, np.uint8)
@@ -90,6 +93,10 @@ def _object_luts(ctx, rigid, deforming, t_src, t_dst):
             slot[e.render_index] = rigid.index(e.obj_name)
         if e.obj_name in deforming:
             dslot[e.render_index] = deforming.index(e.obj_name)
+    for e in instances:
+        if e.motion != "static":
+            undefined[e.render_index] = 1
+            reasons[e.obj_name] = "moving instance: its material points are not tracked"
     return slot, dslot, undefined, reasons
 
 

@@ -290,6 +290,29 @@ def resolve_index(index_pass, random_pass, insts: InstanceSet) -> np.ndarray:
     return out
 
 
+def instance_lookup(insts: InstanceSet):
+    """A function (hit object, hit matrix (4, 4)) -> render index of the instance a scene.ray_cast hit (object and
+    matrix as ray_cast returns them) belongs to, or None; built from the evaluated scene now (its current time)."""
+    import bpy
+
+    want = {(insts.instancer[ri], insts.path[ri]): ri for ri in insts.instancer}
+    by_object: dict = {}
+    for inst in bpy.context.evaluated_depsgraph_get().object_instances:
+        if inst.is_instance and inst.show_self:
+            ri = want.get((inst.parent.original.name, _trim(inst.persistent_id)))
+            if ri is not None:
+                by_object.setdefault(inst.object.original.name, []).append(
+                    (np.array(inst.matrix_world, dtype=np.float64), ri))
+
+    def lookup(obj, matrix):
+        M = np.array(matrix, dtype=np.float64)
+        for Mi, ri in by_object.get(obj.original.name if obj is not None else None, ()):
+            if np.allclose(Mi, M, rtol=0.0, atol=1e-6):
+                return ri
+        return None
+    return lookup
+
+
 def instance_geometry(scene, view_layer, insts: InstanceSet) -> dict:
     """{render index: (world matrix (4, 4), local vertices (V, 3), triangles (F, 3))} of the instances rendered in
     the evaluated scene now (its current time); an instance without mesh geometry is left out. Meshes are read

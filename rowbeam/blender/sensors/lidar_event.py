@@ -35,6 +35,7 @@ from rowbeam.blender.cycles.osl_camera import custom_camera_device
 from rowbeam.blender.compat.scene_clock import pose_method, rigid_poses, set_time
 from rowbeam.blender.compat.scene_patch import ScenePatch
 from rowbeam.blender.export.verify import verify_rows
+from rowbeam.blender.objects.instances import instance_lookup, resolve_index, setup_instance_passes
 
 LIDAR_METHOD = ("cycles_osl_lidar_camera: one Cycles render (several over contiguous firing ranges when the sweep "
                 "needs more rows than one render has, see cycles.renders) through a generated OSL camera whose image "
@@ -160,6 +161,7 @@ def beam_renders(ctx, sensor, timing, layout, shader):
         apply_surface_policy(p, scene, ctx.view_layer, label_materials(objects), sensor.surface_policy,
                              cs.TRUE_NORMAL_AOV)
         cs.set_render_indices(p, scene, ctx.table)
+        setup_instance_passes(p, scene, ctx.view_layer, ctx.instances, objects)
         parts = [_render_part(p, ctx, sensor, timing, layout, part, objects, shader) for part in renders]
         yield {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}, device
 
@@ -177,6 +179,8 @@ def _render_part(p, ctx, sensor, timing, layout, part, objects, shader=lidar_sha
                      [o for o in objects if o.name not in static] + [cam, mount],
                      [o for o in objects if o.name in static])
     passes = cs.render_passes(scene, ctx.view_layer)
+    if ctx.instances:           # instanced geometry: each instance's render index (objects/instances.py)
+        passes["index"] = resolve_index(passes["index"], passes.pop("instance_random", None), ctx.instances)
     shape = passes["position"].shape[:2]
     if shape != (part.rows, layout.width):
         raise RuntimeError(f"Cycles rendered {shape[0]}x{shape[1]} rows x columns for a LiDAR render of "
@@ -206,12 +210,14 @@ def _cast_verification_firings(ctx, sensor, timing, poses, directions, offsets, 
         for g, offset in enumerate(offsets):
             set_time(scene, ctx.clock, timing.firing_time_exact(k) + offset)
             depsgraph = bpy.context.evaluated_depsgraph_get()
+            instance_of = instance_lookup(ctx.instances) if ctx.instances else (lambda obj, M: None)
             R, o = poses[k, g, :3, :3], poses[k, g, :3, 3]
             for c in (c for c in range(sensor.channels) if group_of_channel[c] == g):
-                hit, loc, _, _, obj, _ = scene.ray_cast(depsgraph, o.tolist(), (R @ directions[k, c]).tolist())
+                hit, loc, _, _, obj, M = scene.ray_cast(depsgraph, o.tolist(), (R @ directions[k, c]).tolist())
                 rng = float(np.linalg.norm(np.array(loc) - o)) if hit else np.inf
                 ok = hit and sensor.min_range_m <= rng <= sensor.max_range_m
-                beams.append((c, name_to_index.get(obj.name, -1) if ok else 0, rng, ok))
+                expected = (instance_of(obj, M) or name_to_index.get(obj.name, -1)) if ok else 0
+                beams.append((c, expected, rng, ok))
         out.append((k, beams))
     return out
 
