@@ -11,6 +11,8 @@ and counted in the sidecar.
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 from pathlib import Path
 
@@ -148,7 +150,7 @@ def export_coco(bundle_path, out, sensor: str | None = None) -> dict:
     side = check_output_file(Path(str(out) + ".json"), bundle.path)
     images_dir = check_output_dir(out.parent / f"{out.stem}_images", bundle.path)
     doc, stats = coco_document(bundle, sensor, images_dir.name)
-    with staged_dir(images_dir) as stage:
+    with staged_dir(images_dir) if stats["images"] else contextlib.nullcontext() as stage:
         for name, (pixels, _) in stats["images"].items():
             write_file(stage / Path(name).name, png_bytes(pixels, 8))
         write_file(out, json.dumps(doc, separators=(",", ":")).encode() + b"\n")
@@ -162,6 +164,4 @@ def export_coco(bundle_path, out, sensor: str | None = None) -> dict:
         except BaseException:
             out.unlink(missing_ok=True)                # never a file without its sidecar
             raise
-    if not stats["images"]:
-        images_dir.rmdir()
     return meta
