@@ -62,8 +62,8 @@ def loads_user_json(data, source: str, what: str):
     try:
         document = json.loads(data, parse_constant=_refuse_non_finite, parse_float=_finite_float)
     except _NonFinite as exc:
-        raise RowbeamError(f"{source}: {what} holds the number {str(exc)[:40]}; only finite numbers are allowed") \
-            from None
+        raise RowbeamError(f"{source}: {what} {_non_finite_where(data, str(exc)[:40])}; only finite numbers are "
+                           "allowed") from None
     except RecursionError:
         raise RowbeamError(f"{source}: {what} is nested deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:              # JSONDecodeError, UnicodeDecodeError, an integer of > 4300 digits
@@ -72,6 +72,17 @@ def loads_user_json(data, source: str, what: str):
     if problem:
         raise RowbeamError(f"{source}: {what}: {problem}")
     return document
+
+
+def _non_finite_where(data, literal: str) -> str:
+    """'holds the number NaN at sensors[0].lens.D[1]': where the first non-finite number is (parsed leniently,
+    NaN/Infinity/overflowing literals as floats); without the place when the text does not parse that way."""
+    try:
+        problem = document_problem(json.loads(data))
+    except (ValueError, RecursionError):
+        problem = None
+    where = problem.split(": ")[0] if problem else None
+    return f"holds the number {literal} at {where}" if where else f"holds the number {literal}"
 
 
 def _clean(node, depth: int, max_depth: int) -> bool:

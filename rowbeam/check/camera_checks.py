@@ -177,6 +177,9 @@ def check_lens_against_rig(manifest: dict, spec: LensSpec, add) -> None:
         problems.append(f"model {cal.get('projection')!r} / {dist.get('model')!r} vs the rig's {spec.model!r}")
     if list(dist.get("coefficients", [])) != list(spec.D):
         problems.append(f"D {dist.get('coefficients')} vs the rig's {list(spec.D)}")
+    declared_fov = dist.get("valid_domain", {}).get("fov_deg")
+    if declared_fov != spec.fov_deg:
+        problems.append(f"fov_deg {declared_fov} vs the rig's {spec.fov_deg}")
     if spec.K is not None and np.abs(np.array(cal["K"], np.float64) - np.array(spec.K)).max() != 0:
         problems.append("K differs from the rig's lens.K")
     if spec.K is None and cal.get("blender_camera") is None:

@@ -420,14 +420,16 @@ def range_factor(lens: Lens, u, v) -> np.ndarray:
 # ----- making a lens: valid domain and refusals ------------------------------------------------------------
 
 def lens_from_calibration(cal: dict) -> Lens | None:
-    """The Lens a manifest's calibration declares (projection, distortion, K, image_size_px); None for the plain
-    pinhole (projection pinhole, distortion none). RowbeamError if the declared lens does not build."""
+    """The Lens a manifest's calibration declares (projection, distortion with its valid_domain.fov_deg, K,
+    image_size_px); None for the plain pinhole (projection pinhole, distortion none). RowbeamError if the declared
+    lens does not build."""
     dist = cal.get("distortion", {})
     if cal.get("projection", "pinhole") == "pinhole" and dist.get("model", "none") == "none":
         return None
     model = "pinhole" if dist.get("model") == "none" else dist.get("model")
     W, H = cal["image_size_px"]
-    return make_lens(LensSpec(model, tuple(dist.get("coefficients", ()))), cal["K"], W, H,
+    fov = dist.get("valid_domain", {}).get("fov_deg")       # a fisheye's declared field of view bounds its domain
+    return make_lens(LensSpec(model, tuple(dist.get("coefficients", ())), fov_deg=fov), cal["K"], W, H,
                      where="calibration.distortion")
 
 

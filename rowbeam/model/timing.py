@@ -41,6 +41,15 @@ def exact(x) -> Fraction:
     return Fraction(repr(float(x)))
 
 
+def exact_ns_text(value: Fraction) -> str:
+    """An exact duration in ns as text: '55555556 ns' for an integer, '500000000/9 ns (55555555.556 ns)' otherwise
+    (never a rounded value that could equal a neighbouring integer)."""
+    value = Fraction(value)
+    if value.denominator == 1:
+        return f"{value.numerator} ns"
+    return f"{value.numerator}/{value.denominator} ns ({float(value):.3f} ns)"
+
+
 def periodic_event_start_ns(first_event_ns: int, rate_hz: float, index: int) -> int:
     """Start time (ns) of the index-th event of a periodic sensor: first + index * 1e9 / rate."""
     return first_event_ns + round_half_up(Fraction(index * NS_PER_S) / exact(rate_hz))

@@ -14,7 +14,7 @@ from rowbeam.model.frames import T_BLENDER_CAMERA_OPENCV
 from rowbeam.model.lens import LensSpec, make_lens, parse_lens_spec
 from rowbeam.model.modalities import CAMERA_MODALITIES
 from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy
-from rowbeam.model.timing import NS_PER_S, RollingShutterTiming, exact, periodic_event_start_ns
+from rowbeam.model.timing import NS_PER_S, RollingShutterTiming, exact, exact_ns_text, periodic_event_start_ns
 from rowbeam.sensors.registry import SensorType, register
 from rowbeam.util.errors import RowbeamError
 
@@ -65,7 +65,7 @@ def parse_camera_sensor(raw: dict, defaults: dict, where: str) -> CameraSensor:
     for key in ("readout_ns", "exposure_ns"):      # a row cannot expose or read out longer than a frame
         if values[key] > period:
             raise RowbeamError(f"{where}.{key}: {values[key]} ns is longer than the frame period "
-                               f"{float(period):.0f} ns (1/rate_hz)")
+                               f"{exact_ns_text(period)} (1/rate_hz)")
     values["lens"] = parse_lens_spec(values.get("lens"), f"{where}.lens")
     if values["lens"].K is not None and values.get("image_size_px"):     # else checked at export (K, size known)
         make_lens(values["lens"], None, *values["image_size_px"], where=f"{where}.lens")

@@ -24,7 +24,7 @@ from rowbeam.util.errors import RowbeamError
 from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy
 from rowbeam.sensors.lidar import beam_directions
 from rowbeam.model.modalities import RADAR_MODALITIES
-from rowbeam.model.timing import NS_PER_S, exact, periodic_event_start_ns, round_half_up
+from rowbeam.model.timing import NS_PER_S, exact, exact_ns_text, periodic_event_start_ns, round_half_up
 from rowbeam.sensors.registry import SensorType, register
 
 RADAR = "radar"
@@ -217,7 +217,7 @@ def parse_radar_sensor(raw: dict, defaults: dict, where: str) -> RadarSensor:
     train = values.get("chirp_offset_ns", 0) + values["chirps"] * values["chirp_period_ns"]
     if train > period:
         raise RowbeamError(f"{where}.chirp_period_ns: chirp_offset_ns + chirps x chirp_period_ns = {train} ns is "
-                           f"longer than the frame period {float(period):.0f} ns (1/rate_hz)")
+                           f"longer than the frame period {exact_ns_text(period)} (1/rate_hz)")
     return RadarSensor(azimuths_deg=az, elevations_deg=el, grid=grid, **values)
 
 

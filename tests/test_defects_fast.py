@@ -1,0 +1,116 @@
+"""Regressions found from outside, each pinned by a test that failed on the code before its fix (Blender-free)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from rowbeam.check.camera_checks import _manifest_lens, check_lens_against_rig
+from rowbeam.model.lens import LensSpec, make_lens
+from rowbeam.model.rig import load_rig, parse_rig
+from rowbeam.util.errors import RowbeamError
+
+K_FISH = [[110.0, 0.0, 159.5], [0.0, 110.0, 89.5], [0.0, 0.0, 1.0]]
+D_FISH = (-0.02, 0.01, -0.004, 0.0005)
+
+
+def _fisheye_calibration(fov_deg):
+    """A camera manifest's calibration block for a 320x180 fisheye exported with `fov_deg` (None: 180 deg)."""
+    lens = make_lens(LensSpec("opencv_fisheye", D_FISH, tuple(map(tuple, K_FISH)), fov_deg), None, 320, 180)
+    return {"K": K_FISH, "K_source": "rig", "image_size_px": [320, 180], "projection": "opencv_fisheye",
+            "distortion": lens.to_manifest()}
+
+
+def _results(cal):
+    got = {}
+    _manifest_lens(cal, np.array(cal["K"]), lambda name, ok, msg, **kw: got.setdefault(name, (ok, msg)))
+    return got
+
+
+@pytest.mark.parametrize("fov", [None, 85.0, 120.0, 179.0])
+def test_fisheye_domain_with_a_declared_fov_is_the_checkers(fov):
+    """The checker rebuilds the lens with the declared fov_deg: an 85 deg fisheye's theta_max = 42.5 deg."""
+    cal = _fisheye_calibration(fov)
+    ok, msg = _results(cal)["lens_model"]
+    assert ok, msg
+    if fov is not None:
+        assert cal["distortion"]["valid_domain"]["theta_max_rad"] == pytest.approx(math.radians(fov) / 2)
+
+
+@pytest.mark.parametrize("plant", ["fov_only", "theta_only"])
+def test_fisheye_wrong_declared_domain_fails_lens_model(plant):
+    cal = _fisheye_calibration(85.0)
+    dom = cal["distortion"]["valid_domain"]
+    if plant == "fov_only":
+        dom["fov_deg"] = 90.0                       # theta_max_rad still 42.5 deg
+    else:
+        dom["theta_max_rad"] = math.radians(45.0)   # fov_deg still 85
+    ok, _ = _results(cal)["lens_model"]
+    assert not ok
+
+
+def test_fisheye_fov_differing_from_the_rig_fails_lens_rig():
+    """A manifest consistently declaring 90 deg (domain recomputed) when the rig says 85 deg: lens_rig fails."""
+    cal = _fisheye_calibration(90.0)
+    got = {}
+    spec = LensSpec("opencv_fisheye", D_FISH, tuple(map(tuple, K_FISH)), 85.0)
+    check_lens_against_rig({"calibration": cal}, spec, lambda n, ok, msg, **kw: got.setdefault(n, (ok, msg)))
+    assert got["lens_rig"][0] is False and "fov_deg" in got["lens_rig"][1]
+    got.clear()
+    check_lens_against_rig({"calibration": _fisheye_calibration(85.0)}, spec,
+                           lambda n, ok, msg, **kw: got.setdefault(n, (ok, msg)))
+    assert got["lens_rig"][0] is True, got
+
+
+RIG = {"schema": "rowbeam/rig@1", "sensors": [{
+    "id": "cam", "type": "rolling_shutter_camera", "object": "Camera", "rate_hz": 10, "first_event_ns": 0,
+    "readout_ns": 1000000, "exposure_ns": 100000, "readout_direction": "top_to_bottom", "image_size_px": [640, 480],
+    "lens": {"model": "opencv", "D": [0.1, 0.0, 0.0, 0.0]}}]}
+
+
+@pytest.mark.parametrize("literal, index", [("NaN", 0), ("Infinity", 1), ("-Infinity", 3), ("1e999", 2)])
+def test_non_finite_lens_coefficient_in_a_rig_file_is_named(tmp_path, literal, index):
+    """NaN / Infinity / an overflowing literal in the rig file: one line naming sensors[0].lens.D[i]."""
+    text = json.dumps(RIG)
+    D = [0.1, 0.0, 0.0, 0.0]
+    D[index] = "@@"
+    text = text.replace("[0.1, 0.0, 0.0, 0.0]", json.dumps(D).replace('"@@"', literal))
+    path = tmp_path / "rig.json"
+    path.write_text(text)
+    with pytest.raises(RowbeamError) as e:
+        load_rig(path)
+    msg = str(e.value)
+    assert "\n" not in msg and f"sensors[0].lens.D[{index}]" in msg and "finite" in msg, msg
+
+
+def _radar(rate_hz, chirps, chirp_period_ns):
+    return {"schema": "rowbeam/rig@1", "sensors": [{
+        "id": "radar", "type": "radar", "object": "Radar", "rate_hz": rate_hz, "first_frame_ns": 0,
+        "chirps": chirps, "chirp_period_ns": chirp_period_ns, "azimuth_fov_deg": [-40.0, 40.0],
+        "elevation_fov_deg": [-6.0, 6.0], "azimuth_beams": 8, "elevation_beams": 2, "min_range_m": 0.5,
+        "max_range_m": 80.0, "max_radial_velocity_mps": 60.0}]}
+
+
+def test_radar_refusal_at_the_frame_period_boundary_prints_exact_values():
+    """18 Hz: the frame is 500000000/9 = 55555555.56 ns; a 55555556 ns chirp train is refused, 55555555 accepted,
+    and the message never shows a rounded period equal to the refused train."""
+    parse_rig(_radar(18, 5, 11111111))                       # 55555555 ns fits
+    with pytest.raises(RowbeamError) as e:
+        parse_rig(_radar(18, 4, 13888889))                   # 55555556 ns
+    msg = str(e.value)
+    assert "55555556 ns is longer than the frame period" in msg and "500000000/9 ns" in msg, msg
+    assert "frame period 55555556 ns" not in msg
+
+
+def test_camera_refusal_at_the_frame_period_boundary_prints_exact_values():
+    rig = json.loads(json.dumps(RIG))
+    rig["sensors"][0].update(rate_hz=18, readout_ns=55555556, exposure_ns=1000)
+    del rig["sensors"][0]["lens"]
+    with pytest.raises(RowbeamError) as e:
+        parse_rig(rig)
+    msg = str(e.value)
+    assert "readout_ns: 55555556 ns is longer than the frame period 500000000/9 ns" in msg, msg
+    rig["sensors"][0]["readout_ns"] = 55555555
+    parse_rig(rig)
