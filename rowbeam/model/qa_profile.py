@@ -35,6 +35,8 @@ LIDAR_CAMERA_Z_REL_TOL = 1e-3            # + neighbouring rows' poses differ by 
 FLOW_DEPTH_TEST_ABS_M = 0.02        # dest_visible depth test: inverse-depth interpolation across a pixel on
 FLOW_DEPTH_TEST_REL = 0.01          # slanted faces, not occluders (those show another object id)
 FLOW_CYCLE_TOL_PX = 0.1             # forward then backward (bilinear) returns within 0.1 px where both visible
+FLOW_CYCLE_KINK_PX = 0.02           # a forward flow second difference above this is a fold (hinge, triangle edge):
+FLOW_CYCLE_KINK_REACH_PX = 2        # pixels within this reach of a fold are not round-trip compared
 FLOW_REPROJECTION_TOL_PX = 1e-3     # flow = projection of (source point + scene flow) at the landing row
 FLOW_SCENE_FLOW_TOL_M = 1e-4        # scene flow consistency (float32 storage of metres-scale vectors)
 

@@ -1,0 +1,116 @@
+"""flow_cycle_consistency on synthetic flow fields with closed-form truth (Blender-free): exact where the flow is
+smooth, not fooled by a fold (a skinned hinge, triangle edges) or an occlusion edge, and a wrong return flow fails."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rowbeam.check.flow_checks import _check_cycle, cycle_residuals, non_smooth
+from rowbeam.model import qa_profile as tol
+
+H, W = 12, 48
+K = np.array([[50.0, 0.0, W / 2 - 0.5], [0.0, 50.0, H / 2 - 0.5], [0.0, 0.0, 1.0]])
+
+
+def _event(ids):
+    """Endpoint arrays of a fronto-parallel plane at z = 5 m seen by a static camera; `ids` (H, W) instance ids."""
+    n = np.zeros((H, W, 3), np.float32)
+    n[..., 2] = -1.0
+    return {"instance_id": ids.astype(np.int32), "normal_geometric": n, "camera_z": np.full((H, W), 5.0, np.float32),
+            "row_T_world_camera": np.repeat(np.eye(4)[None], H, axis=0), "valid": np.ones((H, W), np.uint8)}
+
+
+def _hinge(kink_u=20.5, offset=0.25, k=0.25):
+    """Forward u -> u + offset left of the fold at source u = kink_u, u -> kink_u + offset + (u - kink_u) k right of it
+    (a strip folding at a hinge: piecewise affine, continuous); backward is its exact inverse where it exists."""
+    u = np.arange(W, dtype=np.float64)[None, :].repeat(H, 0)
+    q = np.where(u < kink_u, u + offset, kink_u + offset + (u - kink_u) * k)
+    kink_q = kink_u + offset
+    p = np.where(u < kink_q, u - offset, kink_u + (u - kink_q) / k)
+    fwd = np.stack([q - u, np.zeros_like(u)], -1).astype(np.float32)
+    bwd = np.stack([p - u, np.zeros_like(u)], -1).astype(np.float32)
+    vis_f = (q >= 0) & (q <= W - 1)
+    vis_b = (p >= 0) & (p <= W - 1)
+    return {"flow_forward": fwd, "flow_backward": bwd, "flow_forward_dest_visible": vis_f.astype(np.uint8),
+            "flow_backward_dest_visible": vis_b.astype(np.uint8)}
+
+
+def _run(arrays, src, dst):
+    got = {}
+    _check_cycle(K, arrays, src, dst, lambda name, ok, msg, **kw: got.setdefault(name, (ok, msg, kw)))
+    return got["flow_cycle_consistency"]
+
+
+def test_bilinear_return_across_a_fold_is_not_exact():
+    """The closed form: bilinear interpolation of the exact inverse across the fold misses by up to
+    o (0.5 - o) (1/k - 1) px; here more than the tolerance (the reason the fold is not compared)."""
+    a = _hinge()
+    ids = np.ones((H, W))
+    every = {**a}
+    err, _ = cycle_residuals(every, _event(ids), _event(ids))      # K None: no plane key
+    assert err.size > 0
+    folded = non_smooth(a["flow_forward"], ids, a["flow_forward_dest_visible"].astype(bool))
+    assert folded.any() and not folded[:, :15].any() and not folded[:, 26:].any()
+
+
+def test_fold_is_not_compared_and_the_rest_is_exact():
+    a, ids = _hinge(), np.ones((H, W))
+    ok, msg, values = _run(a, _event(ids), _event(ids))
+    assert ok, msg
+    assert values["worst_px"] < 1e-5 and values["non_smooth_pixels"] > 0 and values["pixels"] > 20 * H
+
+
+def test_fold_compared_anyway_fails(monkeypatch):
+    """Without the fold exclusion (a kink threshold no fold exceeds) the correct hinge flow fails: what the exclusion
+    is for."""
+    monkeypatch.setattr(tol, "FLOW_CYCLE_KINK_PX", 1e9)
+    ok, _, values = _run(_hinge(), _event(np.ones((H, W))), _event(np.ones((H, W))))
+    assert not ok and values["worst_px"] > tol.FLOW_CYCLE_TOL_PX
+
+
+@pytest.mark.parametrize("shift", [0.3, -0.15, 0.11])
+def test_wrong_return_flow_fails_beside_a_fold(shift):
+    """A return flow off by `shift` px (> 0.1) everywhere: the smooth pixels catch it, the fold does not hide it."""
+    a = _hinge()
+    a["flow_backward"] = a["flow_backward"] + np.array([shift, 0.0], np.float32)
+    ok, _, values = _run(a, _event(np.ones((H, W))), _event(np.ones((H, W))))
+    assert not ok and values["worst_px"] == pytest.approx(abs(shift), abs=1e-4)
+
+
+def test_wrong_return_flow_of_0_09_px_passes_and_1_px_fails():
+    """The tolerance itself: 0.09 px passes, 1.0 px fails (a tolerance widened 10x would pass it)."""
+    ids = np.ones((H, W))
+    for shift, want in ((0.09, True), (1.0, False)):
+        a = _hinge()
+        a["flow_backward"] = a["flow_backward"] + np.array([0.0, shift], np.float32)
+        assert _run(a, _event(ids), _event(ids))[0] is want, shift
+
+
+def _occlusion():
+    """Object 1 static (u < 20 in the source); object 2 (u >= 20) moves 3 px left and covers u 17..19 of object 1 in
+    the destination. Every flow exact; the occluded source pixels are not forward-visible."""
+    src_ids = np.where(np.arange(W) < 20, 1, 2)[None, :].repeat(H, 0)
+    dst_ids = np.where(np.arange(W) < 17, 1, 2)[None, :].repeat(H, 0)
+    fwd = np.zeros((H, W, 2), np.float32)
+    fwd[src_ids == 2, 0] = -3.0
+    bwd = np.zeros((H, W, 2), np.float32)
+    bwd[dst_ids == 2, 0] = 3.0
+    u = np.arange(W)[None, :].repeat(H, 0)
+    vis_f = (src_ids == 2) | (u < 17)
+    vis_b = ((dst_ids == 2) & (u + 3 <= W - 1)) | (dst_ids == 1)
+    return ({"flow_forward": fwd, "flow_backward": bwd, "flow_forward_dest_visible": vis_f.astype(np.uint8),
+             "flow_backward_dest_visible": vis_b.astype(np.uint8)}, _event(src_ids), _event(dst_ids))
+
+
+def test_occlusion_edge_is_compared_exactly():
+    """An occlusion edge is no fold: no pixel is left out for smoothness, the round trip is exact beside it."""
+    a, src, dst = _occlusion()
+    assert not non_smooth(a["flow_forward"], src["instance_id"], a["flow_forward_dest_visible"].astype(bool)).any()
+    ok, msg, values = _run(a, src, dst)
+    assert ok and values["non_smooth_pixels"] == 0 and values["worst_px"] == 0.0, msg
+    _, pixels = cycle_residuals(a, src, dst, K)
+    assert pixels[:, 15].all() and pixels[:, 20].all()               # the pixels beside both edges take part
+    b = a["flow_backward"].copy()
+    b[dst["instance_id"] == 2, 0] += 0.5                              # the occluder's return flow wrong
+    a["flow_backward"] = b
+    assert not _run(a, src, dst)[0]
