@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rowbeam.util.errors import RowbeamError
 
-from .worker import EXIT_REFUSED, child_env, read_status
+from .worker import EXIT_REFUSED, child_env, mark_died, read_status
 
 WORKER = ["-m", "rowbeam", "farm", "worker"]
 
@@ -44,8 +44,10 @@ def run_local(plan: dict, plan_dir: Path, shard_ids: list, workers: int, retries
         for attempt in range(max(0, retries) + 1):
             rc = subprocess.run(worker_argv(plan_dir, shard_id), env=child_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode
+            died = mark_died(plan_dir, shard_id, rc)           # killed before it could record an outcome
             state = (read_status(plan_dir, shard_id) or {}).get("state", "?")
-            say(f"rowbeam farm: shard {shard_id} attempt {attempt + 1}: {state} (exit {rc})")
+            how = f"killed by {died['killed_by']}" if died and "killed_by" in died else f"exit {rc}"
+            say(f"rowbeam farm: shard {shard_id} attempt {attempt + 1}: {state} ({how})")
             if rc in (0, EXIT_REFUSED):
                 return rc
         return rc

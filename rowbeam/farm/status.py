@@ -9,13 +9,18 @@ from .worker import read_status
 
 
 def _alive(pid) -> bool:
+    """The process exists and is no zombie (a killed worker its parent has not reaped yet is dead)."""
     try:
         os.kill(int(pid), 0)
     except (TypeError, ValueError, ProcessLookupError):
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def farm_status(plan_dir) -> dict:
@@ -31,7 +36,8 @@ def farm_status(plan_dir) -> dict:
             state = "died"                 # its worker is gone from this host: `farm run` reruns it (resumes)
         rows.append({"id": sh["id"], "scenario": sh["scenario"], "sensor": sh["sensor"], "events": sh["count"],
                      "state": state, "attempts": st.get("attempts", 0), "seconds": st.get("seconds"),
-                     "quarantined": [q["sample_id"] for q in st.get("quarantined", [])]})
+                     "quarantined": [q["sample_id"] for q in st.get("quarantined", [])],
+                     **({"killed_by": st["killed_by"]} if "killed_by" in st else {})})
         if state in ("done", "quarantined"):
             done_events += sh["count"]
             seconds += float(st.get("seconds") or 0.0)
@@ -50,7 +56,8 @@ def status_lines(s: dict) -> list[str]:
     for r in s["shards"]:
         took = "" if r["seconds"] is None else f"  {r['seconds']:.1f} s"
         q = f"  quarantined: {', '.join(r['quarantined'])}" if r["quarantined"] else ""
-        lines.append(f"{r['id']}  {r['scenario']}/{r['sensor']}  {r['events']} event(s)  {r['state']}{took}"
+        state = f"{r['state']} (killed by {r['killed_by']})" if r["state"] == "died" and "killed_by" in r else r["state"]
+        lines.append(f"{r['id']}  {r['scenario']}/{r['sensor']}  {r['events']} event(s)  {state}{took}"
                      f"  attempts {r['attempts']}{q}")
     rate = s["events_per_s_per_worker"]
     eta = s["eta_s_one_worker"]

@@ -88,6 +88,47 @@ def replay_command(plan_dir, sid: str) -> str:
     return shlex.join(["rowbeam", "replay", str(Path(plan_dir).resolve()), sid])
 
 
+PR_SET_PDEATHSIG = 1        # linux/prctl.h
+
+
+def _die_with_parent(parent_pid: int):
+    """preexec_fn of a worker's child (Linux): the kernel sends it SIGKILL when the worker dies (killed with
+    SIGKILL or otherwise), so a killed worker leaves no export running beside its retry."""
+    def arm() -> None:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent_pid:          # the worker died before the request was armed
+            os._exit(137)
+    return arm
+
+
+def spawn_child(argv: list, cwd, stdout) -> subprocess.Popen:
+    """Start a worker's child process (stderr into `stdout`) that dies with the worker (Linux: parent-death
+    signal; elsewhere a plain child)."""
+    preexec = _die_with_parent(os.getpid()) if sys.platform.startswith("linux") else None
+    return subprocess.Popen(argv, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT, env=child_env(),
+                            preexec_fn=preexec)
+
+
+def mark_died(plan_dir: Path, shard_id: str, worker_rc: int) -> dict | None:
+    """After a worker exited without recording an outcome (killed: `worker_rc` < 0 is the signal), its shard's
+    status still says running: record `died` with the worker's exit status. Returns the new status (None: the
+    worker had recorded its outcome)."""
+    st = read_status(plan_dir, shard_id)
+    if not st or st.get("state") != "running":
+        return None
+    doc = {k: v for k, v in st.items() if k not in ("schema", "shard")}
+    doc.update(state="died", worker_exit_code=worker_rc)
+    if worker_rc < 0:
+        import signal
+
+        doc["killed_by"] = signal.Signals(-worker_rc).name if -worker_rc in signal.valid_signals() else str(-worker_rc)
+    _write_status(plan_dir, shard_id, doc)
+    return read_status(plan_dir, shard_id)
+
+
 def run_shard(plan_dir, shard_id: str) -> int:
     plan, plan_dir = load_plan(plan_dir)
     shard = shard_by_id(plan, shard_id)
@@ -108,8 +149,7 @@ def run_shard(plan_dir, shard_id: str) -> int:
     with open(log, "ab") as f:
         f.write(f"--- attempt {attempt} pid {os.getpid()} host {platform.node()}: {shard['command']}\n".encode())
         f.flush()
-        child = subprocess.Popen(python_argv(shard["argv"]), cwd=plan_dir, stdout=f, stderr=subprocess.STDOUT,
-                                 env=child_env())
+        child = spawn_child(python_argv(shard["argv"]), cwd=plan_dir, stdout=f)
         _write_status(plan_dir, shard_id, {**base, "state": "running", "started_unix": round(t0, 3),
                                            "child_pid": child.pid})
         rc = child.wait()
