@@ -114,3 +114,44 @@ def test_camera_refusal_at_the_frame_period_boundary_prints_exact_values():
     assert "readout_ns: 55555556 ns is longer than the frame period 500000000/9 ns" in msg, msg
     rig["sensors"][0]["readout_ns"] = 55555555
     parse_rig(rig)
+
+
+# ----- dataset hash: what it covers ----------------------------------------------------------------------------
+
+def _sample():
+    m = {"sample_id": "s1", "build": {"blend_sha256": "a" * 64, "rig_sha256": "b" * 64, "contracts_version": 1,
+                                      "git_revision": "x"},
+         "run": {"host": "h"}, "modalities": {"camera_z": {"uri": "camera_z.exr", "sha256": "c" * 64, "dtype": "f4"}}}
+    return m, {"camera_z": np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5}
+
+
+def test_dataset_hash_covers_the_blend_bytes_as_docs_farm_says():
+    """Re-saving a .blend changes its bytes: the sample content hash changes (docs/farm.md says so plainly)."""
+    from pathlib import Path
+
+    from rowbeam.farm.dataset import sample_content_hash
+
+    m, a = _sample()
+    h0 = sample_content_hash(m, a)[0]
+    m2 = json.loads(json.dumps(m))
+    m2["build"]["blend_sha256"] = "d" * 64
+    assert sample_content_hash(m2, a)[0] != h0
+    m3 = json.loads(json.dumps(m))
+    m3["run"]["host"], m3["build"]["git_revision"] = "other", "y"                 # not covered
+    m3["modalities"]["camera_z"]["uri"] = "elsewhere.exr"
+    assert sample_content_hash(m3, a)[0] == h0
+    text = " ".join((Path(__file__).parent.parent / "docs" / "farm.md").read_text().split())
+    assert "covers the **.blend file's bytes**" in text and "dataset hash change" in text
+
+
+def test_dataset_hash_sees_a_reshape_and_a_rounding_boundary():
+    from rowbeam.farm.dataset import NUMERIC_TOLERANCE, array_digest
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert array_digest("valid", a) != array_digest("valid", a.reshape(4, 3))
+    assert array_digest("valid", a) != array_digest("valid", a.reshape(12))
+    t = NUMERIC_TOLERANCE["camera_z"]
+    base = np.array([3.0], np.float64)
+    assert array_digest("camera_z", base) == array_digest("camera_z", base + 0.4 * t)      # within, same grid point
+    assert array_digest("camera_z", base) != array_digest("camera_z", base + 0.6 * t)      # across the boundary
+    assert array_digest("camera_z", np.array([-0.0])) == array_digest("camera_z", np.array([0.0]))
