@@ -249,7 +249,8 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
         else "mask_index / canvas_mask_index do not map one-to-one onto the mask payload rows")
     if not ok:
         return
-    cam_ok = np.allclose(arrays["canvas_row_T_world_camera"][H:2 * H], arrays["row_T_world_camera"], atol=1e-9)
+    cam_ok = np.allclose(arrays["canvas_row_T_world_camera"][H:2 * H], arrays["row_T_world_camera"], rtol=0.0,
+                         atol=1e-9)
     t_ok = np.array_equal(arrays["canvas_row_time_ns"][H:2 * H], arrays["row_time_ns"]) if "row_time_ns" in arrays \
         else True
     add("objects:canvas_rows", bool(cam_ok and t_ok), "canvas rows H..2H-1 equal the image rows' times and poses"
@@ -308,6 +309,8 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
                 problems["poses"].append(f"{name}: {key} is not rigid")
         if (o["centroid_row"] is None) != (n_vis == 0):
             problems["poses"].append(f"{name}: centroid_row must be null exactly when no pixel is visible")
+        elif o["centroid_row"] is not None and not pix.size:
+            problems["poses"].append(f"{name}: centroid_row given but none of its pixels is visible")
         elif o["centroid_row"] is not None:
             rows = pix // W
             if o["centroid_row"] != int(np.floor(rows.mean() + 0.5)) or \

@@ -1,0 +1,271 @@
+"""Planted faults for the checks that had none: each plants one fault in a copy of a correct export (payload
+re-encoded with the exporter's writers and rehashed, so integrity passes) and asserts that very check's status is
+"fail" in the QA report dict. The radar export uses a rotated mount (yaw, pitch and roll), so a transposed
+rotation differs from the right one; the table check -> test -> assertion is in docs/check.md."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rowbeam.blender.scenes import radar_scenes as rs
+
+from .helpers import failures, load_event, rehash
+from .test_checker_faults import _copy, _edit_manifest, _replace, camera, plate_flow, room  # noqa: F401 (fixtures)
+from .test_object_labels import calib  # noqa: F401 (fixture)
+
+
+def status(root, check) -> set:
+    """The statuses of `check` over every event and the bundle block of the QA report of `root`."""
+    report, _ = failures(root)
+    got = {c["status"] for e in report["events"] for c in e["checks"] if c["check"] == check}
+    got |= {c["status"] for c in report.get("bundle", {}).get("checks", []) if c["check"] == check}
+    return got
+
+
+def fails(root, check) -> None:
+    got = status(root, check)
+    assert "fail" in got, f"{check}: {got or 'not run'}"
+
+
+def passes(root, check) -> None:
+    got = status(root, check)
+    assert got == {"pass"}, f"{check}: {got or 'not run'}"
+
+
+# -- camera -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [2, 255])
+def test_valid_values(camera, tmp_path, value):
+    root, ev = _copy(camera, tmp_path)
+    _, a = load_event(ev)
+    valid = a["valid"].copy()
+    valid[np.argwhere(valid == 1)[0][0], np.argwhere(valid == 1)[0][1]] = value
+    _replace(ev, "valid", valid)
+    fails(root, "valid_values")
+
+
+@pytest.mark.parametrize("plant", ["missing", "unknown"])
+def test_modalities_present(camera, tmp_path, plant):
+    root, ev = _copy(camera, tmp_path)
+    if plant == "missing":
+        m = _edit_manifest(ev, lambda m: m["modalities"].pop("camera_z"))
+    else:
+        m = _edit_manifest(ev, lambda m: m["modalities"].__setitem__("depth_extra", dict(m["modalities"]["range"])))
+    assert m
+    fails(root, "modalities_present")
+
+
+# -- LiDAR --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("delta", [1, 7])
+def test_beam_time_offsets(room, tmp_path, delta):
+    """The beam table's per-channel time offset (0 here, so only later) off the event's channel_time_offsets_ns."""
+    root, ev = _copy(room, tmp_path)
+    ch = 3
+    _edit_manifest(ev, lambda m: m["calibration"]["beams"]["channels"][ch].__setitem__(
+        "time_offset_ns", m["calibration"]["beams"]["channels"][ch]["time_offset_ns"] + delta))
+    fails(root, "beam_time_offsets")
+
+
+# -- flow ---------------------------------------------------------------------------------------------------------
+
+def test_flow_source_valid_differs_from_the_events_valid_plane(plate_flow, tmp_path):
+    """source_valid set at a pixel off every surface (valid 0 in the source event, correspondence undefined): the
+    flags still nest, only the comparison with the source event's valid plane can tell."""
+    root, flow = _copy(plate_flow, tmp_path, "flows")
+    _, a = load_event(flow)
+    sv, defined = a["flow_forward_source_valid"].copy(), a["flow_forward_correspondence_defined"]
+    r, c = np.argwhere((sv == 0) & (defined == 0))[0]
+    sv[r, c] = 1
+    _replace(flow, "flow_forward_source_valid", sv)
+    fails(root, "flow_forward_flags")
+
+
+def test_flow_lens_unusable(plate_flow, tmp_path):
+    """A flow manifest declaring a lens whose radial map turns back inside the image: flow_lens fails."""
+    root, flow = _copy(plate_flow, tmp_path, "flows")
+    _edit_manifest(flow, lambda m: (m["calibration"].update(projection="opencv"), m["calibration"].update(
+        distortion={"model": "opencv", "coefficients": [-0.9, 0.0, 0.0, 0.0, 0.0],
+                    "coefficient_names": ["k1", "k2", "p1", "p2", "k3"], "valid_domain": {}})))
+    fails(root, "flow_lens")
+
+
+# -- objects ------------------------------------------------------------------------------------------------------
+
+def _objects(ev):
+    return json.loads((ev / "manifest.json").read_text())["object_labels"]["objects"]
+
+
+@pytest.mark.parametrize("which", ["lowest", "highest"])
+def test_objects_listed(calib, tmp_path, which):
+    """A visible instance left without an entry (its entry renamed to an unused id): the lowest and the highest
+    visible instance, so an off-by-one in the listed check is caught."""
+    root, ev = _copy(calib[0], tmp_path)
+    _, a = load_event(ev)
+    seen = sorted(set(np.unique(a["instance_id"][a["instance_id"] > 0]).tolist()))
+    target = seen[0] if which == "lowest" else seen[-1]
+    _edit_manifest(ev, lambda m: next(o for o in m["object_labels"]["objects"] if o["instance_id"] == target)
+                   .update(instance_id=60000))
+    fails(root, "objects:listed")
+
+
+def test_objects_mask_index(calib, tmp_path):
+    root, ev = _copy(calib[0], tmp_path)
+    objs = [o for o in _objects(ev) if o["mask_index"] is not None]
+    assert len(objs) >= 2
+    _edit_manifest(ev, lambda m: next(o for o in m["object_labels"]["objects"] if o["name"] == objs[1]["name"])
+                   .update(mask_index=objs[0]["mask_index"]))
+    fails(root, "objects:mask_index")
+
+
+@pytest.mark.parametrize("plant", ["pose", "time"])
+def test_objects_canvas_rows(calib, tmp_path, plant):
+    """Canvas row H + 3 (image row 3): its camera pose moved 1 um, or its time 1 ns later."""
+    root, ev = _copy(calib[0], tmp_path)
+    m, a = load_event(ev)
+    H = m["calibration"]["image_size_px"][1]
+    if plant == "pose":
+        T = a["canvas_row_T_world_camera"].copy()
+        T[H + 3, 0, 3] += 1e-6
+        _replace(ev, "canvas_row_T_world_camera", T)
+    else:
+        t = a["canvas_row_time_ns"].copy()
+        t[H + 3] += 1
+        _replace(ev, "canvas_row_time_ns", t)
+    fails(root, "objects:canvas_rows")
+
+
+@pytest.mark.parametrize("key", ["visib_fract", "truncation_fraction", "occlusion_fraction"])
+def test_objects_fractions(calib, tmp_path, key):
+    root, ev = _copy(calib[0], tmp_path)
+    _edit_manifest(ev, lambda m: m["object_labels"]["objects"][0].update({key: m["object_labels"]["objects"][0][key]
+                                                                          + 1e-9}))
+    fails(root, "objects:fractions")
+
+
+@pytest.mark.parametrize("plant", ["scaled_reference", "centroid_row"])
+def test_objects_poses(calib, tmp_path, plant):
+    root, ev = _copy(calib[0], tmp_path)
+    name = next(o["name"] for o in _objects(ev) if o["centroid_row"] is not None
+                and o["T_camera_object_reference"] is not None)
+
+    def edit(m):
+        o = next(o for o in m["object_labels"]["objects"] if o["name"] == name)
+        if plant == "scaled_reference":
+            T = np.array(o["T_camera_object_reference"])
+            T[:3, :3] *= 1.001
+            o["T_camera_object_reference"] = T.tolist()
+        else:
+            o["centroid_row"] += 1
+    _edit_manifest(ev, edit)
+    fails(root, "objects:poses")
+
+
+def test_objects_payloads(calib, tmp_path):
+    """A needed payload (canvas_row_time_ns) that does not decode as declared: the object checks cannot run."""
+    root, ev = _copy(calib[0], tmp_path)
+    m = json.loads((ev / "manifest.json").read_text())
+    (ev / m["modalities"]["canvas_row_time_ns"]["uri"]).write_bytes(b"not an npy file")
+    rehash(ev, "canvas_row_time_ns")
+    fails(root, "objects:payloads")
+
+
+# -- radar on a rotated mount -------------------------------------------------------------------------------------
+
+MOUNT_EULER = (0.12, -0.08, 0.35)     # rad, XYZ: roll, pitch, yaw
+
+
+def _rotated_wall():
+    """The approaching wall seen by a radar whose mount is rolled, pitched and yawed (R != R^T)."""
+    import bpy
+
+    truth, rig = rs.wall_approaching()
+    bpy.data.objects["radar_mount"].rotation_euler = MOUNT_EULER
+    bpy.context.view_layer.update()
+    return truth, rig
+
+
+@pytest.fixture(scope="module")
+def radar(exports):
+    return exports("radar_wall_rotated_mount", _rotated_wall)
+
+
+def test_rotated_radar_export_is_clean(radar):
+    """The export through the rotated mount publishes and passes every check (its chirp poses are not symmetric)."""
+    assert radar.summary["published"] and not radar.summary["quarantined"]
+    report, bad = failures(radar.bundle)
+    assert report["status"] == "pass", [(f["check"], f["message"]) for f in bad]
+    _, a = load_event(radar.event)
+    R = a["chirp_T_world_radar"][0, :3, :3]
+    assert np.abs(R - R.T).max() > 0.1 and (a["valid"] == 1).sum() > 100
+
+
+def test_points_radar_frame_transposed_rotation(radar, tmp_path):
+    """Point xyz computed with R_world_radar instead of its transpose (consistent everywhere else)."""
+    root, ev = _copy(radar, tmp_path)
+    _, a = load_event(ev)
+    pts = a["points"].copy()
+    k = pts["chirp"]
+    T = a["chirp_T_world_radar"][k]
+    world = np.stack([pts["x_world"], pts["y_world"], pts["z_world"]], -1)
+    wrong = np.einsum("nij,nj->ni", T[:, :3, :3], world - T[:, :3, 3])
+    for i, axis in enumerate("xyz"):
+        pts[axis] = wrong[:, i]
+    _replace(ev, "points", pts)
+    fails(root, "points_radar_frame")
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_velocity_limits_both_signs(radar, tmp_path, sign):
+    """One return at +-(max + 0.01) m/s (per-beam array and points table): velocity_limits fails; exactly +-max
+    passes."""
+    for beyond, check in ((0.01, fails), (0.0, passes)):
+        root, ev = _copy(radar, tmp_path / f"{beyond}")
+        m, a = load_event(ev)
+        vmax = m["calibration"]["max_radial_velocity_mps"]
+        v, pts = a["radial_velocity"].copy(), a["points"].copy()
+        k, b = pts["chirp"][0], pts["beam"][0]
+        v[k, b] = sign * (vmax + beyond)
+        pts["radial_velocity"][0] = v[k, b]
+        _replace(ev, "radial_velocity", v)
+        _replace(ev, "points", pts)
+        check(root, "velocity_limits")
+
+
+def test_points_radial_velocity(radar, tmp_path):
+    root, ev = _copy(radar, tmp_path)
+    _, a = load_event(ev)
+    pts = a["points"].copy()
+    pts["radial_velocity"][len(pts) // 2] += 0.5
+    _replace(ev, "points", pts)
+    fails(root, "points_radial_velocity")
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_chirp_times(radar, tmp_path, delta):
+    root, ev = _copy(radar, tmp_path)
+    _, a = load_event(ev)
+    t = a["time_offset_ns"].copy()
+    t[5] += delta
+    _replace(ev, "time_offset_ns", t)
+    fails(root, "chirp_times")
+
+
+@pytest.mark.parametrize("name", ["azimuth_deg", "elevation_deg"])
+def test_beam_tables(radar, tmp_path, name):
+    """The per-beam angle payload 0.25 deg off the manifest's beam table at beam 3."""
+    root, ev = _copy(radar, tmp_path)
+    _, a = load_event(ev)
+    x = a[name].copy()
+    x[3] += 0.25
+    _replace(ev, name, x)
+    fails(root, f"beam_{name}")
+
+
+def test_radar_rig(radar, tmp_path):
+    """The manifest's chirp train disagrees with the bundle's rig (one chirp period 1 ns longer)."""
+    root, ev = _copy(radar, tmp_path)
+    _edit_manifest(ev, lambda m: m["event"].update(chirp_period_ns=m["event"]["chirp_period_ns"] + 1))
+    fails(root, "radar_rig")
