@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 DEMO := out/demo
 
-.PHONY: demo test bench bench-gpu clean venv extension test-blender test-matrix
+.PHONY: demo test bench bench-gpu clean venv extension test-blender test-matrix mutation
 
 venv: $(STAMP)
 
@@ -51,8 +51,15 @@ demo: $(DEMO)/dusk_shuttle.blend
 	@echo "visual QA:     $(abspath $(DEMO)/report/index.html)   <- open this first"
 	@echo "adapted views: $(abspath $(DEMO)/adapted)     (COCO, BOP, KITTI velodyne, Middlebury .flo)"
 
+# -rs: every skip with its reason; under CI=true a skip not in tests/skip_allowlist.txt fails (tests/conftest.py)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -rs tests
+
+# The mutation run (tools/mutation_run.py): each mutant is one plausible bug planted in a copy of the tree, run
+# against the tests chosen for it; prints the score and every survivor, writes tools/mutation_results.md.
+# ONLY=id,id or AREA=timing picks a subset (results then printed, the table left alone).
+mutation: $(STAMP)
+	$(BIN)/python tools/mutation_run.py $(if $(ONLY),--only $(ONLY)) $(if $(AREA),--area $(AREA)) $(MUTATION_ARGS)
 
 # The Blender-facing tests on every supported Blender (4.2, 4.5, 5.0, 5.3), each in its own venv
 # (.venv-<V>; 5.3 reuses .venv). Needs Python 3.11 (PY311) and 3.13 (PY), found on PATH or under ~/.pyenv

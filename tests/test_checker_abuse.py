@@ -181,15 +181,33 @@ def _blend(doc):
     doc["identity"]["blend_sha256"] = "0" * 64
 
 
+_READ_ONLY: list = []
+
+
 def _readonly_dir() -> Path | None:
-    """A folder even root cannot write (sysfs), or None when this machine has none."""
+    """A folder even root cannot write: sysfs, else (as root) a read-only tmpfs mounted once for the session and
+    unmounted at exit; None when this machine has neither."""
+    if _READ_ONLY:
+        return _READ_ONLY[0]
     p = Path("/sys")
     try:
         (p / ".rowbeam_probe").write_bytes(b"")
     except OSError:
+        _READ_ONLY.append(p)
         return p
     (p / ".rowbeam_probe").unlink()
-    return None
+    if os.geteuid() != 0:
+        return None
+    import atexit
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="rowbeam_ro_"))
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(d)], capture_output=True).returncode:
+        d.rmdir()
+        return None
+    atexit.register(lambda: subprocess.run(["umount", str(d)], capture_output=True).returncode or d.rmdir())
+    _READ_ONLY.append(d)
+    return d
 
 
 CHECKER = [

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import cv2  # the OpenCV oracle: requirements.txt; a missing cv2 is an error, never a skip
 import numpy as np
 import pytest
 
 from rowbeam.model.lens import LensSpec, make_lens
 from rowbeam.check.rasterize import canvas_rays, lens_canvas_box, rasterize_rays, rasterize_rows
 
-cv2 = pytest.importorskip("cv2")
 
 W, H = 320, 180
 PROBE = 0.02                # px: pixels whose centre and 4 probes this far away disagree lie on an edge (not judged)

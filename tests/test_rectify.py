@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import cv2  # the OpenCV oracle: requirements.txt; a missing cv2 is an error, never a skip
 import numpy as np
 import pytest
 
@@ -15,7 +16,6 @@ from rowbeam.adapters.rectify import RectMap, opencv_alpha_K, rectified_K
 from rowbeam.util.errors import RowbeamError
 from rowbeam.model.lens import LensSpec, make_lens
 
-cv2 = pytest.importorskip("cv2")
 
 W, H = 640, 480
 K = np.array([[520.0, 0.0, 322.25], [0.0, 515.5, 236.75], [0.0, 0.0, 1.0]])

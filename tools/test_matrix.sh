@@ -72,7 +72,7 @@ for v in "${VERSIONS[@]}"; do
   set +e
   # cpu_s (user + system, pytest and its children) is what the run costs whatever else shares the machine
   TIMEFORMAT='%U %S'
-  { time "$venv/bin/python" -m pytest -q -p no:cacheprovider -rfE "${SELECTION[@]}" > "$OUT/$v.log" 2>&1; } \
+  { time "$venv/bin/python" -m pytest -q -p no:cacheprovider -rfEs "${SELECTION[@]}" > "$OUT/$v.log" 2>&1; } \
     2> "$OUT/$v.time"
   rc=$?
   set -e
