@@ -155,3 +155,45 @@ def test_dataset_hash_sees_a_reshape_and_a_rounding_boundary():
     assert array_digest("camera_z", base) == array_digest("camera_z", base + 0.4 * t)      # within, same grid point
     assert array_digest("camera_z", base) != array_digest("camera_z", base + 0.6 * t)      # across the boundary
     assert array_digest("camera_z", np.array([-0.0])) == array_digest("camera_z", np.array([0.0]))
+
+
+def test_dataset_hash_is_independent_of_the_reading_order():
+    from rowbeam.farm.dataset import dataset_hash
+
+    a, b = {"s1": "11" * 32, "s2": "22" * 32}, {"s2": "22" * 32, "s1": "11" * 32}
+    assert dataset_hash(a) == dataset_hash(b) != dataset_hash({"s1": "22" * 32, "s2": "11" * 32})
+
+
+# ----- path confinement ----------------------------------------------------------------------------------------
+
+def test_confine_refuses_a_sibling_folder_sharing_the_bundle_name_prefix(tmp_path):
+    """bundle/ and bundle2/ side by side: a symlink in bundle/ to bundle2/x resolves outside (a string-prefix test
+    would pass it)."""
+    from rowbeam.bundle.files import resolve_inside
+
+    root, sibling = tmp_path / "bundle", tmp_path / "bundle2"
+    (root / "events" / "e").mkdir(parents=True)
+    sibling.mkdir()
+    (sibling / "x.exr").write_bytes(b"x")
+    (root / "events" / "e" / "x.exr").symlink_to(sibling / "x.exr")
+    (root / "events" / "e" / "ok.exr").write_bytes(b"ok")
+    assert resolve_inside(root / "events" / "e", "ok.exr", root) == (root / "events" / "e" / "ok.exr").resolve()
+    with pytest.raises(RowbeamError, match="resolves outside the bundle"):
+        resolve_inside(root / "events" / "e", "x.exr", root)
+
+
+def test_confine_follows_a_symlinked_flow_endpoint_out_of_the_bundle(tmp_path):
+    """A flow's endpoint folder that is a symlink to another bundle's event: refused (links are resolved first)."""
+    from rowbeam.bundle.files import resolve_inside
+
+    root, other = tmp_path / "b", tmp_path / "other"
+    (root / "flows" / "cam" / "000000-000001").mkdir(parents=True)
+    (root / "events" / "cam").mkdir(parents=True)
+    (other / "events" / "cam" / "000001").mkdir(parents=True)
+    (other / "events" / "cam" / "000001" / "manifest.json").write_text("{}")
+    (root / "events" / "cam" / "000001").symlink_to(other / "events" / "cam" / "000001")
+    with pytest.raises(RowbeamError, match="resolves outside the bundle"):
+        resolve_inside(root, "events/cam/000001/manifest.json", root)
+    for uri in ("../b/events/cam/000001/manifest.json", "/etc/passwd", "a\\b", "c:x", ""):
+        with pytest.raises(RowbeamError, match="not a relative path inside the bundle"):
+            resolve_inside(root, uri, root)

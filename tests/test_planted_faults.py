@@ -11,9 +11,33 @@ import pytest
 
 from rowbeam.blender.scenes import radar_scenes as rs
 
+from rowbeam.blender.scenes import flow_scenes, object_scenes
+from rowbeam.blender.scenes import lidar_calibration as lc
+
 from .helpers import failures, load_event, rehash
-from .test_checker_faults import _copy, _edit_manifest, _replace, camera, plate_flow, room  # noqa: F401 (fixtures)
-from .test_object_labels import calib  # noqa: F401 (fixture)
+from .test_checker import _tilted_with_rgb
+from .test_checker_faults import _copy, _edit_manifest, _replace, _with_flow
+
+
+# the same cached exports as tests/test_checker_faults.py and tests/test_object_labels.py (one per session)
+@pytest.fixture(scope="module")
+def camera(exports):
+    return exports("tilted_plane_rgb", _tilted_with_rgb, scale=8)
+
+
+@pytest.fixture(scope="module")
+def room(exports):
+    return exports("box_room", lc.box_room)
+
+
+@pytest.fixture(scope="module")
+def plate_flow(exports):
+    return _with_flow(exports, "flow_rotating_plate_s8", flow_scenes.rotating_plate)
+
+
+@pytest.fixture(scope="module")
+def calib(exports):
+    return exports("object_calibration", object_scenes.object_calibration, first_event=1, count=1)
 
 
 def status(root, check) -> set:
@@ -102,7 +126,7 @@ def _objects(ev):
 def test_objects_listed(calib, tmp_path, which):
     """A visible instance left without an entry (its entry renamed to an unused id): the lowest and the highest
     visible instance, so an off-by-one in the listed check is caught."""
-    root, ev = _copy(calib[0], tmp_path)
+    root, ev = _copy(calib, tmp_path)
     _, a = load_event(ev)
     seen = sorted(set(np.unique(a["instance_id"][a["instance_id"] > 0]).tolist()))
     target = seen[0] if which == "lowest" else seen[-1]
@@ -112,7 +136,7 @@ def test_objects_listed(calib, tmp_path, which):
 
 
 def test_objects_mask_index(calib, tmp_path):
-    root, ev = _copy(calib[0], tmp_path)
+    root, ev = _copy(calib, tmp_path)
     objs = [o for o in _objects(ev) if o["mask_index"] is not None]
     assert len(objs) >= 2
     _edit_manifest(ev, lambda m: next(o for o in m["object_labels"]["objects"] if o["name"] == objs[1]["name"])
@@ -123,7 +147,7 @@ def test_objects_mask_index(calib, tmp_path):
 @pytest.mark.parametrize("plant", ["pose", "time"])
 def test_objects_canvas_rows(calib, tmp_path, plant):
     """Canvas row H + 3 (image row 3): its camera pose moved 1 um, or its time 1 ns later."""
-    root, ev = _copy(calib[0], tmp_path)
+    root, ev = _copy(calib, tmp_path)
     m, a = load_event(ev)
     H = m["calibration"]["image_size_px"][1]
     if plant == "pose":
@@ -139,7 +163,7 @@ def test_objects_canvas_rows(calib, tmp_path, plant):
 
 @pytest.mark.parametrize("key", ["visib_fract", "truncation_fraction", "occlusion_fraction"])
 def test_objects_fractions(calib, tmp_path, key):
-    root, ev = _copy(calib[0], tmp_path)
+    root, ev = _copy(calib, tmp_path)
     _edit_manifest(ev, lambda m: m["object_labels"]["objects"][0].update({key: m["object_labels"]["objects"][0][key]
                                                                           + 1e-9}))
     fails(root, "objects:fractions")
@@ -147,7 +171,7 @@ def test_objects_fractions(calib, tmp_path, key):
 
 @pytest.mark.parametrize("plant", ["scaled_reference", "centroid_row"])
 def test_objects_poses(calib, tmp_path, plant):
-    root, ev = _copy(calib[0], tmp_path)
+    root, ev = _copy(calib, tmp_path)
     name = next(o["name"] for o in _objects(ev) if o["centroid_row"] is not None
                 and o["T_camera_object_reference"] is not None)
 
@@ -165,7 +189,7 @@ def test_objects_poses(calib, tmp_path, plant):
 
 def test_objects_payloads(calib, tmp_path):
     """A needed payload (canvas_row_time_ns) that does not decode as declared: the object checks cannot run."""
-    root, ev = _copy(calib[0], tmp_path)
+    root, ev = _copy(calib, tmp_path)
     m = json.loads((ev / "manifest.json").read_text())
     (ev / m["modalities"]["canvas_row_time_ns"]["uri"]).write_bytes(b"not an npy file")
     rehash(ev, "canvas_row_time_ns")
@@ -269,3 +293,92 @@ def test_radar_rig(radar, tmp_path):
     root, ev = _copy(radar, tmp_path)
     _edit_manifest(ev, lambda m: m["event"].update(chirp_period_ns=m["event"]["chirp_period_ns"] + 1))
     fails(root, "radar_rig")
+
+
+# -- flow depth warp ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("times_limit", [3.0])
+def test_flow_depth_warp_point_moved_along_the_destination_ray(plate_flow, tmp_path, times_limit):
+    """At one dest_visible pixel the moved point (source point + scene_flow_world) slides along the destination
+    camera's ray by 3x the declared depth-test limit: it projects to the same pixel (flow_matches_scene_flow
+    passes), but its depth disagrees with the destination's camera_z there (a 10x wider limit would pass it)."""
+    from rowbeam.check.event_points import world_points
+
+    root, flow = _copy(plate_flow, tmp_path, "flows")
+    fm, a = load_event(flow)
+    src_m, src = load_event(root / "events" / "camera_front" / "000000")
+    _, dst = load_event(root / "events" / "camera_front" / "000001")
+    K = np.array(fm["calibration"]["K"])
+    vis = np.argwhere(a["flow_forward_dest_visible"] == 1)
+    v, u = vis[len(vis) // 2]
+    X = world_points(K, src["camera_z"], src["row_T_world_camera"])[v, u] + a["scene_flow_world"][v, u]
+    row = int(np.clip(round(v + float(a["flow_forward"][v, u, 1])), 0, len(dst["row_T_world_camera"]) - 1))
+    T = dst["row_T_world_camera"][row]
+    ray = X - T[:3, 3]
+    z = float((T[:3, :3].T @ ray)[2])
+    dt = fm["method"]["depth_test"]
+    shift = times_limit * (dt["abs_m"] + dt["rel"] * z)              # metres of camera z
+    step = ray / z * shift                                            # along the ray: camera z grows by `shift`
+    sf, sfc = a["scene_flow_world"].copy(), a["scene_flow_source_camera"].copy()
+    sf[v, u] = sf[v, u] + step
+    sfc[v, u] = src["row_T_world_camera"][v, :3, :3].T @ sf[v, u].astype(np.float64)
+    _replace(flow, "scene_flow_world", sf)
+    _replace(flow, "scene_flow_source_camera", sfc)
+    fails(root, "flow_depth_warp")
+    passes(root, "flow_matches_scene_flow")
+
+
+# -- more radar conditions (rotated mount) ------------------------------------------------------------------------
+
+def _radar_point_edit(radar, tmp_path, edit):
+    root, ev = _copy(radar, tmp_path)
+    m, a = load_event(ev)
+    edit(m, a, ev)
+    return root
+
+
+def test_radar_range_limits(radar, tmp_path):
+    """One return 1 cm beyond max_range_m (per-beam range and point table moved together)."""
+    def edit(m, a, ev):
+        r = a["range"].copy()
+        k, b = a["points"]["chirp"][0], a["points"]["beam"][0]
+        r[k, b] = m["calibration"]["range_limits_m"]["max"] + 0.01
+        _replace(ev, "range", r)
+    fails(_radar_point_edit(radar, tmp_path, edit), "range_limits")
+
+
+def test_radar_points_times(radar, tmp_path):
+    def edit(m, a, ev):
+        pts = a["points"].copy()
+        pts["t_ns"][3] += 1
+        _replace(ev, "points", pts)
+    fails(_radar_point_edit(radar, tmp_path, edit), "points_times")
+
+
+def test_radar_points_match_beams(radar, tmp_path):
+    """Two rows of the point table swapped (the table must follow (chirp, beam) order)."""
+    def edit(m, a, ev):
+        pts = a["points"].copy()
+        pts[[0, 1]] = pts[[1, 0]]
+        _replace(ev, "points", pts)
+    fails(_radar_point_edit(radar, tmp_path, edit), "points_match_beams")
+
+
+def test_radar_range_equals_world_distance(radar, tmp_path):
+    """The per-beam range 1 cm longer than |p_world - origin| at one return."""
+    def edit(m, a, ev):
+        r = a["range"].copy()
+        k, b = a["points"]["chirp"][2], a["points"]["beam"][2]
+        r[k, b] += 0.01
+        _replace(ev, "range", r)
+    fails(_radar_point_edit(radar, tmp_path, edit), "range_equals_world_distance")
+
+
+def test_radar_normal_geometric_facing(radar, tmp_path):
+    """One return's geometric normal turned to face away from the radar."""
+    def edit(m, a, ev):
+        n = a["normal_geometric"].copy()
+        k, b = a["points"]["chirp"][1], a["points"]["beam"][1]
+        n[k, b] = -n[k, b]
+        _replace(ev, "normal_geometric", n)
+    fails(_radar_point_edit(radar, tmp_path, edit), "normal_geometric_facing")
