@@ -382,3 +382,12 @@ def test_radar_normal_geometric_facing(radar, tmp_path):
         n[k, b] = -n[k, b]
         _replace(ev, "normal_geometric", n)
     fails(_radar_point_edit(radar, tmp_path, edit), "normal_geometric_facing")
+
+
+def test_radar_chirp_poses_rigid(radar, tmp_path):
+    """Chirp 4's pose (rotated mount) scaled by 1.001: not a rigid transform."""
+    def edit(m, a, ev):
+        T = a["chirp_T_world_radar"].copy()
+        T[4, :3, :3] *= 1.001
+        _replace(ev, "chirp_T_world_radar", T)
+    fails(_radar_point_edit(radar, tmp_path, edit), "chirp_poses_rigid")
