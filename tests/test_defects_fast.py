@@ -97,6 +97,7 @@ def test_radar_refusal_at_the_frame_period_boundary_prints_exact_values():
     """18 Hz: the frame is 500000000/9 = 55555555.56 ns; a 55555556 ns chirp train is refused, 55555555 accepted,
     and the message never shows a rounded period equal to the refused train."""
     parse_rig(_radar(18, 5, 11111111))                       # 55555555 ns fits
+    parse_rig(_radar(20, 4, 12_500_000))                     # exactly one 50 ms frame: the limit itself fits
     with pytest.raises(RowbeamError) as e:
         parse_rig(_radar(18, 4, 13888889))                   # 55555556 ns
     msg = str(e.value)
