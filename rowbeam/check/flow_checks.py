@@ -226,8 +226,9 @@ def _dilate(mask, reach: int) -> np.ndarray:
 
 def cycle_residuals(arrays, src, dst, K=None) -> tuple[np.ndarray, np.ndarray]:
     """(err (N,) px, pixels (H, W) bool): |p + forward + backward(p + forward) - p| at the N source pixels where
-    forward is visible and smooth (not `non_smooth`), the landing point lies between pixel centres and the four destination pixels around it
-    are backward-visible, on the source pixel's object and one planar face (the pixels marked in `pixels`).
+    forward is visible and smooth (not `non_smooth`), the landing point lies between pixel centres and the four
+    destination pixels around it are backward-visible, on the source pixel's object and one planar face (the pixels
+    marked in `pixels`).
     With K (pinhole 3x3 or Lens) and the destination's camera_z and row poses, one face also means one plane
     offset (`_plane_offsets`)."""
     vis_f, vis_b = arrays["flow_forward_dest_visible"].astype(bool), arrays["flow_backward_dest_visible"].astype(bool)
