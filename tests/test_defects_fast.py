@@ -198,3 +198,12 @@ def test_confine_follows_a_symlinked_flow_endpoint_out_of_the_bundle(tmp_path):
     for uri in ("../b/events/cam/000001/manifest.json", "/etc/passwd", "a\\b", "c:x", ""):
         with pytest.raises(RowbeamError, match="not a relative path inside the bundle"):
             resolve_inside(root, uri, root)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_lens_spec_refuses_a_non_finite_coefficient_given_directly(value):
+    """The extension's panel builds a lens block without a rig file: parse_lens_spec itself names lens.D[i]."""
+    from rowbeam.model.lens import parse_lens_spec
+
+    with pytest.raises(RowbeamError, match=r"lens\.D\[2\] \(p1\): .* is not a finite number"):
+        parse_lens_spec({"model": "opencv", "D": [0.1, 0.0, value, 0.0]})

@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-IGNORE = shutil.ignore_patterns(".git", ".venv*", "__pycache__", ".pytest_cache", ".ruff_cache", "dist", "build",
-                                "*.blend", "*.blend1", "*_bundle", "bundle")
+# never "bundle": that is the package rowbeam/bundle (export outputs live under out/)
+IGNORE = shutil.ignore_patterns(".git", ".venv*", "__pycache__", ".pytest_cache", ".ruff_cache", "dist", "build", "out",
+                                "*.blend", "*.blend1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import EQUIVALENT, MUTANTS  # noqa: E402  (tools/ is no package)
@@ -88,6 +89,9 @@ def run_all(mutants, source: str, timeout: float) -> list:
     with tempfile.TemporaryDirectory(prefix="rowbeam_mutants_") as tmp:
         copy = Path(tmp) / "repo"
         copy_repo(source, copy)
+        missing = [m.file for m in mutants if not (copy / m.file).exists()]
+        if missing:
+            raise SystemExit(f"mutation_run: error: the copy lacks {sorted(set(missing))[:3]}")
         baseline = {}
         for m in mutants:
             path = copy / m.file
