@@ -58,19 +58,17 @@ def run_tests(copy: Path, tests: tuple, timeout: float) -> tuple[str, float, str
 
 
 def select(args) -> list:
-    """The mutants picked by --only (ids) and --area (areas), all by default; SystemExit(2) on unknown ids."""
-    mutants = MUTANTS
-    if args.only:
-        wanted = set(args.only.split(","))
-        unknown = wanted - {m.id for m in MUTANTS}
-        if unknown:
-            print(f"mutation_run: error: unknown mutant ids {sorted(unknown)}", file=sys.stderr)
-            raise SystemExit(2)
-        mutants = [m for m in mutants if m.id in wanted]
-    if args.area:
-        areas = set(args.area.split(","))
-        mutants = [m for m in mutants if m.area in areas]
-    return mutants
+    """The mutants picked by --only (ids) or --area (areas), both together their union; all by default.
+    SystemExit(2) on unknown ids."""
+    if not args.only and not args.area:
+        return list(MUTANTS)
+    wanted = set(args.only.split(",")) if args.only else set()
+    unknown = wanted - {m.id for m in MUTANTS}
+    if unknown:
+        print(f"mutation_run: error: unknown mutant ids {sorted(unknown)}", file=sys.stderr)
+        raise SystemExit(2)
+    areas = set(args.area.split(",")) if args.area else set()
+    return [m for m in MUTANTS if m.id in wanted or m.area in areas]
 
 
 def fragment_problems(mutants) -> list[str]:
