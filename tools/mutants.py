@@ -302,7 +302,7 @@ MUTANTS += [
     M("lens-coefficient-finite", "lens", "rowbeam/model/lens.py",
       "if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d):",
       "if isinstance(d, bool) or not isinstance(d, (int, float)):",
-      ("tests/test_lenses.py", "-k", "bad_coefficients"), "NaN/Infinity lens coefficients accepted"),
+      (FAST, "-k", "lens_spec"), "NaN/Infinity lens coefficients accepted"),
     M("lens-nonfinite-path-lost", "lens", "rowbeam/bundle/schema.py",
       "    where = problem.split(\": \")[0] if problem else None", "    where = None",
       (FAST, "-k", "non_finite"), "a non-finite rig number not located (lens.D[i] not named)"),
