@@ -11,33 +11,15 @@ import pytest
 
 from rowbeam.blender.scenes import radar_scenes as rs
 
-from rowbeam.blender.scenes import flow_scenes, object_scenes
-from rowbeam.blender.scenes import lidar_calibration as lc
-
 from .helpers import failures, load_event, rehash
-from .test_checker import _tilted_with_rgb
-from .test_checker_faults import _copy, _edit_manifest, _replace, _with_flow
+from . import test_checker_faults as faults
+from . import test_object_labels as object_labels
+from .test_checker_faults import _copy, _edit_manifest, _replace
 
 
-# the same cached exports as tests/test_checker_faults.py and tests/test_object_labels.py (one per session)
-@pytest.fixture(scope="module")
-def camera(exports):
-    return exports("tilted_plane_rgb", _tilted_with_rgb, scale=8)
-
-
-@pytest.fixture(scope="module")
-def room(exports):
-    return exports("box_room", lc.box_room)
-
-
-@pytest.fixture(scope="module")
-def plate_flow(exports):
-    return _with_flow(exports, "flow_rotating_plate_s8", flow_scenes.rotating_plate)
-
-
-@pytest.fixture(scope="module")
-def calib(exports):
-    return exports("object_calibration", object_scenes.object_calibration, first_event=1, count=1)
+# the same cached exports (one per session) as tests/test_checker_faults.py and tests/test_object_labels.py
+camera, room, plate_flow = faults.camera, faults.room, faults.plate_flow
+calib = object_labels.calib              # (export, manifest, arrays, objects by name)
 
 
 def status(root, check) -> set:
@@ -126,7 +108,7 @@ def _objects(ev):
 def test_objects_listed(calib, tmp_path, which):
     """A visible instance left without an entry (its entry renamed to an unused id): the lowest and the highest
     visible instance, so an off-by-one in the listed check is caught."""
-    root, ev = _copy(calib, tmp_path)
+    root, ev = _copy(calib[0], tmp_path)
     _, a = load_event(ev)
     seen = sorted(set(np.unique(a["instance_id"][a["instance_id"] > 0]).tolist()))
     target = seen[0] if which == "lowest" else seen[-1]
@@ -136,7 +118,7 @@ def test_objects_listed(calib, tmp_path, which):
 
 
 def test_objects_mask_index(calib, tmp_path):
-    root, ev = _copy(calib, tmp_path)
+    root, ev = _copy(calib[0], tmp_path)
     objs = [o for o in _objects(ev) if o["mask_index"] is not None]
     assert len(objs) >= 2
     _edit_manifest(ev, lambda m: next(o for o in m["object_labels"]["objects"] if o["name"] == objs[1]["name"])
@@ -147,7 +129,7 @@ def test_objects_mask_index(calib, tmp_path):
 @pytest.mark.parametrize("plant", ["pose", "time"])
 def test_objects_canvas_rows(calib, tmp_path, plant):
     """Canvas row H + 3 (image row 3): its camera pose moved 1 um, or its time 1 ns later."""
-    root, ev = _copy(calib, tmp_path)
+    root, ev = _copy(calib[0], tmp_path)
     m, a = load_event(ev)
     H = m["calibration"]["image_size_px"][1]
     if plant == "pose":
@@ -163,7 +145,7 @@ def test_objects_canvas_rows(calib, tmp_path, plant):
 
 @pytest.mark.parametrize("key", ["visib_fract", "truncation_fraction", "occlusion_fraction"])
 def test_objects_fractions(calib, tmp_path, key):
-    root, ev = _copy(calib, tmp_path)
+    root, ev = _copy(calib[0], tmp_path)
     _edit_manifest(ev, lambda m: m["object_labels"]["objects"][0].update({key: m["object_labels"]["objects"][0][key]
                                                                           + 1e-9}))
     fails(root, "objects:fractions")
@@ -171,7 +153,7 @@ def test_objects_fractions(calib, tmp_path, key):
 
 @pytest.mark.parametrize("plant", ["scaled_reference", "centroid_row"])
 def test_objects_poses(calib, tmp_path, plant):
-    root, ev = _copy(calib, tmp_path)
+    root, ev = _copy(calib[0], tmp_path)
     name = next(o["name"] for o in _objects(ev) if o["centroid_row"] is not None
                 and o["T_camera_object_reference"] is not None)
 
@@ -189,7 +171,7 @@ def test_objects_poses(calib, tmp_path, plant):
 
 def test_objects_payloads(calib, tmp_path):
     """A needed payload (canvas_row_time_ns) that does not decode as declared: the object checks cannot run."""
-    root, ev = _copy(calib, tmp_path)
+    root, ev = _copy(calib[0], tmp_path)
     m = json.loads((ev / "manifest.json").read_text())
     (ev / m["modalities"]["canvas_row_time_ns"]["uri"]).write_bytes(b"not an npy file")
     rehash(ev, "canvas_row_time_ns")
