@@ -207,3 +207,11 @@ def test_lens_spec_refuses_a_non_finite_coefficient_given_directly(value):
 
     with pytest.raises(RowbeamError, match=r"lens\.D\[2\] \(p1\): .* is not a finite number"):
         parse_lens_spec({"model": "opencv", "D": [0.1, 0.0, value, 0.0]})
+
+
+def test_a_reflection_is_not_rigid():
+    """det = -1 (a mirrored frame): orthonormal columns, but not a rotation."""
+    from rowbeam.model.frames import is_rigid, rigid_mask
+
+    M = np.diag([1.0, 1.0, -1.0, 1.0])
+    assert not is_rigid(M) and not rigid_mask(np.stack([np.eye(4), M]))[1] and rigid_mask(np.eye(4))

@@ -140,3 +140,49 @@ def test_landing_beyond_the_outer_pixel_centres_is_not_compared():
     _, pixels = cycle_residuals(a, _event(ids), _event(ids), K)
     beyond = (q[..., 0] > W - 1) | (q[..., 0] < 0) | (q[..., 1] > H - 1) | (q[..., 1] < 0)
     assert (beyond & (a["flow_forward_dest_visible"] == 1)).any() and not (pixels & beyond).any()
+
+
+def _hinge_compressed_left(kink_u=20.5, kink_q=20.9, k_left=0.25):
+    """Forward slope 1/4 left of the fold (a strip folding toward the camera ray), 1 right of it: source pixels two
+    columns left of the fold land in the destination cell that straddles it."""
+    u = np.arange(W, dtype=np.float64)[None, :].repeat(H, 0)
+    q = np.where(u < kink_u, kink_q + (u - kink_u) * k_left, kink_q + (u - kink_u))
+    p = np.where(u < kink_q, kink_u + (u - kink_q) / k_left, kink_u + (u - kink_q))
+    fwd = np.stack([q - u, np.zeros_like(u)], -1).astype(np.float32)
+    bwd = np.stack([p - u, np.zeros_like(u)], -1).astype(np.float32)
+    return {"flow_forward": fwd, "flow_backward": bwd,
+            "flow_forward_dest_visible": ((q >= 0) & (q <= W - 1)).astype(np.uint8),
+            "flow_backward_dest_visible": ((p >= 0) & (p <= W - 1)).astype(np.uint8)}
+
+
+def test_fold_neighbourhood_reaches_landings_beside_the_fold(monkeypatch):
+    """Source column 19's own stencil (18, 19, 20) is straight, but it lands at 20.525 in the cell (20, 21) that
+    straddles the destination fold at 20.9 (bilinear off by 0.1 x 3 x 0.525 = 0.16 px): the fold's neighbourhood
+    must reach it."""
+    a, ids = _hinge_compressed_left(), np.ones((H, W))
+    ok, msg, values = _run(a, _event(ids), _event(ids))
+    assert ok and values["worst_px"] < 0.01, msg
+    folded = non_smooth(a["flow_forward"], ids, a["flow_forward_dest_visible"].astype(bool))
+    assert folded[:, 19].all()
+    monkeypatch.setattr(tol, "FLOW_CYCLE_KINK_REACH_PX", 0)             # the fold's own stencils only
+    ok, _, values = _run(a, _event(ids), _event(ids))
+    assert not ok and values["worst_px"] > tol.FLOW_CYCLE_TOL_PX
+
+
+def test_objects_moving_apart_are_no_fold():
+    """Object 1 (u < 20) static, object 2 (u >= 20) moving 2 px right, both fully visible: the flow jumps by 2 px
+    between u = 19 and 20, an object boundary, not a fold; no pixel is left out and the round trip is exact."""
+    src_ids = np.where(np.arange(W) < 20, 1, 2)[None, :].repeat(H, 0)
+    dst_ids = np.select([np.arange(W) < 20, np.arange(W) < 22], [1, 3], 2)[None, :].repeat(H, 0)
+    u = np.arange(W)[None, :].repeat(H, 0)
+    fwd = np.zeros((H, W, 2), np.float32)
+    fwd[src_ids == 2, 0] = 2.0
+    bwd = np.zeros((H, W, 2), np.float32)
+    bwd[dst_ids == 2, 0] = -2.0
+    a = {"flow_forward": fwd, "flow_backward": bwd,
+         "flow_forward_dest_visible": ((src_ids == 1) | (u + 2 <= W - 1)).astype(np.uint8),
+         "flow_backward_dest_visible": (dst_ids != 3).astype(np.uint8)}
+    src, dst = _event(src_ids), _event(dst_ids)
+    assert not non_smooth(a["flow_forward"], src["instance_id"], a["flow_forward_dest_visible"].astype(bool)).any()
+    ok, msg, values = _run(a, src, dst)
+    assert ok and values["non_smooth_pixels"] == 0 and values["worst_px"] == 0.0, msg

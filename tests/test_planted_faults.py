@@ -373,3 +373,34 @@ def test_radar_chirp_poses_rigid(radar, tmp_path):
         T[4, :3, :3] *= 1.001
         _replace(ev, "chirp_T_world_radar", T)
     fails(_radar_point_edit(radar, tmp_path, edit), "chirp_poses_rigid")
+
+
+def test_radar_beam_directions(radar, tmp_path):
+    """The manifest's beam table turns beam 3 by 0.5 deg in azimuth: its returns lie off the declared beam."""
+    root, ev = _copy(radar, tmp_path)
+    _edit_manifest(ev, lambda m: m["calibration"]["beams"]["table"][3].update(
+        azimuth_deg=m["calibration"]["beams"]["table"][3]["azimuth_deg"] + 0.5))
+    fails(root, "beam_directions")
+
+
+def test_flow_finite_where_undefined(plate_flow, tmp_path):
+    """flow_forward finite (0, 0) at a pixel whose correspondence is undefined: the flags check fails."""
+    root, flow = _copy(plate_flow, tmp_path, "flows")
+    _, a = load_event(flow)
+    f = a["flow_forward"].copy()
+    r, c = np.argwhere(a["flow_forward_correspondence_defined"] == 0)[0]
+    f[r, c] = 0.0
+    _replace(flow, "flow_forward", f)
+    fails(root, "flow_forward_flags")
+
+
+def test_flow_reprojection_off_by_4_thousandths_of_a_pixel(plate_flow, tmp_path):
+    """flow_forward 0.004 px off at one visible pixel (4x the 1e-3 px tolerance, under a 10x wider one)."""
+    root, flow = _copy(plate_flow, tmp_path, "flows")
+    _, a = load_event(flow)
+    f = a["flow_forward"].copy()
+    vis = np.argwhere(a["flow_forward_dest_visible"] == 1)
+    r, c = vis[len(vis) // 2]
+    f[r, c, 0] += 0.004
+    _replace(flow, "flow_forward", f)
+    fails(root, "flow_matches_scene_flow")
