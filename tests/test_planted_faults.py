@@ -404,3 +404,45 @@ def test_flow_reprojection_off_by_4_thousandths_of_a_pixel(plate_flow, tmp_path)
     f[r, c, 0] += 0.004
     _replace(flow, "flow_forward", f)
     fails(root, "flow_matches_scene_flow")
+
+
+def _canvas(box, H, W):
+    out = np.zeros((3 * H, 3 * W), bool)
+    if box is not None:
+        r0, c0, block = box
+        out[r0:r0 + block.shape[0], c0:c0 + block.shape[1]] = block
+    return out
+
+
+def test_objects_mask_pixel_between_the_edge_band_and_ten_times_it(calib, tmp_path):
+    """The rotated box's mask gains one pixel whose centre lies 0.02..0.2 px outside its silhouette: outside the
+    edge band the checker allows (EDGE_MARGIN_PX), inside a band 10x wider; objects:rasterisation fails."""
+    from rowbeam.check.object_checks import EDGE_MARGIN_PX, load_asset, rasterise_object_box
+
+    e, m, a, objs = calib
+    root, ev = _copy(e, tmp_path)
+    W, H = m["calibration"]["image_size_px"]
+    o = objs["box"]
+    V, F = load_asset(root, o["asset"])
+    near = _canvas(rasterise_object_box(m, a, o, V, F, EDGE_MARGIN_PX), H, W)[H:2 * H, W:2 * W]
+    wide = _canvas(rasterise_object_box(m, a, o, V, F, 10 * EDGE_MARGIN_PX), H, W)[H:2 * H, W:2 * W]
+    candidates = np.argwhere(wide & ~near)
+    assert candidates.size, "no pixel centre between the two bands"
+    r, c = candidates[0]
+    masks = np.load(ev / "amodal_masks.npy")
+    masks[o["mask_index"], r, c >> 3] |= np.uint8(0x80 >> (c & 7))
+    np.save(ev / "amodal_masks.npy", masks)
+    rehash(ev, "amodal_masks")
+    fails(root, "objects:rasterisation")
+
+
+def test_points_radar_frame_off_by_10_micrometres(radar, tmp_path):
+    """One point's radar-frame x 10 um off (10x the 1 um tolerance, under a 100x wider one; within the beam line's
+    2e-4 m lateral tolerance)."""
+    root, ev = _copy(radar, tmp_path)
+    _, a = load_event(ev)
+    pts = a["points"].copy()
+    pts["x"][len(pts) // 3] += 1e-5
+    _replace(ev, "points", pts)
+    fails(root, "points_radar_frame")
+    passes(root, "beam_directions")

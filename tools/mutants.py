@@ -379,7 +379,7 @@ MUTANTS += [
       (PLANT, "-k", "objects_payloads"), "undecodable object payloads not reported"),
     M("objects-edge-band-10x", "objects", "rowbeam/check/object_checks.py",
       "EDGE_MARGIN_PX = 0.02 ", "EDGE_MARGIN_PX = 0.2 ",
-      ("tests/test_object_labels.py", "-k", "checker_catches"), "object edge band widened 10x"),
+      (PLANT, "-k", "edge_band"), "object edge band widened 10x"),
     # -- radar ----------------------------------------------------------------------------------------------------
     M("radar-velocity-positive-only", "radar", "rowbeam/check/radar_checks.py",
       "fast = int(np.count_nonzero(np.abs(arrays[\"radial_velocity\"][valid]) > vmax))",
@@ -404,7 +404,7 @@ MUTANTS += [
     M("radar-points-frame-tol-100x", "radar", "rowbeam/check/radar_checks.py",
       "add(\"points_radar_frame\", worst_l <= tol.LIDAR_POINT_TOL_M,",
       "add(\"points_radar_frame\", worst_l <= 100 * tol.LIDAR_POINT_TOL_M,",
-      (PLANT, "-k", "transposed"), "points_radar_frame tolerance widened 100x"),
+      (PLANT, "-k", "micrometres"), "points_radar_frame tolerance widened 100x"),
     M("radar-export-velocity-sign", "radar", "rowbeam/blender/sensors/radar_event.py",
       "v = np.einsum(\"kbi,kbi->kb\", v_point - v_origin, d_world)",
       "v = np.einsum(\"kbi,kbi->kb\", v_origin - v_point, d_world)",
