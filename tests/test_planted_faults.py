@@ -446,3 +446,16 @@ def test_points_radar_frame_off_by_10_micrometres(radar, tmp_path):
     _replace(ev, "points", pts)
     fails(root, "points_radar_frame")
     passes(root, "beam_directions")
+
+
+def test_lidar_normal_facing_away(room, tmp_path):
+    """One beam's geometric normal flipped and its cos_incidence with it (-n.d still matches): only the facing test
+    can tell (a magnitude-only cos would hide it)."""
+    root, ev = _copy(room, tmp_path)
+    _, a = load_event(ev)
+    n, cos = a["normal_geometric"].copy(), a["cos_incidence"].copy()
+    n[4, 6], cos[4, 6] = -n[4, 6], -cos[4, 6]
+    _replace(ev, "normal_geometric", n)
+    _replace(ev, "cos_incidence", cos)
+    fails(root, "normal_geometric_facing")
+    passes(root, "cos_incidence")

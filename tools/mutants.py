@@ -416,7 +416,7 @@ MUTANTS += [
       (PLANT, "-k", "beam_time_offsets"), "beam table time offsets never compared"),
     M("lidar-cos-incidence-abs", "lidar", "rowbeam/check/lidar_checks.py",
       "cos = -np.einsum(\"ij,ij->i\", n, d)", "cos = np.abs(np.einsum(\"ij,ij->i\", n, d))",
-      (CHECKER_FAULTS, "-k", "cos_incidence"), "cos_incidence compared by magnitude only"),
+      (PLANT, "-k", "lidar_normal_facing"), "cos_incidence compared by magnitude only"),
     # -- labels ---------------------------------------------------------------------------------------------------
     M("labels-valid-values", "checker", "rowbeam/check/label_checks.py",
       "values_ok = bool((valid <= 1).all())", "values_ok = True",
