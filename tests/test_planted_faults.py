@@ -461,3 +461,18 @@ def test_lidar_normal_facing_away(room, tmp_path):
     _replace(ev, "cos_incidence", cos)
     fails(root, "normal_geometric_facing")
     passes(root, "cos_incidence")
+
+
+def test_deformation_motion_steps(exports, tmp_path):
+    """The skinned bar's recorded interpolation error between motion steps set to 2 mm (> 1 mm): the check warns."""
+    from rowbeam.blender.scenes import deform_scenes as ds
+
+    e = exports("deforming_actors_hinge_s8", ds.deforming_actors, scale=8, omega=3.0, events={"camera_front": (0, 2)})
+    root, ev = _copy(e, tmp_path)
+
+    def edit(m):
+        bar = next(o for o in m["method"]["deformation"]["objects"] if o["name"] == "bar")
+        bar["max_error_m"] = 2e-3
+    _edit_manifest(ev, edit)
+    assert "warn" in status(root, "deformation_motion_steps")
+    assert status(e.bundle, "deformation_motion_steps") == {"pass"}
