@@ -80,3 +80,16 @@ def test_radar_chirp_times_round_ties_up(period):
     exact = [t.chirp_time_exact(j) for j in range(9)]
     assert t.chirp_times_ns().tolist() == [half_up(x) for x in exact]
     assert _ties_to_even_differs(exact) > 0
+
+
+@pytest.mark.parametrize("rotation_hz", [40.96, 12.8, 7.5])
+def test_lidar_sweep_duration_rounds_half_up(rotation_hz):
+    """One sweep = 1e9 / rotation_hz ns rounded half up: 40.96 Hz gives the tie 24414062.5 -> 24414063; a rate that
+    is not an integer (12.8, 7.5 Hz) must not be truncated to one."""
+    from rowbeam.model.rig import parse_rig
+
+    sensor = {"id": "lidar_top", "type": "spinning_lidar", "object": "mount", "rotation_hz": rotation_hz,
+              "azimuth_steps": 1024, "elevations_deg": [-10.0, 0.0], "first_sweep_ns": 0, "min_range_m": 0.5,
+              "max_range_m": 100.0}
+    lidar = parse_rig({"schema": "rowbeam/rig@1", "sensors": [sensor]}, "rig.json").sensors[0]
+    assert lidar.event_duration_ns() == half_up(Fraction(10**9) / Fraction(str(rotation_hz)))
