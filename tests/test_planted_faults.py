@@ -476,3 +476,18 @@ def test_deformation_motion_steps(exports, tmp_path):
     _edit_manifest(ev, edit)
     assert "warn" in status(root, "deformation_motion_steps")
     assert status(e.bundle, "deformation_motion_steps") == {"pass"}
+
+
+def test_objects_instance_ids(exports, tmp_path):
+    """An instance's 64-bit id edited in the object table (its instancer id and persistent path unchanged)."""
+    from . import test_instances
+
+    e = exports("instanced_city", test_instances.instanced_city, first_event=1, count=2)
+    root, ev = _copy(e, tmp_path)
+
+    def edit(m):
+        o = next(o for o in m["objects"] if "instance" in o)
+        o["id"] += 1
+    m = _edit_manifest(ev, edit)
+    assert any("instance" in o for o in m["objects"])
+    fails(root, "objects:instance_ids")
