@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # Markers (pyproject.toml declares them): `pytest -m "not bpy"` runs the Blender-free tests.
@@ -176,7 +176,7 @@ def build_and_export(tmp: Path, name: str, builder, first_event=1, count=1, even
 
 def skip_without_custom_camera(rig: dict) -> None:
     """A spinning LiDAR renders through a custom (OSL) camera: Blender >= 4.5. On 4.2 the exporter refuses it
-    with one line (tests/test_blender_compat.py), so tests that need a LiDAR export are skipped there."""
+    with one line (tests/blender/compat/test_blender_compat.py), so tests that need a LiDAR export are skipped there."""
     from rowbeam.blender.compat import blender_compat
 
     if not blender_compat.HAS_CUSTOM_CAMERA and any(s["type"] in ("spinning_lidar", "radar") for s in rig["sensors"]):

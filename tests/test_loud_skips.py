@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from .conftest import REPO, skip_allowed, skip_allowlist
+from tests.conftest import REPO, skip_allowed, skip_allowlist
 
 CONFTEST = textwrap.dedent("""
     from pathlib import Path
@@ -60,8 +60,8 @@ def test_skips_stay_skips_outside_ci(tmp_path):
 def test_the_allowlist_parses_and_matches_by_node_id_and_reason():
     entries = skip_allowlist()
     assert entries and all(len(e) == 3 for e in entries)
-    assert skip_allowed("tests/test_lidar.py::test_x", "spinning LiDAR needs Blender >= 4.5 (custom OSL camera); "
+    assert skip_allowed("tests/sensors/test_lidar.py::test_x", "spinning LiDAR needs Blender >= 4.5 (custom OSL camera); "
                         "this is 4.2.1", entries)
-    assert not skip_allowed("tests/test_lidar.py::test_x", "cv2 not installed", entries)
-    assert not skip_allowed("tests/test_crash_recovery.py::test_disk_full",
+    assert not skip_allowed("tests/sensors/test_lidar.py::test_x", "cv2 not installed", entries)
+    assert not skip_allowed("tests/blender/export/test_crash_recovery.py::test_disk_full",
                             "disk-full test mounts a small tmpfs, which needs root on Linux", entries)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CHECKER_FAULTS = "tests/test_checker_faults.py"
-CALIB = "tests/test_calibration_exports.py"
+CHECKER_FAULTS = "tests/check/test_checker_faults.py"
+CALIB = "tests/blender/sensors/test_calibration_exports.py"
 
 
 @dataclass(frozen=True)
@@ -31,39 +31,39 @@ MUTANTS = [
     M("timing-half-row", "timing", "rowbeam/model/timing.py",
       "num = self.readout_ns * (2 * order + 1) + self.exposure_ns * self.rows",
       "num = self.readout_ns * (2 * order) + self.exposure_ns * self.rows",
-      ("tests/test_timing.py",), "row reference time at the row's start, not its centre (half-row offset lost)"),
+      ("tests/model/test_timing.py",), "row reference time at the row's start, not its centre (half-row offset lost)"),
     M("timing-floor", "timing", "rowbeam/model/timing.py",
       "return self.frame_start_ns + (num + self.rows) // den",
       "return self.frame_start_ns + num // den",
-      ("tests/test_timing.py",), "row times rounded down instead of half up"),
+      ("tests/model/test_timing.py",), "row times rounded down instead of half up"),
     M("timing-readout-direction", "timing", "rowbeam/model/timing.py",
       "return v if self.direction == \"top_to_bottom\" else self.rows - 1 - v",
       "return v if self.direction == \"top_to_bottom\" else self.rows - v",
-      ("tests/test_timing.py",), "bottom-to-top readout order off by one row"),
+      ("tests/model/test_timing.py",), "bottom-to-top readout order off by one row"),
     M("timing-cycles-row-shift", "timing", "rowbeam/blender/cycles/cycles_timing.py",
       "centre = Fraction(first_row_ns) - Fraction(row_period_ns) + readout / 2",
       "centre = Fraction(first_row_ns) + readout / 2",
-      ("tests/test_timing.py",), "Cycles' (r+1)/H row time not compensated (labels one row period late)"),
+      ("tests/model/test_timing.py",), "Cycles' (r+1)/H row time not compensated (labels one row period late)"),
     M("timing-lidar-firing-rounding", "timing", "rowbeam/sensors/lidar.py",
       "return self.sweep_start_ns + (2 * k * p.numerator + p.denominator) // (2 * p.denominator)",
       "return self.sweep_start_ns + (k * p.numerator) // p.denominator",
-      ("tests/test_lidar.py", "-k", "firing_times"), "LiDAR firing times truncated instead of rounded half up"),
+      ("tests/sensors/test_lidar.py", "-k", "firing_times"), "LiDAR firing times truncated instead of rounded half up"),
     M("timing-lidar-channel-offset", "timing", "rowbeam/sensors/lidar.py",
       "return self.firing_times_ns()[:, None] + np.asarray(self.time_offsets_ns, dtype=np.int64)[None, :]",
       "return self.firing_times_ns()[:, None] + 0 * np.asarray(self.time_offsets_ns, dtype=np.int64)[None, :]",
-      ("tests/test_lidar.py", "-k", "channel_time_offsets or vlp16"),
+      ("tests/sensors/test_lidar.py", "-k", "channel_time_offsets or vlp16"),
       "per-channel firing delays dropped from beam times"),
     # -- frames and pixel centres ------------------------------------------------------------------------
     M("frames-opencv-flip", "frames", "rowbeam/model/frames.py",
       "T_BLENDER_CAMERA_OPENCV = np.diag([1.0, -1.0, -1.0, 1.0])",
       "T_BLENDER_CAMERA_OPENCV = np.diag([-1.0, 1.0, -1.0, 1.0])",
-      ("tests/test_conventions.py",), "OpenCV<->Blender camera flip about the wrong axis (x and y swapped signs)"),
+      ("tests/model/test_conventions.py",), "OpenCV<->Blender camera flip about the wrong axis (x and y swapped signs)"),
     M("pixel-centre-cx", "pixels", "rowbeam/model/camera_model.py",
       "cx = W / 2.0 - dx - 0.5", "cx = W / 2.0 - dx",
-      ("tests/test_conventions.py",), "c_x = W/2 (pixel corners) instead of W/2 - 0.5"),
+      ("tests/model/test_conventions.py",), "c_x = W/2 (pixel corners) instead of W/2 - 0.5"),
     M("pixel-centre-cy-shift-sign", "pixels", "rowbeam/model/camera_model.py",
       "cy = H / 2.0 + dy - 0.5", "cy = H / 2.0 - dy - 0.5",
-      ("tests/test_conventions.py",), "vertical lens shift applied with the wrong sign"),
+      ("tests/model/test_conventions.py",), "vertical lens shift applied with the wrong sign"),
     M("range-factor-y", "geometry", "rowbeam/model/camera_model.py",
       "return np.sqrt(1.0 + xn * xn + yn * yn)", "return np.sqrt(1.0 + xn * xn)",
       (CALIB, "-k", "tilted"), "range/camera_z factor forgets y_n (shared by exporter and checker)"),
@@ -72,23 +72,23 @@ MUTANTS = [
       (CALIB, "-k", "tilted"), "camera_z exported as the range"),
     M("rigid-last-row", "frames", "rowbeam/model/frames.py",
       "return ortho & det & last", "return ortho & det",
-      ("tests/test_conventions.py", CHECKER_FAULTS, "-k", "rigid or row_pose or reference_pose or firing_pose"),
+      ("tests/model/test_conventions.py", CHECKER_FAULTS, "-k", "rigid or row_pose or reference_pose or firing_pose"),
       "rigidity test ignores the homogeneous last row"),
     # -- LiDAR -------------------------------------------------------------------------------------------
     M("lidar-azimuth-sign-contract", "lidar", "rowbeam/sensors/lidar.py",
       "sign = 1.0 if self.spin_direction == \"ccw\" else -1.0", "sign = 1.0",
-      ("tests/test_lidar.py", "-k", "spin_direction"), "declared cw spin ignored (beam table turns ccw)"),
+      ("tests/sensors/test_lidar.py", "-k", "spin_direction"), "declared cw spin ignored (beam table turns ccw)"),
     M("lidar-azimuth-sign-osl", "lidar", "rowbeam/blender/sensors/lidar_osl.py",
       "sign = 1.0 if sensor.spin_direction == \"ccw\" else -1.0", "sign = 1.0",
-      ("tests/test_lidar.py", "-k", "box_room_exact or cw_sweep"),
+      ("tests/sensors/test_lidar.py", "-k", "box_room_exact or cw_sweep"),
       "rendered sweep ignores cw spin (OSL camera always turns ccw)"),
     M("lidar-frame-transpose", "frames", "rowbeam/blender/sensors/lidar_labels.py",
       "    p = rotate_inverse(R, P - o)", "    p = rotate(R, P - o)",
-      ("tests/test_lidar.py", "-k", "box_room_exact"), "LiDAR points rotated by R instead of R^T"),
+      ("tests/sensors/test_lidar.py", "-k", "box_room_exact"), "LiDAR points rotated by R instead of R^T"),
     M("lidar-nan-policy", "nan", "rowbeam/blender/sensors/lidar_labels.py",
       "\"range\": np.where(valid, rng, nan).astype(np.float32),",
       "\"range\": np.where(valid, rng, 0.0).astype(np.float32),",
-      ("tests/test_lidar.py", "-k", "moving_wall_range"), "LiDAR range 0 instead of NaN where there is no return"),
+      ("tests/sensors/test_lidar.py", "-k", "moving_wall_range"), "LiDAR range 0 instead of NaN where there is no return"),
     # -- camera labels, ids, NaN policy ------------------------------------------------------------------
     M("camera-nan-policy", "nan", "rowbeam/blender/sensors/camera_labels.py",
       "    nan = np.float32(np.nan)\n    for name, value in", "    nan = np.float32(0.0)\n    for name, value in",
@@ -102,10 +102,10 @@ MUTANTS = [
       (CHECKER_FAULTS, "-k", "fixtures_are_clean"), "render indices start at 0 (collide with background)"),
     M("ids-hex-parse", "ids", "rowbeam/blender/objects/object_table.py",
       "value = int(str(text).strip(), 0)", "value = int(str(text).strip(), 16)",
-      ("tests/test_object_ids.py",), "object ids always read as hex (decimal ids change)"),
+      ("tests/blender/objects/test_object_ids.py",), "object ids always read as hex (decimal ids change)"),
     M("ids-class-case", "ids", "rowbeam/model/ontology.py",
       "return self.tag_to_id.get(tag.strip().lower(), VOID_ID)", "return self.tag_to_id.get(tag, VOID_ID)",
-      ("tests/test_object_ids.py",), "class tags matched case-sensitively"),
+      ("tests/blender/objects/test_object_ids.py",), "class tags matched case-sensitively"),
     # -- flow --------------------------------------------------------------------------------------------
     M("flow-direction", "flow", "rowbeam/blender/flow/flow_math.py",
       "flow[at, 0] = ud[kept] - u[kept]", "flow[at, 0] = u[kept] - ud[kept]",
@@ -202,11 +202,11 @@ MUTANTS = [
       (CHECKER_FAULTS, "-k", "defined_without"), "correspondence_defined => source_valid not checked"),
 ]
 
-FAST = "tests/test_defects_fast.py"
-TIES = "tests/test_rounding_ties.py"
-CYCLE = "tests/test_flow_cycle.py"
-PLANT = "tests/test_planted_faults.py"
-KILL = "tests/test_farm_kill.py"
+FAST = "tests/check/test_defects_fast.py"
+TIES = "tests/model/test_rounding_ties.py"
+CYCLE = "tests/blender/flow/test_flow_cycle.py"
+PLANT = "tests/check/test_planted_faults.py"
+KILL = "tests/farm/test_farm_kill.py"
 
 MUTANTS += [
     # -- timing: ties, rates, exact values ------------------------------------------------------------------------
@@ -243,7 +243,7 @@ MUTANTS += [
       (TIES,), "radar chirp_offset_ns dropped from chirp times"),
     M("timing-exact-binary-float", "timing", "rowbeam/model/timing.py",
       "return Fraction(repr(float(x)))", "return Fraction(float(x))",
-      (TIES, "tests/test_timing.py"), "rates taken as binary floats (40.96 Hz is not 4096/100)"),
+      (TIES, "tests/model/test_timing.py"), "rates taken as binary floats (40.96 Hz is not 4096/100)"),
     M("timing-radar-period-rounded-text", "timing", "rowbeam/sensors/radar.py",
       "f\"longer than the frame period {exact_ns_text(period)} (1/rate_hz)\")",
       "f\"longer than the frame period {float(period):.0f} ns (1/rate_hz)\")",
@@ -269,7 +269,7 @@ MUTANTS += [
     # -- frames and rotations (rotated radar mount) ---------------------------------------------------------------
     M("frames-invert-rigid-no-transpose", "frames", "rowbeam/model/frames.py",
       "    r = T[:3, :3].T\n    out[:3, :3] = r", "    r = T[:3, :3]\n    out[:3, :3] = r",
-      ("tests/test_conventions.py",), "invert_rigid keeps R instead of R^T"),
+      ("tests/model/test_conventions.py",), "invert_rigid keeps R instead of R^T"),
     M("frames-rigid-det", "frames", "rowbeam/model/frames.py",
       "det = np.abs(np.linalg.det(r) - 1.0) < tol", "det = np.abs(np.abs(np.linalg.det(r)) - 1.0) < tol",
       (FAST, "-k", "reflection"), "a reflection counts as rigid"),
@@ -298,7 +298,7 @@ MUTANTS += [
       (FAST, "-k", "lens_rig"), "lens_rig ignores fov_deg"),
     M("lens-fov-range", "lens", "rowbeam/model/lens.py",
       "if not (math.isfinite(fov) and 0 < fov <= 180):", "if not (math.isfinite(fov) and 0 < fov <= 360):",
-      ("tests/test_lenses.py", "-k", "bad_coefficients"), "fisheye fov beyond 180 deg accepted"),
+      ("tests/model/test_lenses.py", "-k", "bad_coefficients"), "fisheye fov beyond 180 deg accepted"),
     M("lens-coefficient-finite", "lens", "rowbeam/model/lens.py",
       "if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d):",
       "if isinstance(d, bool) or not isinstance(d, (int, float)):",
@@ -308,7 +308,7 @@ MUTANTS += [
       (FAST, "-k", "non_finite"), "a non-finite rig number not located (lens.D[i] not named)"),
     M("lens-valid-domain-unchecked", "lens", "rowbeam/check/camera_checks.py",
       "outside = int(np.count_nonzero((valid == 1) & ~rays.in_domain))", "outside = 0",
-      ("tests/test_lenses.py", "-k", "checker_catches_lens_faults"), "valid pixels outside the lens domain accepted"),
+      ("tests/model/test_lenses.py", "-k", "checker_catches_lens_faults"), "valid pixels outside the lens domain accepted"),
     # -- flow flags and tolerances --------------------------------------------------------------------------------
     M("flow-cycle-tol-10x-profile", "flow", "rowbeam/model/qa_profile.py",
       "FLOW_CYCLE_TOL_PX = 0.1 ", "FLOW_CYCLE_TOL_PX = 1.0 ",
@@ -408,7 +408,7 @@ MUTANTS += [
     M("radar-export-velocity-sign", "radar", "rowbeam/blender/sensors/radar_event.py",
       "v = np.einsum(\"kbi,kbi->kb\", v_point - v_origin, d_world)",
       "v = np.einsum(\"kbi,kbi->kb\", v_origin - v_point, d_world)",
-      ("tests/test_radar.py", "-k", "wall_approaching"), "radial velocity sign flipped in the exporter"),
+      ("tests/sensors/test_radar.py", "-k", "wall_approaching"), "radial velocity sign flipped in the exporter"),
     # -- LiDAR ----------------------------------------------------------------------------------------------------
     M("lidar-beam-time-offsets-never", "lidar", "rowbeam/check/lidar_checks.py",
       "add(\"beam_time_offsets\", declared == list(timing.time_offsets_ns),",
@@ -480,7 +480,7 @@ MUTANTS += [
 ]
 
 # -- more checker conditions ---------------------------------------------------------------------------------------
-CHECKER = "tests/test_checker.py"
+CHECKER = "tests/check/test_checker.py"
 MUTANTS += [
     M("check-row-times-never", "checker", "rowbeam/check/camera_checks.py",
       "    add(\"row_times\", bad.size == 0,", "    add(\"row_times\", True,",

@@ -9,7 +9,7 @@
 # wheels come from pip's cache (PIP_CACHE_DIR, default ~/.cache/pip: cache it in CI).
 # Every version runs the same Blender-facing selection (rolling-shutter camera, LiDAR OSL camera, flow,
 # EXR reading, the version differences, extension install); LiDAR renders are skipped on 4.2, which
-# has no custom cameras (refused there by name, tested in tests/test_blender_compat.py).
+# has no custom cameras (refused there by name, tested in tests/blender/compat/test_blender_compat.py).
 # Writes out/test-matrix/<V>.log and summary.txt (install s, passed/failed/skipped, wall s per version);
 # exits 1 when any version fails, 2 when a Python it needs is missing.
 set -euo pipefail
@@ -22,18 +22,18 @@ mkdir -p "$OUT"
 
 # Blender-facing tests (a slimmer subset than `make test`, still touching every Blender-facing path).
 SELECTION=(
-  tests/test_blender_compat.py                       # every version difference, against the real API
-  tests/test_cycles_facts.py                         # Cycles behaviour the design rests on (EXR passes)
-  tests/test_calibration_exports.py                  # rolling-shutter camera exports vs closed form
-  tests/test_timing.py                               # Cycles shutter timing per row / per firing
-  tests/test_lidar.py                                # spinning LiDAR through the OSL custom camera
-  "tests/test_radar.py::test_wall_approaching_radial_velocity_is_minus_v_cos_theta"   # radar, same OSL camera
-  "tests/test_lenses.py::test_marker_board_through_lens"       # distorted cameras: OSL lens camera vs OpenCV
-  "tests/test_lenses.py::test_custom_camera_blender_refused"   # lens refused on 4.2 by name
-  tests/test_flow.py                                 # optical / scene flow, adapters, EXR reading
-  tests/test_checker.py                              # checker on exported EXR/npy payloads
-  tests/test_extension.py                            # zip build, install, UI export + check, uninstall
-  "tests/test_exporter_cli.py::test_python_entry_exports_and_resumes"
+  tests/blender/compat/test_blender_compat.py                       # every version difference, against the real API
+  tests/blender/compat/test_cycles_facts.py                         # Cycles behaviour the design rests on (EXR passes)
+  tests/blender/sensors/test_calibration_exports.py                  # rolling-shutter camera exports vs closed form
+  tests/model/test_timing.py                               # Cycles shutter timing per row / per firing
+  tests/sensors/test_lidar.py                                # spinning LiDAR through the OSL custom camera
+  "tests/sensors/test_radar.py::test_wall_approaching_radial_velocity_is_minus_v_cos_theta"   # radar, same OSL camera
+  "tests/model/test_lenses.py::test_marker_board_through_lens"       # distorted cameras: OSL lens camera vs OpenCV
+  "tests/model/test_lenses.py::test_custom_camera_blender_refused"   # lens refused on 4.2 by name
+  tests/blender/flow/test_flow.py                                 # optical / scene flow, adapters, EXR reading
+  tests/check/test_checker.py                              # checker on exported EXR/npy payloads
+  tests/addon/test_extension.py                            # zip build, install, UI export + check, uninstall
+  "tests/blender/export/test_exporter_cli.py::test_python_entry_exports_and_resumes"
 )
 [ -z "${MATRIX_TESTS:-}" ] || read -ra SELECTION <<< "$MATRIX_TESTS"     # override: MATRIX_TESTS="tests/x.py ..."
 

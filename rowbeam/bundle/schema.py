@@ -178,7 +178,7 @@ def schema_errors(document, schema_id: str) -> list[str]:
 
 # ---- fast path for large homogeneous arrays -------------------------------------------------------------
 # A compiled item check is a predicate equal to jsonschema's verdict on the item schema (tested against
-# jsonschema on valid and planted-invalid tables in tests/test_schema_fast.py). It exists only for item
+# jsonschema on valid and planted-invalid tables in tests/bundle/test_schema_fast.py). It exists only for item
 # schemas built from the keywords below; anything else (a $ref, a format, ...) is left to jsonschema.
 
 FAST_MIN_ITEMS = 16           # shorter arrays are validated by jsonschema with the rest of the document

@@ -3,7 +3,7 @@
 Supported: Blender 4.2 LTS to 5.3 (tested: 4.2, 4.5, 5.0, 5.3 — `make test-matrix`). Blender up
 to 5.0 embeds Python 3.11 and numpy 1.x, 5.1 and later Python 3.13 and numpy 2.x. Each difference
 is decided by the Blender version (the release that introduced the API), never by trying and
-catching; tests/test_blender_compat.py pins every branch to the real API of the running Blender.
+catching; tests/blender/compat/test_blender_compat.py pins every branch to the real API of the running Blender.
 
 | difference                    | 4.2            | 4.5             | 5.0 / 5.3                       |
 |-------------------------------|----------------|-----------------|---------------------------------|

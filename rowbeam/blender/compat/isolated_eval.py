@@ -4,7 +4,7 @@
 time, ~200 objects). A scratch scene that links only the objects asked for has a depsgraph holding them and
 what they depend on (armatures, lattices, hook targets, parents are pulled in by Blender's dependency
 builder), so `frame_set` on it evaluates only those: the same evaluated meshes, bit for bit
-(tests/test_label_speed.py), ~6x cheaper. It is used only where nothing can tell the two scenes apart:
+(tests/blender/export/test_label_speed.py), ~6x cheaper. It is used only where nothing can tell the two scenes apart:
 modifiers from a deterministic list (no physics, simulation or geometry nodes), no rigid body, no time
 remapping; and every use is guarded at its first and last time by the whole-scene evaluation (bit-identical,
 with the scene a frame away meanwhile, or it falls back to frame_set on the scene for every time).

@@ -5,7 +5,7 @@ physics, time remapping), parents of type OBJECT that are plain too -- matrix_wo
 t is computed directly: F-curves evaluated at Blender's float32 ctime (frame + subframe), then
 Blender's own float32 composition (object.cc: scale -> Euler/quaternion rotation with its delta ->
 location; parent @ parent_inverse @ local) replayed in numpy with the same operation order, so
-the result equals `matrix_world` after `scene.frame_set` bit for bit (tests/test_pose_eval.py).
+the result equals `matrix_world` after `scene.frame_set` bit for bit (tests/blender/compat/test_pose_eval.py).
 Anything else returns None and the caller falls back to frame_set (`scene_clock`).
 """
 from __future__ import annotations

@@ -104,7 +104,7 @@ def data_pass_settings(patch: ScenePatch, scene, view_layer) -> None:
     """Skip the shading work label passes never read: no bounces after the first hit (transparent bounces
     kept), lights and world off, no Combined pass. Position, Normal, Object Index, Depth and AOVs are
     written at the first hit from the camera ray's own random numbers, so they come out bit-identical
-    (tests/test_label_speed.py); measured on the 1280x720 running example (bpy 5.3, CPU): 5.9 -> 3.0 CPU s
+    (tests/blender/export/test_label_speed.py); measured on the 1280x720 running example (bpy 5.3, CPU): 5.9 -> 3.0 CPU s
     per global-shutter label render."""
     patch.set(scene.cycles, "max_bounces", 0)
     patch.set(scene, "world", None)
