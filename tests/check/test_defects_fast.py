@@ -141,7 +141,7 @@ def test_dataset_hash_covers_the_blend_bytes_as_docs_farm_says():
     m3["run"]["host"], m3["build"]["git_revision"] = "other", "y"                 # not covered
     m3["modalities"]["camera_z"]["uri"] = "elsewhere.exr"
     assert sample_content_hash(m3, a)[0] == h0
-    text = " ".join((Path(__file__).parent.parent / "docs" / "farm.md").read_text().split())
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "farm.md").read_text().split())
     assert "covers the **.blend file's bytes**" in text and "dataset hash change" in text
 
 

@@ -12,8 +12,8 @@ import pytest
 from rowbeam.blender.scenes import radar_scenes as rs
 
 from tests.helpers import failures, load_event, rehash
-from . import test_checker_faults as faults
-from . import test_object_labels as object_labels
+from tests.check import test_checker_faults as faults
+from tests.blender.objects import test_object_labels as object_labels
 from tests.check.test_checker_faults import _copy, _edit_manifest, _replace
 
 
@@ -480,7 +480,7 @@ def test_deformation_motion_steps(exports, tmp_path):
 
 def test_objects_instance_ids(exports, tmp_path):
     """An instance's 64-bit id edited in the object table (its instancer id and persistent path unchanged)."""
-    from . import test_instances
+    from tests.blender.objects import test_instances
 
     e = exports("instanced_city", test_instances.instanced_city, first_event=1, count=2)
     root, ev = _copy(e, tmp_path)
