@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from rowbeam.bundle.files import load_json
+from rowbeam.bundle.layout import scan_layout
+from rowbeam.bundle.schema import schema_errors
+from rowbeam.model.state_log import load_state_log
 from rowbeam.model.timing import RollingShutterTiming
 from rowbeam.sensors import type_of
+from rowbeam.util.errors import RowbeamError
 
 SCHEMA = "rowbeam/associations@1"
 FOLDER = "associations"
@@ -117,10 +122,6 @@ def associate(manifests: list[dict], max_skew_ns: int, tracks: dict | None = Non
 
 def _manifests(root) -> list[dict]:
     """Schema-valid event manifests of a bundle (flows skipped); RowbeamError naming a bad one."""
-    from rowbeam.check.runner import scan_layout
-    from rowbeam.util.errors import RowbeamError
-    from rowbeam.bundle.files import load_json
-    from rowbeam.bundle.schema import schema_errors
 
     out = []
     for path in scan_layout(root)[0]:
@@ -136,7 +137,6 @@ def _manifests(root) -> list[dict]:
 
 def _state_of(manifests: list[dict], root):
     """(state pointer, tracks) of the first camera event that has a state log, else (None, None)."""
-    from rowbeam.model.state_log import load_state_log
 
     for m in manifests:
         if type_of(m).has_rows and "state" in m:
@@ -149,7 +149,6 @@ def associate_bundle(bundle, max_skew_us: float) -> tuple[str, dict]:
     import math
     from pathlib import Path
 
-    from rowbeam.util.errors import RowbeamError
     from rowbeam.bundle.files import atomic_write_json
 
     root = Path(bundle)
@@ -171,9 +170,6 @@ def check_associations(root, add) -> None:
     bundle's manifests and state log (complete: no pair within tolerance missing)."""
     from pathlib import Path
 
-    from rowbeam.util.errors import RowbeamError
-    from rowbeam.bundle.files import load_json
-    from rowbeam.bundle.schema import schema_errors
 
     folder = Path(root) / FOLDER
     if not folder.is_dir():
@@ -191,8 +187,6 @@ def check_associations(root, add) -> None:
             manifests = _manifests(root)
             tracks = None
             if doc["state"]:
-                from rowbeam.model.state_log import load_state_log
-
                 tracks = load_state_log(root, doc["state"])[1]
             expected = associate(manifests, doc["max_skew_ns"], tracks, doc["state"])
         except (RowbeamError, OSError) as exc:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from pathlib import Path
 
@@ -36,7 +35,6 @@ from rowbeam.check.object_checks import check_object_labels
 from rowbeam.sensors import MODALITIES, load_layer, manifest_dims, required, sensor_type, sensor_types, type_of
 from rowbeam.util.errors import RowbeamError, UnusableInput
 from rowbeam.bundle.files import (
-    is_inside,
     STAGING_DIR,
     atomic_write_json,
     canonical_sha256,
@@ -47,13 +45,10 @@ from rowbeam.bundle.files import (
 from rowbeam.model.sample_identity import sample_id
 from rowbeam.bundle.schema import schema_errors
 from rowbeam.bundle.associations import check_associations
+from rowbeam.bundle.layout import BUNDLE, MANIFEST, scan_layout
 from rowbeam.model.state_log import check_event_against_log, check_log, load_state_log
 
-MANIFEST = "manifest.json"
-BUNDLE = "bundle.json"
 QA_REPORT = "qa_report.json"
-EVENT_FOLDER = re.compile(r"^[0-9]+$")
-FLOW_FOLDER = re.compile(r"^([0-9]+)-([0-9]+)$")
 load_layer("check")      # each sensor type's checks (its "check_event", "check_rig_*" and "cross_check" hooks)
 
 
@@ -119,45 +114,6 @@ def find_manifests(path: Path) -> tuple[Path, list[Path]]:
     """(bundle root, manifests) for a bundle folder or a single event or flow folder."""
     root, single = _locate(Path(path))
     return (root, [single]) if single else (root, scan_layout(root)[0])
-
-
-def scan_layout(root: Path) -> tuple[list[Path], list[str], list[str]]:
-    """(manifests, problems, litter) of a bundle's events/ and flows/: problems are entries a reader could
-    take for data but that are not well-formed event or flow folders; litter are hidden entries."""
-    manifests, problems, litter = [], [], []
-    for top, pattern, kind in (("events", EVENT_FOLDER, "event"), ("flows", FLOW_FOLDER, "flow")):
-        base = root / top
-        if not _exists(base):
-            continue
-        if not base.is_dir():
-            problems.append(f"{top} is not a folder")
-            continue
-        for sensor in sorted(base.iterdir()):
-            rel = f"{top}/{sensor.name}"
-            if sensor.name.startswith("."):
-                litter.append(rel)
-                continue
-            if not sensor.is_dir() or not is_inside(root, sensor):
-                problems.append(f"{rel} is not a sensor folder inside the bundle")
-                continue
-            for item in sorted(sensor.iterdir()):
-                rel = f"{top}/{sensor.name}/{item.name}"
-                if item.name.startswith("."):
-                    litter.append(rel)
-                elif not is_inside(root, item):
-                    problems.append(f"{rel} resolves outside the bundle (a link); not read")
-                elif not pattern.match(item.name) or not item.is_dir():
-                    problems.append(f"{rel} is not a{'n' if kind == 'event' else ''} {kind} folder "
-                                    f"({'<index:06d>' if kind == 'event' else '<i0:06d>-<i1:06d>'})")
-                elif not _exists(item / MANIFEST):
-                    problems.append(f"{rel} looks like a{'n' if kind == 'event' else ''} {kind} but holds no {MANIFEST}")
-                else:
-                    manifests.append(item / MANIFEST)
-    staging = root / STAGING_DIR
-    if staging.is_dir() and any(not q.is_dir() for q in staging.rglob("*")):
-        litter.append(".staging (an export is running or was interrupted)")
-    litter += sorted(p.name for p in root.glob(f".{BUNDLE}.tmp-*"))
-    return manifests, problems, litter
 
 
 def quarantined(root: Path) -> list[str]:
