@@ -145,7 +145,7 @@ def sensor_lens(sensor, K, width: int, height: int) -> Lens | None:
 
 def use_lens_camera(patch, scene, cam_obj, lens: Lens, sensor_id: str, direction: str):
     """Make the lens camera (child of the sensor camera) the scene camera; images rendered through it for
-    bottom_to_top readout come out rolled 180 deg like the pinhole path's (camera_event.unflip)."""
+    bottom_to_top readout come out rolled 180 deg like the pinhole path's (render_camera.unflip)."""
     source = lens_shader_source(lens, sensor_id, flip=direction != "top_to_bottom")
     return make_custom_camera(patch, scene, cam_obj, source, "rowbeam_lens_camera")
 

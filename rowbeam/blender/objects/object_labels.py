@@ -42,6 +42,7 @@ from rowbeam.check.rasterize import (
 from rowbeam.blender.cycles import cycles_setup as cs
 from rowbeam.blender.cycles.cycles_timing import label_shutter, timed_rows_shutter
 from rowbeam.blender.cycles.osl_camera import CLIP_M
+from rowbeam.blender.cycles.render_camera import use_render_camera
 from rowbeam.blender.compat.scene_clock import objects_world_matrices, set_time
 from rowbeam.blender.compat.scene_patch import ScenePatch
 
@@ -755,8 +756,6 @@ def _flipped(st: _Stage) -> bool:
 def _canvas_render_setup(st: _Stage, p) -> float:
     """Patch the scene for the canvas renders (3W x 3H, 1 sample, Gaussian 0.01 px, Object Index pass, lens / 3,
     shift / 3, stretched rolling shutter); returns max |K_canvas - (K + (W, H))| (px)."""
-    from rowbeam.blender.sensors.camera_event import use_render_camera
-
     scene, vl, params = st.ctx.scene, st.ctx.view_layer, st.ev.params
     st.ctx.base_settings(p, st.Wc, st.Hc)
     p.set(scene.cycles, "samples", 1)

@@ -1,7 +1,6 @@
 """Render one rolling-shutter camera event: rgb, labels at per-row times, exact-row verification (bpy)."""
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -28,6 +27,7 @@ from rowbeam.blender.cycles.lens_camera import (
     use_lens_camera,
 )
 from rowbeam.blender.cycles.osl_camera import custom_camera_device
+from rowbeam.blender.cycles.render_camera import unflip, use_render_camera
 from rowbeam.blender.flow.mesh_motion import STEPS_METHOD, choose_deform_steps, uses_mesh_path
 from rowbeam.blender.compat.scene_clock import camera_poses, pose_method, set_time
 from rowbeam.blender.compat.scene_patch import ScenePatch
@@ -85,45 +85,11 @@ def camera_params(scene, cam_obj, width: int, height: int) -> BlenderCameraParam
         pixel_aspect_x=scene.render.pixel_aspect_x, pixel_aspect_y=scene.render.pixel_aspect_y)
 
 
-def use_render_camera(patch: ScenePatch, scene, cam_obj, direction: str):
-    """Make the camera Cycles renders through active; return it.
-
-    For bottom_to_top readout this is a child camera rolled 180 deg about the optical axis
-    (shifts negated), so Cycles' top-first rows are the sensor's first rows; images rendered
-    through it are flipped back with `unflip`.
-    """
-    import bpy
-
-    if direction == "top_to_bottom":
-        patch.set(scene, "camera", cam_obj)
-        return cam_obj
-    data = cam_obj.data.copy()
-    data.shift_x, data.shift_y = -cam_obj.data.shift_x, -cam_obj.data.shift_y
-    flipped = bpy.data.objects.new("rowbeam_flipped_camera", data)
-    scene.collection.objects.link(flipped)
-    flipped.parent = cam_obj
-    flipped.matrix_parent_inverse.identity()
-    flipped.rotation_euler = (0.0, 0.0, math.pi)
-
-    def remove():
-        bpy.data.objects.remove(flipped)
-        bpy.data.cameras.remove(data)
-    patch.on_restore(remove)
-    patch.set(scene, "camera", flipped)
-    return flipped
-
-
 def render_camera(patch: ScenePatch, scene, cam_obj, sensor: CameraSensor, lens=None):
     """The render camera of `sensor`: the Blender camera (use_render_camera) or, with a lens, the lens camera."""
     if lens is None:
         return use_render_camera(patch, scene, cam_obj, sensor.readout_direction)
     return use_lens_camera(patch, scene, cam_obj, lens, sensor.id, sensor.readout_direction)
-
-
-def unflip(passes: dict, direction: str) -> dict:
-    if direction == "top_to_bottom":
-        return passes
-    return {k: np.ascontiguousarray(v[::-1, ::-1]) for k, v in passes.items()}
 
 
 def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None) -> CameraEventOutput:

@@ -13,6 +13,7 @@ from rowbeam.model.camera_model import norm, range_factor
 from rowbeam.model.ontology import BACKGROUND_ID, VOID_ID
 
 from rowbeam.util.worker_threads import thread_map
+from rowbeam.blender.sensors.ray_plane import on_exact_beam
 
 BACKGROUND_DEPTH = 1e9  # Cycles' Depth pass reads 1e10 where nothing was hit
 
@@ -170,10 +171,8 @@ def derive_band(passes: dict, row_T_world_camera: np.ndarray, K: np.ndarray, lut
 
 def exact_ray_depths(X: np.ndarray, normal: np.ndarray, rays, valid: np.ndarray):
     """(range (h, w), |ray| (h, w), stats) of camera-frame hits X (h, w, 3) moved onto their exact rays
-    (lens_camera.PixelRays): the ray meets the plane through X with the true normal (lidar_labels.on_exact_beam;
+    (lens_camera.PixelRays): the ray meets the plane through X with the true normal (ray_plane.on_exact_beam;
     grazing hits kept)."""
-    from rowbeam.blender.sensors.lidar_labels import on_exact_beam
-
     P = on_exact_beam(X, normal, np.zeros(3), rays.unit)
     rng = norm(P)
     P -= X                                              # the shift of each hit onto its ray

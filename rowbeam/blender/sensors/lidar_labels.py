@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from rowbeam.model.camera_model import norm
 from rowbeam.model.modalities import LIDAR_MODALITIES
 
 from rowbeam.blender.sensors.camera_labels import resolve_hits
+from rowbeam.blender.sensors.ray_plane import dot, on_exact_beam
 
 
 BEAM_PASSES = ("position", "depth", "index", "true_normal")
@@ -78,16 +78,6 @@ HIT_REFINEMENT = ("each return is the intersection of the exact beam (mount pose
                   "direction) with the plane of the surface Cycles hit (its hit position and true normal); Cycles' "
                   "float32 hit on long triangles lies up to ~0.5 mm off the ray (max_lateral_deviation_m); kept "
                   "unrefined where the beam meets the plane at a grazing angle (|cos| < 1e-2)")
-MIN_REFINE_COS = 1e-2
-
-
-def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(...,) a . b of (..., 3) vectors (broadcasting), elementwise. Summed (a0 b0 + a2 b2) + a1 b1, then + 0.0 (a zero
-    is +0): numpy's einsum over a contiguous axis of 3 gives the same bits, so labels are unchanged from the einsum
-    version."""
-    return ((a[..., 0] * b[..., 0] + a[..., 2] * b[..., 2]) + a[..., 1] * b[..., 1]) + 0.0
-
-
 def rotate(R: np.ndarray, v: np.ndarray) -> np.ndarray:
     """(..., 3) R @ v for rotations R (..., 3, 3) broadcasting against v (..., 3), elementwise (no batched product)."""
     return np.stack([dot(R[..., i, :], v) for i in range(3)], axis=-1)
@@ -98,18 +88,6 @@ def rotate_inverse(R: np.ndarray, v: np.ndarray) -> np.ndarray:
     then + 0.0 (einsum's bits over a strided axis)."""
     return np.stack([((R[..., 0, i] * v[..., 0] + R[..., 1, i] * v[..., 1]) + R[..., 2, i] * v[..., 2]) + 0.0
                      for i in range(3)], axis=-1)
-
-
-def on_exact_beam(hit: np.ndarray, normal: np.ndarray, origin: np.ndarray, direction: np.ndarray) -> np.ndarray:
-    """(..., 3) world points: where the ray origin + s*direction meets the plane through `hit` with `normal`
-    (world frame, metres; `direction` unit). Hits whose plane the ray meets at |cos| < MIN_REFINE_COS, or
-    without a finite normal, are returned unchanged."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        n_dot_d = dot(normal, direction)
-        cos = n_dot_d / norm(normal)
-        s = dot(normal, hit - origin) / n_dot_d
-    refine = np.isfinite(s) & (np.abs(cos) >= MIN_REFINE_COS) & (s > 0)
-    return np.where(refine[..., None], origin + s[..., None] * direction, hit)
 
 
 def point_tables(arrays: dict, beam_times_ns: np.ndarray, T_lidar_world_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
