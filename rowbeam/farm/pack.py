@@ -10,7 +10,6 @@ refused with its path; nothing is left half-written (PACK is staged beside itsel
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -25,39 +24,6 @@ from rowbeam.bundle import ownership
 from rowbeam.bundle.files import atomic_write_json, load_json
 
 MARK = "ROWBEAM_PACK "
-COLLECTIONS = ("images", "libraries", "sounds", "movieclips", "cache_files", "fonts", "volumes")
-
-
-def _pack_one(blend: str, folder: str) -> dict:
-    """In the bpy child: copy the dependencies of `blend` into folder/deps, rewrite, save folder/<name>.blend."""
-    import bpy
-
-    from rowbeam.blender.compat.blend_io import open_blend
-
-    open_blend(blend)
-    out = Path(folder)
-    (out / "deps").mkdir(parents=True, exist_ok=True)
-    copied, missing = {}, []
-    for coll in COLLECTIONS:
-        for block in getattr(bpy.data, coll, []):
-            path = getattr(block, "filepath", "")
-            if not path or path.startswith("<") or getattr(block, "packed_file", None) is not None:
-                continue
-            src = os.path.normpath(bpy.path.abspath(path, library=getattr(block, "library", None)))
-            if not os.path.isfile(src):
-                missing.append(src)
-                continue
-            if src not in copied:
-                digest = hashlib.sha256(Path(src).read_bytes()).hexdigest()
-                name = f"{digest[:16]}-{Path(src).name}"
-                shutil.copyfile(src, out / "deps" / name)
-                copied[src] = name
-            block.filepath = f"//deps/{copied[src]}"
-    if missing:
-        return {"error": f"{blend}: uses missing external file(s): {', '.join(sorted(set(missing))[:5])}"}
-    target = out / Path(blend).name
-    bpy.ops.wm.save_as_mainfile(filepath=str(target), relative_remap=False, copy=True, compress=False)
-    return {"blend": str(target), "copied": copied}
 
 
 def pack_spec(spec_path, pack_dir) -> Path:
@@ -75,7 +41,8 @@ def pack_spec(spec_path, pack_dir) -> Path:
     try:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                          os.environ.get("PYTHONPATH")])))
-        proc = subprocess.run([sys.executable, "-m", "rowbeam.farm.pack", json.dumps(list(jobs.values()))],
+        proc = subprocess.run([sys.executable, "-m", "rowbeam.blender.compat.blend_pack",
+                               json.dumps(list(jobs.values()))],
                               capture_output=True, text=True, env=env, timeout=1800)
         results = [json.loads(line[len(MARK):]) for line in proc.stdout.splitlines() if line.startswith(MARK)]
         if len(results) != len(jobs):
@@ -102,20 +69,3 @@ def pack_spec(spec_path, pack_dir) -> Path:
         raise
     load_json(pack / "dataset.json", "dataset spec")
     return pack / "dataset.json"
-
-
-def main(argv: list[str]) -> int:
-    from rowbeam.blender.export.run_temp import enter_process_temp
-
-    enter_process_temp()
-    for blend, folder in json.loads(argv[0]):
-        try:
-            doc = _pack_one(blend, folder)
-        except RowbeamError as exc:
-            doc = {"error": str(exc)}
-        print(MARK + json.dumps(doc), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
