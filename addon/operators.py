@@ -14,7 +14,8 @@ from rowbeam.model.ontology import load_ontology
 from rowbeam.model.rig import load_rig, parse_rig
 from rowbeam.sensors.camera import CAMERA
 from rowbeam.sensors.radar import RADAR
-from rowbeam.util.progress import Progress, watch_cycles
+from rowbeam.util.progress import Progress
+from rowbeam.blender.cycles.render_stats import watch_cycles
 from rowbeam.blender.export.run import ExportRequest, iter_export, new_summary, plan_export
 
 from . import identity

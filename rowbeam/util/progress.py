@@ -68,17 +68,6 @@ class Progress:
             self.sink(self.state, self.clock())
 
 
-def watch_cycles(progress: Progress):
-    """Forward Cycles' render status (`Sample a/b`) to `progress` while rendering; returns the undo (needs bpy)."""
-    import bpy
-
-    def handler(text, *_):
-        progress.render_stats(text)
-
-    bpy.app.handlers.render_stats.append(handler)
-    return lambda: bpy.app.handlers.render_stats.remove(handler)
-
-
 class TtySink:
     """Rewrites one status line on a terminal (at most every `interval` s); `clear()` before other output."""
 

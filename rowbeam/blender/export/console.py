@@ -13,7 +13,8 @@ import os
 import sys
 from contextlib import contextmanager
 
-from rowbeam.util.progress import LineSink, Progress, TtySink, watch_cycles
+from rowbeam.util.progress import LineSink, Progress, TtySink
+from rowbeam.blender.cycles.render_stats import watch_cycles
 
 
 class Console:
