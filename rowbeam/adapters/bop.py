@@ -20,6 +20,7 @@ import json
 
 import numpy as np
 
+from rowbeam.adapters.adapter import BUNDLE_IN, FOLDER_OUT, AdapterFormat
 from rowbeam.bundle.reader import Bundle, Event
 from rowbeam.model.camera_model import project
 from rowbeam.util.errors import RowbeamError
@@ -238,3 +239,12 @@ def export_bop(bundle_path, out_dir, split: str = "test") -> dict:
         write_file(stage / FOLDER_SIDECAR, sidecar_bytes(doc))
     return doc
 
+
+def _arguments(p) -> None:
+    p.add_argument("bundle", help=BUNDLE_IN)
+    p.add_argument("out_dir", help=FOLDER_OUT)
+    p.add_argument("--split", default="test", help="split folder name (default test)")
+
+
+FORMATS = (AdapterFormat("bop", "BOP scene folders: scene_camera/scene_gt/scene_gt_info, depth, rgb, masks, models in mm",
+                         _arguments, lambda a: export_bop(a.bundle, a.out_dir, a.split)),)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rowbeam.adapters.adapter import BUNDLE_IN, AdapterFormat
 from rowbeam.bundle.reader import Bundle
 from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import sha256_file
@@ -165,3 +166,13 @@ def export_coco(bundle_path, out, sensor: str | None = None) -> dict:
             out.unlink(missing_ok=True)                # never a file without its sidecar
             raise
     return meta
+
+
+def _arguments(p) -> None:
+    p.add_argument("bundle", help=BUNDLE_IN)
+    p.add_argument("out", help="output JSON file (sidecar: OUT + '.json')")
+    p.add_argument("--sensor", help="camera sensor id (default: every camera with object labels)")
+
+
+FORMATS = (AdapterFormat("coco", "COCO instances JSON from modal masks (RLE) of camera object labels", _arguments,
+                         lambda a: export_coco(a.bundle, a.out, a.sensor)),)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rowbeam.adapters.adapter import AdapterFormat
 from rowbeam.adapters.output import check_output_file
 from rowbeam.adapters.png import png_bytes
 from rowbeam.bundle.reader import Flow
@@ -179,3 +180,28 @@ def _sidecar(fmt, name, flow_dir, out_path, manifest, direction, variant, known,
         "unknown_value": FLO_UNKNOWN if fmt == "flo" else ("B = 0" if fmt == "kitti-flow" else "NaN"),
         "pixels_written_known": int(known.sum()),
     }
+
+
+def _arguments(p) -> None:
+    p.add_argument("flow_dir", help="a flow folder of a bundle: flows/<sensor>/<i0>-<i1>")
+    p.add_argument("out", help="output file (its sidecar is written to OUT.json)")
+    p.add_argument("--variant", help="flo: valid (dest_visible pixels, default) | geometric (every defined "
+                   "correspondence); kitti-flow: noc (non-occluded: dest_visible, default) | occ (all defined)")
+    p.add_argument("--direction", choices=("forward", "backward"), default="forward",
+                   help="flow_forward (source grid, default) or flow_backward (destination grid)")
+
+
+def _run(args) -> dict:
+    return export_flow(args.flow_dir, args.format, args.out, args.variant, args.direction)
+
+
+def _line(args, s: dict) -> str:
+    return (f"rowbeam adapt: wrote {args.out} ({s['format']}, {s['variant']}, max rounding error "
+            f"{s['max_rounding_error_px']:.4g} px); sidecar {args.out}.json")
+
+
+FORMATS = tuple(AdapterFormat(name, text, _arguments, _run, description=text, line=_line) for name, text in (
+    ("flo", "Middlebury .flo of one flow folder: float32, unknown = 1e10"),
+    ("kitti-flow", "KITTI 2015 flow PNG of one flow folder: 16-bit, 1/64 px, |flow| <= 512 px"),
+    ("kitti", "deprecated alias of kitti-flow"),
+    ("pfm", "PFM of one flow folder: float32 (u, v, 0), rows bottom to top, NaN kept")))

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from rowbeam.adapters.adapter import BUNDLE_IN, FOLDER_OUT, AdapterFormat
 from rowbeam.bundle.reader import Bundle, Event
 from rowbeam.sensors.lidar import LIDAR
 from rowbeam.adapters.objects import (
@@ -178,3 +179,12 @@ def export_kitti_object(bundle_path, out_dir, sensor: str | None = None) -> dict
         write_file(stage / FOLDER_SIDECAR, sidecar_bytes(doc))
     return doc
 
+
+def _arguments(p) -> None:
+    p.add_argument("bundle", help=BUNDLE_IN)
+    p.add_argument("out_dir", help=FOLDER_OUT)
+    p.add_argument("--sensor", help="camera sensor id (default: the only camera with object labels)")
+
+
+FORMATS = (AdapterFormat("kitti-object", "KITTI object label_2 + calib (3D boxes only for yaw-only objects)", _arguments,
+                         lambda a: export_kitti_object(a.bundle, a.out_dir, a.sensor)),)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rowbeam.adapters.adapter import BUNDLE_IN, FOLDER_OUT, AdapterFormat
 from rowbeam.bundle.reader import Bundle, Event, open_event
 from rowbeam.util.errors import RowbeamError
 from rowbeam.sensors.lidar import LIDAR
@@ -160,3 +161,31 @@ def export_ply(source, out) -> dict:
                       fields=[n for n, _, _ in PLY_FIELDS])
         write_file(stage / FOLDER_SIDECAR, sidecar_bytes(doc))
     return doc
+
+
+def _kitti_arguments(p) -> None:
+    p.add_argument("bundle", help=BUNDLE_IN)
+    p.add_argument("out_dir", help=FOLDER_OUT)
+    p.add_argument("--sensor", help="LiDAR sensor id (needed when the bundle has several)")
+    p.add_argument("--frame", choices=("own_time", "reference"), default="own_time",
+                   help="own_time: each point in the LiDAR frame at its own beam time (default); reference: motion "
+                   "compensated to the sweep's reference time")
+    p.add_argument("--intensity", choices=("cos_incidence", "zero"), default="cos_incidence",
+                   help="rowbeam has no intensity: write cos_incidence (default) or 0")
+
+
+def _ply_arguments(p) -> None:
+    p.add_argument("source", help="a bundle folder or one LiDAR event folder")
+    p.add_argument("out", help="output PLY file (event) or a new folder (bundle)")
+
+
+FORMATS = (
+    AdapterFormat("kitti-lidar", "KITTI velodyne .bin per sweep (float32 x y z intensity)", _kitti_arguments,
+                  lambda a: export_kitti_lidar(a.bundle, a.out_dir, a.sensor, a.frame, a.intensity),
+                  description="OUT_DIR/velodyne/<index:06d>.bin for every sweep of one LiDAR sensor: float32 x y z "
+                  "intensity, LiDAR frame (x forward, y left, z up, m)."),
+    AdapterFormat("ply", "binary PLY of LiDAR returns (x y z t_ns cos_incidence channel firing ids)", _ply_arguments,
+                  lambda a: export_ply(a.source, a.out),
+                  description="An event folder -> one PLY file OUT; a bundle -> OUT/<sensor>/<index:06d>.ply for "
+                  "every LiDAR event."),
+)

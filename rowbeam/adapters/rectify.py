@@ -37,6 +37,7 @@ import math
 
 import numpy as np
 
+from rowbeam.adapters.adapter import BUNDLE_IN, FOLDER_OUT, AdapterFormat
 from rowbeam.bundle.arrays import write_exr
 from rowbeam.bundle.reader import Bundle
 from rowbeam.util.errors import RowbeamError
@@ -496,3 +497,33 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
                       grid="opencv pixel convention of the rectified K (pixel centres at integers)")
         write_file(stage / FOLDER_SIDECAR, sidecar_bytes(doc))
     return doc
+
+
+def _arguments(p) -> None:
+    p.add_argument("bundle", help=BUNDLE_IN)
+    p.add_argument("out_dir", help=FOLDER_OUT)
+    p.add_argument("--sensor", help="camera sensor id (default: every camera with a lens)")
+    p.add_argument("--K", help="pinhole intrinsics fx,fy,cx,cy in px (default: the event's K)")
+    p.add_argument("--size", help="pinhole image size WxH (default: the event's)")
+    p.add_argument("--alpha", help="choose K like cv2.getOptimalNewCameraMatrix (opencv lenses) or "
+                   "cv2.fisheye.estimateNewCameraMatrixForUndistortRectify balance (fisheye): 0 = every pixel has "
+                   "a source, 1 = the whole source image kept (0..1; not with --K)")
+    p.add_argument("--format", default="exr", choices=("exr", "npy"), dest="array_format",
+                   help="image arrays as EXR with the bundle's channels and dtypes (default) or .npy")
+    p.add_argument("--png", action="store_true", help="also depth.png (16-bit, BOP) and flow_*.png (16-bit, KITTI)")
+    p.add_argument("--interpolation", default="bilinear", choices=("bilinear", "nearest"),
+                   help="camera_z (inverse depth) and rgb: bilinear (default) or nearest; ids, normals, flow "
+                   "always nearest")
+
+
+def _run(a) -> dict:
+    return export_rectified(a.bundle, a.out_dir, a.sensor, a.K, a.size, a.alpha, a.array_format, a.png,
+                            a.interpolation)
+
+
+FORMATS = (AdapterFormat(
+    "rectify", "rectified (undistorted) pinhole view of distorted camera events: camera_z, range, ids (nearest "
+    "neighbour), validity, source row", _arguments, _run,
+    description="OUT_DIR/<sensor>/<index:06d>/ (camera_z, range, instance_id, semantic_id, valid, normals, rgb, "
+    "source_row/col, objects.json) for every camera event with a lens model and OUT_DIR/<sensor>/<i0>-<i1>/ for the "
+    "flows between them (rowbeam/adapters/rectify.py)."),)

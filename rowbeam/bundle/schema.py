@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -382,38 +380,3 @@ def _message(e: jsonschema.ValidationError) -> str:
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else f"{text[:40]}...({len(value)} long)"
-
-
-def schemas_main(argv: list[str]) -> int:
-    """`rowbeam schemas OUT_DIR`: write every published schema as <name>.schema.json (their $refs name each
-    other by $id; validate with jsonschema + a referencing.Registry of these files, see docs/check.md)."""
-    import argparse
-
-    from rowbeam.bundle import ownership
-    from rowbeam.bundle.files import atomic_write_bytes
-
-    p = argparse.ArgumentParser(prog="rowbeam schemas", description=schemas_main.__doc__.split(":", 1)[1].strip())
-    p.add_argument("out", help="a new or empty folder, or one an earlier `rowbeam schemas` wrote (created if "
-                   "missing; a folder holding other files is refused)")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    created = not os.path.lexists(out)
-    try:
-        ownership.check_replaceable(out, "schemas folder")
-        out.mkdir(parents=True, exist_ok=True)
-        for name in SCHEMA_FILES.values():
-            atomic_write_bytes(out / name, (SCHEMA_DIR / name).read_bytes())
-        ownership.mark(out, "schemas", files=sorted(SCHEMA_FILES.values()))
-    except RowbeamError as exc:
-        print(f"rowbeam schemas: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        if created:
-            import shutil
-
-            shutil.rmtree(out, ignore_errors=True)      # this run made it: nothing half-written stays
-        print(f"rowbeam schemas: error: {out}: cannot write ({exc.strerror or exc})", file=sys.stderr)
-        return 2
-    for sid, name in SCHEMA_FILES.items():
-        print(f"{sid:<28} {out / name}")
-    return 0

@@ -1,34 +1,26 @@
-"""Command lines of `rowbeam plan`, `rowbeam farm run|status|worker`, `rowbeam finalize` and `rowbeam replay`.
-User errors: one line `rowbeam <cmd>: error: ...`, exit 2."""
+"""Command lines of `rowbeam plan`, `rowbeam farm run|status|worker`, `rowbeam finalize` and `rowbeam replay`:
+each an add_*_arguments(parser) and a run_*(args) (rowbeam.cli registers them). User errors: one line
+`rowbeam <cmd>: error: ...` (`rowbeam farm run: error: ...`), exit 2."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 
+from rowbeam.util.command_line import fail as _fail
 from rowbeam.util.errors import RowbeamError
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
-def _fail(prog: str, exc: RowbeamError) -> int:
-    print(f"{prog}: error: {exc}", file=sys.stderr)
-    return exc.exit_code
-
-
-def plan_main(argv: list[str]) -> int:
-    p = _Parser(prog="rowbeam plan", description="Plan a dataset spec (rowbeam/dataset@1) into shards: DIR/plan.json "
-                "(deterministic: the same spec gives the same bytes).")
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Plan a dataset spec (rowbeam/dataset@1) into shards: DIR/plan.json (deterministic: the same "
+                     "spec gives the same bytes).")
     p.add_argument("spec", help="dataset spec JSON (rowbeam/dataset@1)")
     p.add_argument("--out", required=True, help="plan folder (new or empty; or holding this same plan)")
     p.add_argument("--pack", metavar="PACK", help="first copy every scenario with its external files into this new "
                    "folder (paths rewritten, relative) and plan from the packed spec PACK/dataset.json")
-    args = p.parse_args(argv)
+
+
+def run_plan(args: argparse.Namespace) -> int:
     from .plan import make_plan, write_plan
 
     try:
@@ -40,15 +32,15 @@ def plan_main(argv: list[str]) -> int:
         plan = make_plan(args.spec)
         path = write_plan(plan, args.out)
     except RowbeamError as exc:
-        return _fail(p.prog, exc)
+        return _fail("rowbeam plan", exc)
     events = sum(s["count"] for s in plan["shards"])
     print(f"rowbeam plan: {len(plan['scenarios'])} scenario(s), {len(plan['shards'])} shard(s), {events} event(s) -> "
           f"{path} (plan {plan['plan_sha256'][:12]})")
     return 0
 
 
-def farm_main(argv: list[str]) -> int:
-    p = _Parser(prog="rowbeam farm", description="Run a plan's shards on an engine and follow them.")
+def add_farm_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Run a plan's shards on an engine and follow them."
     sub = p.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="run every shard not yet done (local process pool, Slurm job array or Ray)")
     run.add_argument("plan", help="plan folder or its plan.json")
@@ -66,26 +58,35 @@ def farm_main(argv: list[str]) -> int:
     run.add_argument("--array-indices", help="slurm: resubmit these array indices (plan positions), e.g. 3,5")
     run.add_argument("--no-wait", action="store_true", help="slurm: submit and return")
     run.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"), help="ray: cluster address HOST:PORT")
+    run.set_defaults(handler=_run)
     st = sub.add_parser("status", help="per shard done/failed/quarantined, events/s, ETA")
     st.add_argument("plan", help="plan folder")
     st.add_argument("--json", action="store_true", help="print the status as JSON")
-    wk = sub.add_parser("worker", help="run one shard (what every engine runs)", add_help=False)
-    wk.add_argument("rest", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv[:1] if argv[:1] == ["worker"] else argv)
-    if args.verb == "worker":
-        from .worker import main as worker_main
+    st.set_defaults(handler=_status)
+    wk = sub.add_parser("worker", help="run one shard (what every engine runs)",
+                        description="One shard on one worker: `rowbeam farm worker DIR SHARD` (every engine runs this "
+                        "same command).")
+    wk.add_argument("plan", help="plan folder (holds plan.json)")
+    wk.add_argument("shard", nargs="?", help="shard id (e.g. 00003)")
+    wk.add_argument("--index", type=int, help="shard by position in the plan (a Slurm array index)")
+    wk.set_defaults(handler=_worker)
 
-        return worker_main(argv[1:])
-    if args.verb == "status":
-        from .status import farm_status, status_lines
 
-        try:
-            s = farm_status(args.plan)
-        except RowbeamError as exc:
-            return _fail("rowbeam farm status", exc)
-        print(json.dumps(s, indent=1) if args.json else "\n".join(status_lines(s)))
-        return 0
-    return _run(args)
+def _worker(args: argparse.Namespace) -> int:
+    from .worker import run
+
+    return run(args)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .status import farm_status, status_lines
+
+    try:
+        s = farm_status(args.plan)
+    except RowbeamError as exc:
+        return _fail("rowbeam farm status", exc)
+    print(json.dumps(s, indent=1) if args.json else "\n".join(status_lines(s)))
+    return 0
 
 
 def _run(args) -> int:
@@ -127,32 +128,36 @@ def _run(args) -> int:
     return 1 if failed else 0
 
 
-def finalize_main(argv: list[str]) -> int:
-    p = _Parser(prog="rowbeam finalize", description="Write the dataset manifest, split lists, dataset hash, QA "
-                "summary and leakage audit of a plan folder. Exit 0 pass, 1 incomplete or an audit failed.")
+def add_finalize_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Write the dataset manifest, split lists, dataset hash, QA summary and leakage audit of a plan "
+                     "folder. Exit 0 pass, 1 incomplete or an audit failed.")
     p.add_argument("plan", help="plan folder")
-    args = p.parse_args(argv)
+
+
+def run_finalize(args: argparse.Namespace) -> int:
     from .finalize import finalize, summary_lines
 
     try:
         doc = finalize(args.plan)
     except RowbeamError as exc:
-        return _fail(p.prog, exc)
+        return _fail("rowbeam finalize", exc)
     print("\n".join(summary_lines(doc)))
     return 0 if doc["status"] == "pass" else 1
 
 
-def replay_main(argv: list[str]) -> int:
-    p = _Parser(prog="rowbeam replay", description="Re-export one sample into a temporary folder and compare it "
-                "with the published one under the declared reproducibility levels; prints the first divergence.")
+def add_replay_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Re-export one sample into a temporary folder and compare it with the published one under the "
+                     "declared reproducibility levels; prints the first divergence.")
     p.add_argument("plan", help="plan folder")
     p.add_argument("sample_id", help="sample id (<scenario>.<sensor>.<reference_time_ns>)")
-    args = p.parse_args(argv)
+
+
+def run_replay(args: argparse.Namespace) -> int:
     from .replay import replay
 
     try:
         ok, lines = replay(args.plan, args.sample_id)
     except RowbeamError as exc:
-        return _fail(p.prog, exc)
+        return _fail("rowbeam replay", exc)
     print("\n".join(lines))
     return 0 if ok else 1

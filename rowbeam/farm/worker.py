@@ -164,14 +164,8 @@ def run_shard(plan_dir, shard_id: str) -> int:
     return 0 if state in ("done", "quarantined") else (EXIT_REFUSED if rc == 2 else EXIT_RETRY)
 
 
-def main(argv: list[str]) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="rowbeam farm worker", description=__doc__.split("\n\n")[0])
-    p.add_argument("plan", help="plan folder (holds plan.json)")
-    p.add_argument("shard", nargs="?", help="shard id (e.g. 00003)")
-    p.add_argument("--index", type=int, help="shard by position in the plan (a Slurm array index)")
-    args = p.parse_args(argv)
+def run(args) -> int:
+    """`rowbeam farm worker PLAN [SHARD] [--index I]` with parsed arguments (rowbeam.farm.cli declares them)."""
     try:
         if args.shard is None:
             plan, _ = load_plan(args.plan)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rowbeam.util.errors import RowbeamError, quiet_numpy_float_warnings
+from rowbeam.util.command_line import fail
+from rowbeam.util.errors import RowbeamError
+
+PROG = "rowbeam report"
 
 
 def _progress(quiet: bool):
@@ -20,18 +23,18 @@ def _progress(quiet: bool):
     return Progress(sink), sink
 
 
-def main(argv=None, prog: str = "rowbeam report") -> int:
-    quiet_numpy_float_warnings()
-    parser = argparse.ArgumentParser(prog=prog, description="Write a static HTML visual QA report of a bundle (or a "
-                                     "dataset: a folder of bundles): overlays per camera event, flow and LiDAR sweep, "
-                                     "residual distributions, dataset statistics, report.json. Opens from file:// "
-                                     "(no server, no network).")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Write a static HTML visual QA report of a bundle (or a dataset: a folder of bundles): "
+                          "overlays per camera event, flow and LiDAR sweep, residual distributions, dataset "
+                          "statistics, report.json. Opens from file:// (no server, no network).")
     parser.add_argument("source", help="a bundle folder (holds bundle.json) or a folder of bundles")
     parser.add_argument("--out", required=True, help="report folder: new, empty or an earlier report (replaced "
                         "when the new one is complete)")
     parser.add_argument("--baseline", help="an earlier report folder: flag drift beyond the declared thresholds")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     from rowbeam.report.build import build_report
 
     progress, sink = _progress(args.quiet)
@@ -40,15 +43,14 @@ def main(argv=None, prog: str = "rowbeam report") -> int:
     except RowbeamError as exc:
         if sink:
             sink.clear()
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return fail(PROG, exc)
     finally:
         if sink:
             sink.clear()
     items = [it for b in doc["bundles"] for it in b["items"]]
     failed = [it for it in items if it["qa_status"] == "fail"]
     quarantined = sum(len(b["quarantine"]) for b in doc["bundles"])
-    lines = [f"rowbeam report: {doc['status'].upper()} — {len(items)} folder(s), {len(failed)} failed QA, "
+    lines = [f"{PROG}: {doc['status'].upper()} — {len(items)} folder(s), {len(failed)} failed QA, "
              f"{quarantined} quarantined; {args.out}/index.html ({doc['seconds']:.1f} s)"]
     drift = doc.get("drift")
     if drift:

@@ -136,7 +136,7 @@ def test_lidar_adapter_errors_are_one_line_and_leave_nothing(ego, tmp_path, monk
         r = _adapt(*args)
         assert r.returncode == 2, (args, r.stderr)
         lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("rowbeam adapt: error:") and fragment in lines[0], (args, lines)
+        assert len(lines) == 1 and lines[0].startswith(f"rowbeam adapt {args[0]}: error:") and fragment in lines[0], (args, lines)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["busy"]
     # a failure while writing removes the staged folder: no OUT_DIR, no temp sibling
     calls = []

@@ -365,7 +365,7 @@ def test_object_adapter_errors_are_one_line_and_leave_nothing(calib, tmp_path):
         r = _adapt(*args)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1, (args, r.stderr)
-        assert lines[0].startswith("rowbeam adapt: error:") and fragment in lines[0], (args, lines)
+        assert lines[0].startswith(f"rowbeam adapt {args[0]}: error:") and fragment in lines[0], (args, lines)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 

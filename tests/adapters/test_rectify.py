@@ -111,7 +111,7 @@ def _board(exports, lens, **kw):
 
 
 def _rectify(bundle, out, *args) -> dict:
-    from rowbeam.cli.bundle_commands import main
+    from rowbeam.cli import main
 
     assert main(["adapt", "rectify", str(bundle), str(out), *args]) == 0
     return json.loads((out / "rowbeam_adapter_sidecar.json").read_text())
@@ -346,7 +346,7 @@ def test_rectified_flow_and_camera_z_closed_form(exports, tmp_path):
 def test_bad_input_one_line_nothing_written(exports, tmp_path, capsys):
     """A pinhole bundle, a missing payload, a bad --alpha (and --alpha with --K): exit 2, one line, no output folder
     and no staging litter."""
-    from rowbeam.cli.bundle_commands import main
+    from rowbeam.cli import main
 
     from tests.check.test_checker_faults import _copy, _edit_manifest
 
@@ -357,7 +357,7 @@ def test_bad_input_one_line_nothing_written(exports, tmp_path, capsys):
         capsys.readouterr()
         assert main(["adapt", "rectify", str(bundle), str(out), *args]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("rowbeam adapt: error: ") and fragment in err, err
+        assert err.count("\n") == 1 and err.startswith("rowbeam adapt rectify: error: ") and fragment in err, err
         assert not out.exists() and not any(p.name.startswith(".out.tmp") for p in tmp_path.iterdir())
 
     for alpha, fragment in (("x", "--alpha 'x': not a number"), ("-0.1", "must lie in [0, 1]"),

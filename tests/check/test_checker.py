@@ -211,7 +211,7 @@ def test_cli_exit_codes(clean, bundle, tmp_path):
 
 
 def test_checker_never_imports_bpy():
-    code = "import sys, rowbeam.check.runner, rowbeam.cli.bundle_commands; assert 'bpy' not in sys.modules; print('ok')"
+    code = "import sys, rowbeam.check.runner, rowbeam.cli; assert 'bpy' not in sys.modules; print('ok')"
     r = run_python("-c", code)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 

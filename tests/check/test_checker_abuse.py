@@ -384,7 +384,7 @@ def test_corpus_size():
 
 def _in_process(argv, capsys) -> subprocess.CompletedProcess:
     """The CLI's main() in this process (an escaping exception fails the test like a traceback would)."""
-    from rowbeam.cli.bundle_commands import main
+    from rowbeam.cli import main
 
     capsys.readouterr()
     rc = main([str(a) for a in argv])

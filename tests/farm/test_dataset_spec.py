@@ -179,9 +179,9 @@ def test_leakage_audit_reports_each_planted_leak():
 
 
 def test_dataset_schemas_are_published(tmp_path):
-    from rowbeam.bundle.schema import schemas_main
+    from rowbeam.cli import main
 
-    assert schemas_main([str(tmp_path)]) == 0
+    assert main(["schemas", str(tmp_path)]) == 0
     for name in ("dataset", "plan", "dataset_manifest"):
         assert json.loads((tmp_path / f"{name}.schema.json").read_text())["$id"].endswith(f"/{name}@1")
     shutil.rmtree(tmp_path)

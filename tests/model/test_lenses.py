@@ -530,7 +530,7 @@ def test_cli_refuses_non_monotonic_lens(tmp_path):
     tmpdir.mkdir()
     r = run_python(REPO / "render_export.py", blend, "--rig", tmp_path / "rig.json", "--out", tmp_path / "out",
                    env={**os.environ, "TMPDIR": str(tmpdir)}, timeout=120)
-    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam: error:")]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam export: error:")]
     assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "sensor 'camera_front': lens.D[0] (k1)" in errors[0] and "not monotonic inside the image" in errors[0]
     assert not (tmp_path / "out").exists() and not any(tmpdir.iterdir())
@@ -591,7 +591,7 @@ def test_rectified_pinhole_view(exports, tmp_path, lens_name):
     its sidecar records what is lost and the nearest-neighbour distance; pixels the lens does not see are invalid."""
     import json
 
-    from rowbeam.cli.bundle_commands import main
+    from rowbeam.cli import main
 
     e = _board(exports, lens_name)
     out = tmp_path / "rect"

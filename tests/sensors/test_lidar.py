@@ -92,8 +92,8 @@ def test_bad_lidar_rig_on_the_command_line_is_one_line(tmp_path):
     blend = common.save(tmp_path / "room.blend", rig)
     r = run_python(REPO / "render_export.py", blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "o")
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert [ln for ln in r.stderr.splitlines() if ln.startswith("rowbeam: error:")] == [
-        f"rowbeam: error: {blend.with_suffix('.rig.json')}: invalid rig: sensors[0].elevations_deg[1]: "
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("rowbeam export: error:")] == [
+        f"rowbeam export: error: {blend.with_suffix('.rig.json')}: invalid rig: sensors[0].elevations_deg[1]: "
         "91.0 is greater than the maximum of 90"]
 
 

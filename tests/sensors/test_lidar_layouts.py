@@ -284,7 +284,7 @@ def test_default_count_beyond_the_bundle_indices_is_one_line(tmp_path):
     n = (end_ns - sweep_ns) // sweep_ns + 1
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rowbeam: error: sensor 'lidar_top'"), r.stderr
+    assert len(lines) == 1 and lines[0].startswith("rowbeam export: error: sensor 'lidar_top'"), r.stderr
     assert f"hold {n} events" in lines[0]
     assert not out.exists()
 

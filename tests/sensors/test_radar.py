@@ -324,7 +324,7 @@ def _rows_and_partners(rig: dict, sensor_id: str, index: int):
 
 
 def test_running_example_radar_state_log_and_associations(running, tmp_path):
-    from rowbeam.cli.bundle_commands import main as contracts_main
+    from rowbeam.cli import main as contracts_main
 
     e = running
     assert len(e.summary["published"]) == 3 and not e.summary["quarantined"]
@@ -395,7 +395,7 @@ def test_checker_catches_an_association_beyond_the_tolerance(running, tmp_path):
 
 @pytest.mark.parametrize("value", ["-5", "nan", "2e6"])
 def test_associate_refuses_a_bad_tolerance_in_one_line(running, value, capsys):
-    from rowbeam.cli.bundle_commands import main as contracts_main
+    from rowbeam.cli import main as contracts_main
 
     assert contracts_main(["associate", str(running.bundle), "--max-skew-us", value]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,24 +1,29 @@
-"""Command line of the exporter (render_export.py). User errors: one line, exit 2, nothing written."""
+"""Command line of the exporter: `rowbeam export BLEND --out DIR ...` and render_export.py (the same options).
+User errors: one line `rowbeam export: error: ...`, exit 2, nothing written. Importing this module needs no bpy
+(`rowbeam export --help` works without Blender)."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
+from rowbeam.util.command_line import Parser, error_line, fail
 from rowbeam.util.errors import RowbeamError, quiet_numpy_float_warnings
 from rowbeam.util.interrupt import defer, deferred, guard
 from rowbeam.model.timing import MAX_EVENT_INDEX
 
 from rowbeam.blender.export.console import export_console
 
+PROG = "rowbeam export"
+DESCRIPTION = "Export rowbeam sensor events (labels + manifests) from a .blend."
 USAGE = """\
   blender -b scene.blend -P render_export.py -- --out DIR [--rig RIG.json] [options]
   python render_export.py scene.blend --out DIR [--rig RIG.json] [options]   (bpy wheel)"""
 
 
-def parse_args(argv: list[str], blend_positional: bool, prog: str = "render_export.py") -> argparse.Namespace:
-    p = _Parser(prog=prog, usage=USAGE if prog == "render_export.py" else None,
-                description="Export rowbeam sensor events (labels + manifests) from a .blend.")
+def add_arguments(p: argparse.ArgumentParser, blend_positional: bool = True) -> None:
+    """The exporter's options (the .blend is a positional argument unless Blender already has it open)."""
+    p.description = DESCRIPTION
     if blend_positional:
         p.add_argument("blend", help=".blend file (opened with its scripts disabled)")
     p.add_argument("--rig", help="rig file (rowbeam/rig@1); default: the rig stored in the .blend")
@@ -43,15 +48,13 @@ def parse_args(argv: list[str], blend_positional: bool, prog: str = "render_expo
     talk.add_argument("-q", "--quiet", action="store_true", help="print errors only (no progress, no summary)")
     talk.add_argument("-v", "--verbose", action="store_true",
                       help="also show Blender's own output (render temp files, device probes)")
+
+
+def parse_args(argv: list[str], blend_positional: bool) -> argparse.Namespace:
+    """render_export.py's arguments (its usage names both ways to run it)."""
+    p = Parser(prog=PROG, usage=USAGE)
+    add_arguments(p, blend_positional)
     return p.parse_args(argv)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with rowbeam's error contract: one line `rowbeam: error: ...`, exit status 2."""
-
-    def error(self, message):
-        print(f"rowbeam: error: {message}", file=sys.stderr)
-        sys.exit(2)
 
 
 def _bounded_int(largest: int):
@@ -103,11 +106,16 @@ def parse_lineage(scenario: str | None, group: str | None) -> dict | None:
     return {"scenario": scenario, "lineage_group": scenario if group is None else group}
 
 
-def main(argv: list[str], blend_positional: bool, prog: str = "render_export.py") -> int:
+def main(argv: list[str], blend_positional: bool) -> int:
+    """render_export.py: parse, then export."""
     quiet_numpy_float_warnings()
-    args = parse_args(argv, blend_positional, prog)
+    return run(parse_args(argv, blend_positional), blend_positional)
+
+
+def run(args: argparse.Namespace, blend_positional: bool = True) -> int:
+    """Export with parsed options (`rowbeam export`, render_export.py)."""
     with export_console(args.quiet, args.verbose) as console:
-        return guard("rowbeam", lambda: _export(args, blend_positional, console))
+        return guard(PROG, lambda: _export(args, blend_positional, console))
 
 
 def _warn_unclassified(table) -> None:
@@ -147,15 +155,14 @@ def _export(args, blend_positional: bool, console) -> int:
             console.watch_cycles()
             summary = run_export(plan, progress=lambda d, t, text: console.say(f"rowbeam: [{d}/{t}] {text}"))
     except RowbeamError as exc:
-        print(f"rowbeam: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return fail(PROG, exc)
     except OSError as exc:          # disk full, read-only or not permitted: one line naming the path
         from rowbeam.blender.export.bundle import write_error
 
         error = write_error(exc, args.out, "export stopped")
         if error is None:
             raise
-        print(f"rowbeam: error: {error}", file=sys.stderr)
+        print(error_line(PROG, error), file=sys.stderr)
         return error.exit_code
     console.say(f"rowbeam: published {len(summary['published'])}, quarantined {len(summary['quarantined'])}, "
                 f"skipped {len(summary['skipped'])} -> {summary['out']}")

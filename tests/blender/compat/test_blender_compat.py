@@ -114,8 +114,8 @@ def test_radar_export_on_a_blender_without_custom_cameras_is_one_line(tmp_path):
     blend = common.save(tmp_path / "wall.blend", rig)
     r = run_python(REPO / "render_export.py", blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "o")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert [ln for ln in r.stderr.splitlines() if ln.startswith("rowbeam:")] == [
-        f"rowbeam: error: sensor 'radar_front' (radar) needs Blender >= 4.5 (found {bc.VERSION_STRING})"]
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("rowbeam export:")] == [
+        f"rowbeam export: error: sensor 'radar_front' (radar) needs Blender >= 4.5 (found {bc.VERSION_STRING})"]
     assert not (tmp_path / "o").exists()
 
 
@@ -127,8 +127,8 @@ def test_lidar_export_on_a_blender_without_custom_cameras_is_one_line(tmp_path):
     blend = common.save(tmp_path / "room.blend", rig)
     r = run_python(REPO / "render_export.py", blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "o")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert [ln for ln in r.stderr.splitlines() if ln.startswith("rowbeam:")] == [
-        f"rowbeam: error: sensor 'lidar_top' (spinning_lidar) needs Blender >= 4.5 (found {bc.VERSION_STRING})"]
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("rowbeam export:")] == [
+        f"rowbeam export: error: sensor 'lidar_top' (spinning_lidar) needs Blender >= 4.5 (found {bc.VERSION_STRING})"]
     assert not (tmp_path / "o").exists()
 
 

@@ -195,7 +195,7 @@ def _fill(fs: Path, leave_bytes: int) -> Path:
 def _one_line(r, *fragments) -> str:
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert "Traceback" not in r.stderr + r.stdout
-    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam: error:")]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam export: error:")]
     assert len(errors) == 1, r.stderr
     for f in fragments:
         assert f in errors[0], (f, errors[0])

@@ -56,7 +56,7 @@ def test_gpu_request_without_gpu_is_one_line_error(tmp_path):
     blend = common.save(tmp_path / "a.blend", rig)
     r = run_python(REPO / "render_export.py", blend, "--rig", blend.with_suffix(".rig.json"), "--out", tmp_path / "out",
                    "--device", "gpu")
-    assert r.returncode == 2 and "rowbeam: error: --device gpu: no GPU compute device" in r.stderr
+    assert r.returncode == 2 and "rowbeam export: error: --device gpu: no GPU compute device" in r.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -1,5 +1,5 @@
 """Malformed exporter input, table-driven: every case is a real `render_export.py` process that must stop
-with exactly one `rowbeam: error: ...` line naming the field/file, exit status 2, no traceback, and write
+with exactly one `rowbeam export: error: ...` line naming the field/file, exit status 2, no traceback, and write
 nothing (no --out folder, no probe or temp litter, TMPDIR left empty). Rig-only variants that need no
 process are checked in-process through `rowbeam.model.rig.parse_rig_text`, the code path of both rig sources.
 
@@ -217,7 +217,7 @@ def _tree(path: Path) -> dict:
 
 def _refused(r: subprocess.CompletedProcess, fragments, before: dict, case_dir: Path, tmpdir: Path):
     """The contract of a refusal: status 2, one error line with every fragment, no traceback, nothing written."""
-    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam: error:")]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam export: error:")]
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
     assert len(errors) == 1, r.stderr[-2000:]
     assert "Traceback" not in r.stderr + r.stdout, r.stderr[-2000:]
@@ -296,7 +296,7 @@ def test_bad_file_or_flag_in_process(scene, tmp_path, capsys, content, args, fra
     if info.type is SystemExit:
         assert info.value.code == 2
         err = capsys.readouterr().err
-        assert err.startswith("rowbeam: error: ") and err.count("\n") == 1, err
+        assert err.startswith("rowbeam export: error: ") and err.count("\n") == 1, err
         _one_line(err, fragments)
     else:
         _one_line(str(info.value), fragments)

@@ -34,7 +34,7 @@ def _tree(path: Path) -> dict:
 
 def _one_line_error(r, *fragments):
     assert r.returncode != 0, r.stdout
-    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam: error:")]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("rowbeam export: error:")]
     assert len(errors) == 1, r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     for frag in fragments:

@@ -288,7 +288,7 @@ def test_object_adapters_with_a_lens(exports, tmp_path):
     for fmt in ("bop", "kitti-object"):
         r = run_python("-m", "rowbeam", "adapt", fmt, e.bundle, tmp_path / fmt)
         lines = r.stderr.strip().splitlines()
-        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("rowbeam adapt: error:"), r.stderr
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"rowbeam adapt {fmt}: error:"), r.stderr
         assert "lens model opencv" in lines[0] and not (tmp_path / fmt).exists(), lines
     r = run_python("-m", "rowbeam", "adapt", "coco", e.bundle, tmp_path / "c.json")
     assert r.returncode == 0, r.stderr

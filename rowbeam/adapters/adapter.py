@@ -1,0 +1,26 @@
+"""What an adapter module declares to be a `rowbeam adapt FORMAT` command: a tuple `FORMATS` of AdapterFormat at the
+end of the module (rowbeam.adapters.registry finds it; nothing else to edit)."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Callable
+
+FOLDER_OUT = "a new (or empty) output folder; staged beside it and renamed when complete"
+BUNDLE_IN = "a rowbeam bundle folder (holds bundle.json)"
+
+
+@dataclass(frozen=True)
+class AdapterFormat:
+    """One output format: its name on the command line, its help, its arguments and how it runs.
+
+    run(args) writes the output and returns the adapter's summary: {"file", "format", "lost": [...],
+    "max_rounding_error": {unit: value}, ...}; `line(args, summary)` is its one-line report on stdout (default:
+    `rowbeam adapt: wrote FILE (FORMAT; max rounding error ...); N losses in the sidecar`)."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], dict]
+    description: str | None = None
+    line: Callable[[argparse.Namespace, dict], str] | None = None
