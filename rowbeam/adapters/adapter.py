@@ -1,5 +1,5 @@
-"""What an adapter module declares to be a `rowbeam adapt FORMAT` command: a tuple `FORMATS` of AdapterFormat at the
-end of the module (rowbeam.adapters.registry finds it; nothing else to edit)."""
+"""What an adapter module declares to be a `rowbeam adapt FORMAT` command: a tuple `ADAPTER_FORMATS` of
+AdapterFormat at the end of the module (rowbeam.adapters.registry finds it; nothing else to edit)."""
 from __future__ import annotations
 
 import argparse

@@ -246,5 +246,6 @@ def _arguments(p) -> None:
     p.add_argument("--split", default="test", help="split folder name (default test)")
 
 
-FORMATS = (AdapterFormat("bop", "BOP scene folders: scene_camera/scene_gt/scene_gt_info, depth, rgb, masks, models in mm",
-                         _arguments, lambda a: export_bop(a.bundle, a.out_dir, a.split)),)
+ADAPTER_FORMATS = (AdapterFormat(
+    "bop", "BOP scene folders: scene_camera/scene_gt/scene_gt_info, depth, rgb, masks, models in mm", _arguments,
+    lambda a: export_bop(a.bundle, a.out_dir, a.split)),)

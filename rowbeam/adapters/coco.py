@@ -174,5 +174,6 @@ def _arguments(p) -> None:
     p.add_argument("--sensor", help="camera sensor id (default: every camera with object labels)")
 
 
-FORMATS = (AdapterFormat("coco", "COCO instances JSON from modal masks (RLE) of camera object labels", _arguments,
-                         lambda a: export_coco(a.bundle, a.out, a.sensor)),)
+ADAPTER_FORMATS = (AdapterFormat(
+    "coco", "COCO instances JSON from modal masks (RLE) of camera object labels", _arguments,
+    lambda a: export_coco(a.bundle, a.out, a.sensor)),)

@@ -200,7 +200,7 @@ def _line(args, s: dict) -> str:
             f"{s['max_rounding_error_px']:.4g} px); sidecar {args.out}.json")
 
 
-FORMATS = tuple(AdapterFormat(name, text, _arguments, _run, description=text, line=_line) for name, text in (
+ADAPTER_FORMATS = tuple(AdapterFormat(name, text, _arguments, _run, description=text, line=_line) for name, text in (
     ("flo", "Middlebury .flo of one flow folder: float32, unknown = 1e10"),
     ("kitti-flow", "KITTI 2015 flow PNG of one flow folder: 16-bit, 1/64 px, |flow| <= 512 px"),
     ("kitti", "deprecated alias of kitti-flow"),

@@ -186,5 +186,6 @@ def _arguments(p) -> None:
     p.add_argument("--sensor", help="camera sensor id (default: the only camera with object labels)")
 
 
-FORMATS = (AdapterFormat("kitti-object", "KITTI object label_2 + calib (3D boxes only for yaw-only objects)", _arguments,
-                         lambda a: export_kitti_object(a.bundle, a.out_dir, a.sensor)),)
+ADAPTER_FORMATS = (AdapterFormat(
+    "kitti-object", "KITTI object label_2 + calib (3D boxes only for yaw-only objects)", _arguments,
+    lambda a: export_kitti_object(a.bundle, a.out_dir, a.sensor)),)

@@ -179,7 +179,7 @@ def _ply_arguments(p) -> None:
     p.add_argument("out", help="output PLY file (event) or a new folder (bundle)")
 
 
-FORMATS = (
+ADAPTER_FORMATS = (
     AdapterFormat("kitti-lidar", "KITTI velodyne .bin per sweep (float32 x y z intensity)", _kitti_arguments,
                   lambda a: export_kitti_lidar(a.bundle, a.out_dir, a.sensor, a.frame, a.intensity),
                   description="OUT_DIR/velodyne/<index:06d>.bin for every sweep of one LiDAR sensor: float32 x y z "

@@ -521,7 +521,7 @@ def _run(a) -> dict:
                             a.interpolation)
 
 
-FORMATS = (AdapterFormat(
+ADAPTER_FORMATS = (AdapterFormat(
     "rectify", "rectified (undistorted) pinhole view of distorted camera events: camera_z, range, ids (nearest "
     "neighbour), validity, source row", _arguments, _run,
     description="OUT_DIR/<sensor>/<index:06d>/ (camera_z, range, instance_id, semantic_id, valid, normals, rgb, "
