@@ -59,7 +59,9 @@ COMMANDS = {c.name: c for c in (
 
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line; `chosen`: add the arguments of this command only (None: of every command)."""
+    """The whole command line. chosen: the command whose arguments are added (None: every command's; a name that is
+    no command, e.g. "": none, for the top-level help and errors). `leaf` (the deepest parser reached) names the
+    subcommand in an error line."""
     parser = Parser(prog="rowbeam", description=f"rowbeam {ROWBEAM_VERSION}: authoritative sensor ground truth from "
                     "Blender scenes", epilog="`rowbeam SUBCOMMAND --help` explains each option. Exit status: 0 "
                     "success, 1 a hard QA failure, 2 unusable input. User errors: one line `rowbeam SUBCOMMAND: "
