@@ -9,15 +9,16 @@ from rowbeam.util.command_line import fail
 from rowbeam.util.errors import RowbeamError
 
 PROG = "rowbeam adapt"
+DESCRIPTION = ("One-way adapters. Each writes its output plus a rowbeam/adapter_sidecar@1 JSON listing what "
+               "the format loses and the largest rounding error (OUT.json beside a file output, "
+               "OUT_DIR/rowbeam_adapter_sidecar.json inside a folder output). Nothing is half-written: files "
+               "are renamed into place, folders are staged beside OUT_DIR and renamed.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from rowbeam.adapters.registry import adapter_formats
 
-    p.description = ("One-way adapters. Each writes its output plus a rowbeam/adapter_sidecar@1 JSON listing what "
-                     "the format loses and the largest rounding error (OUT.json beside a file output, "
-                     "OUT_DIR/rowbeam_adapter_sidecar.json inside a folder output). Nothing is half-written: files "
-                     "are renamed into place, folders are staged beside OUT_DIR and renamed.")
+    p.description = DESCRIPTION
     formats = p.add_subparsers(dest="format", required=True, metavar="format",
                                help="the output format; `adapt FORMAT --help` explains its arguments")
     for fmt in adapter_formats().values():

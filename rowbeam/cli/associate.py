@@ -1,4 +1,9 @@
-"""`rowbeam associate BUNDLE --max-skew-us N`: camera row bands paired with LiDAR beams / radar chirps."""
+"""`rowbeam associate BUNDLE --max-skew-us N`.
+
+For each camera event and each LiDAR or radar event overlapping it,
+pair every camera row with the nearest firing group / chirp and keep the pair only when the skew is at most
+--max-skew-us; writes BUNDLE/associations/max_skew_<ns>ns.json (rowbeam/associations@1) with each band's rows,
+times, skew and state-log pose support. The checker verifies it."""
 from __future__ import annotations
 
 import argparse
@@ -11,10 +16,7 @@ PROG = "rowbeam associate"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("For each camera event and each LiDAR or radar event overlapping it, pair every camera row with "
-                     "the nearest firing group / chirp and keep the pair only when the skew is at most --max-skew-us; "
-                     "writes BUNDLE/associations/max_skew_<ns>ns.json (rowbeam/associations@1) with each band's rows, "
-                     "times, skew and state-log pose support. The checker verifies it.")
+    p.description = __doc__.split("\n\n", 1)[1]
     p.add_argument("bundle", help="a rowbeam bundle folder (holds bundle.json)")
     p.add_argument("--max-skew-us", type=float, required=True, help="largest |t_row - t_beam| of a pair, microseconds")
 

@@ -10,12 +10,15 @@ from rowbeam.util.errors import RowbeamError
 PROG = "rowbeam check"
 
 
+DESCRIPTION = ("Check a bundle (or one event/flow folder) against its contracts: JSON Schema of every document, "
+               "sha256 of every payload, conventions, timing models and cross-modal invariants. Exit 0 publishable, 1 a "
+               "hard QA failure, 2 unusable input.")
+EPILOG = ("The schemas are published: `rowbeam schemas DIR` writes them; docs/check.md shows how to validate with plain "
+          "jsonschema + referencing.")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("Check a bundle (or one event/flow folder) against its contracts: JSON Schema of every document, "
-                     "sha256 of every payload, conventions, timing models and cross-modal invariants. Exit 0 "
-                     "publishable, 1 a hard QA failure, 2 unusable input.")
-    p.epilog = ("The schemas are published: `rowbeam schemas DIR` writes them; docs/check.md shows how to validate "
-                "with plain jsonschema + referencing.")
+    p.description, p.epilog = DESCRIPTION, EPILOG
     p.add_argument("bundle", help="bundle folder (holds bundle.json), or one event/flow folder, or its manifest.json")
     p.add_argument("--report", help="also write the JSON QA report (rowbeam/qa_report@1) to this file")
 
