@@ -31,6 +31,7 @@ from rowbeam.blender.objects.object_table import (
     name_hash_id,
     parse_object_id,
 )
+from rowbeam.blender.objects.meshes import triangles_of
 from rowbeam.model.instance_identity import instance_id, path_text
 from rowbeam.model.ontology import VOID_ID
 from rowbeam.util.errors import RowbeamError
@@ -318,8 +319,6 @@ def instance_geometry(scene, view_layer, insts: InstanceSet) -> dict:
     the evaluated scene now (its current time); an instance without mesh geometry is left out. Meshes are read
     once per instanced geometry."""
     import bpy
-
-    from rowbeam.blender.objects.object_labels import triangles_of
 
     want = {(insts.instancer[ri], insts.path[ri]): ri for ri in insts.instancer}
     dg = bpy.context.evaluated_depsgraph_get()

@@ -43,6 +43,8 @@ from rowbeam.blender.cycles import cycles_setup as cs
 from rowbeam.blender.cycles.cycles_timing import label_shutter, timed_rows_shutter
 from rowbeam.blender.cycles.osl_camera import CLIP_M
 from rowbeam.blender.cycles.render_camera import use_render_camera
+from rowbeam.blender.objects.instances import instance_geometry
+from rowbeam.blender.objects.meshes import triangles_of
 from rowbeam.blender.compat.scene_clock import objects_world_matrices, set_time
 from rowbeam.blender.compat.scene_patch import ScenePatch
 
@@ -193,27 +195,6 @@ def _round_ns(t: Fraction) -> int:
 def mesh_of(obj, depsgraph):
     """(vertices (V,3) local, triangles (F,3)) of the evaluated object, or None without mesh geometry."""
     return triangles_of(obj.evaluated_get(depsgraph))
-
-
-def triangles_of(ob):
-    """(vertices (V,3) local, triangles (F,3)) of an evaluated object (or instance), None without mesh geometry."""
-    try:
-        me = ob.to_mesh()
-    except RuntimeError:
-        return None
-    if me is None:
-        return None
-    try:
-        me.calc_loop_triangles()
-        V = np.empty(len(me.vertices) * 3)
-        me.vertices.foreach_get("co", V)
-        F = np.empty(len(me.loop_triangles) * 3, dtype=np.int32)
-        me.loop_triangles.foreach_get("vertices", F)
-    finally:
-        ob.to_mesh_clear()
-    if len(F) == 0:
-        return None
-    return V.reshape(-1, 3), F.reshape(-1, 3)
 
 
 def _refuse_mirroring(M_world, name: str) -> None:
@@ -548,8 +529,6 @@ def _stage_instance_assets(st: _Stage) -> set:
     """Assets of the instances (keys k >= n_objects) at the reference time, like objects' (a static instance is
     rigid: its pose is its world matrix's rigid part, its scale baked into the asset); returns the instancers'
     names. A moving instance or one without mesh geometry is listed in st.skipped."""
-    from rowbeam.blender.objects.instances import instance_geometry
-
     insts = st.ctx.instances
     if not insts:
         return set()
