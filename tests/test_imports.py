@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 PACKAGE = REPO / "rowbeam"
 BLENDER_SIDE = "rowbeam.blender"                 # the one package that may need Blender's Python module

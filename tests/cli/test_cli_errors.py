@@ -11,7 +11,7 @@ import pytest
 
 from rowbeam.cli import build_parser
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 # (subcommand path, arguments after it): missing arguments, an unknown option, a bad value
 CASES = {
