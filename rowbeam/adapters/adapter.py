@@ -24,3 +24,11 @@ class AdapterFormat:
     run: Callable[[argparse.Namespace], dict]
     description: str | None = None
     line: Callable[[argparse.Namespace, dict], str] | None = None
+
+
+def bundle_to_folder(parser: argparse.ArgumentParser, sensor_help: str | None = None) -> None:
+    """The arguments most adapters share: BUNDLE OUT_DIR [--sensor ID] (sensor_help None: no --sensor)."""
+    parser.add_argument("bundle", help=BUNDLE_IN)
+    parser.add_argument("out_dir", help=FOLDER_OUT)
+    if sensor_help is not None:
+        parser.add_argument("--sensor", help=sensor_help)

@@ -20,7 +20,7 @@ import json
 
 import numpy as np
 
-from rowbeam.adapters.adapter import BUNDLE_IN, FOLDER_OUT, AdapterFormat
+from rowbeam.adapters.adapter import AdapterFormat, bundle_to_folder
 from rowbeam.bundle.reader import Bundle, Event
 from rowbeam.model.camera_model import project
 from rowbeam.util.errors import RowbeamError
@@ -38,15 +38,8 @@ from rowbeam.adapters.objects import (
     refuse_lens,
     srgb8,  # noqa: F401  (the fallback encoding, also used by tests)
 )
-from rowbeam.adapters.output import (
-    FOLDER_SIDECAR,
-    check_output_dir,
-    folder_listing,
-    sidecar,
-    sidecar_bytes,
-    staged_dir,
-    write_file,
-)
+from rowbeam.adapters.output import FOLDER_SIDECAR, check_output_dir, folder_listing, sidecar, sidecar_bytes
+from rowbeam.adapters.output import staged_dir, write_file
 from rowbeam.adapters.png import png_bytes
 
 DEPTH_SCALES = (0.1, 1.0, 10.0, 100.0)        # mm per depth PNG unit; the finest that holds the deepest pixel
@@ -241,8 +234,7 @@ def export_bop(bundle_path, out_dir, split: str = "test") -> dict:
 
 
 def _arguments(p) -> None:
-    p.add_argument("bundle", help=BUNDLE_IN)
-    p.add_argument("out_dir", help=FOLDER_OUT)
+    bundle_to_folder(p)
     p.add_argument("--split", default="test", help="split folder name (default test)")
 
 

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from rowbeam.adapters.adapter import BUNDLE_IN, FOLDER_OUT, AdapterFormat
+from rowbeam.adapters.adapter import AdapterFormat, bundle_to_folder
 from rowbeam.bundle.reader import Bundle, Event
 from rowbeam.sensors.lidar import LIDAR
 from rowbeam.adapters.objects import (
@@ -34,15 +34,8 @@ from rowbeam.adapters.objects import (
     refuse_lens,
 )
 from rowbeam.adapters.png import png_bytes
-from rowbeam.adapters.output import (
-    FOLDER_SIDECAR,
-    check_output_dir,
-    folder_listing,
-    sidecar,
-    sidecar_bytes,
-    staged_dir,
-    write_file,
-)
+from rowbeam.adapters.output import FOLDER_SIDECAR, check_output_dir, folder_listing, sidecar, sidecar_bytes
+from rowbeam.adapters.output import staged_dir, write_file
 
 AXIS_TOL_RAD = 1e-3
 OCCLUSION_LEVELS = ((0.1, 0), (0.5, 1), (1.01, 2))       # occlusion_fraction < bound -> KITTI level
@@ -181,9 +174,7 @@ def export_kitti_object(bundle_path, out_dir, sensor: str | None = None) -> dict
 
 
 def _arguments(p) -> None:
-    p.add_argument("bundle", help=BUNDLE_IN)
-    p.add_argument("out_dir", help=FOLDER_OUT)
-    p.add_argument("--sensor", help="camera sensor id (default: the only camera with object labels)")
+    bundle_to_folder(p, "camera sensor id (default: the only camera with object labels)")
 
 
 ADAPTER_FORMATS = (AdapterFormat(

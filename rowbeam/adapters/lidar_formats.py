@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rowbeam.adapters.adapter import BUNDLE_IN, FOLDER_OUT, AdapterFormat
+from rowbeam.adapters.adapter import AdapterFormat, bundle_to_folder
 from rowbeam.bundle.reader import Bundle, Event, open_event
 from rowbeam.util.errors import RowbeamError
 from rowbeam.sensors.lidar import LIDAR
@@ -164,9 +164,7 @@ def export_ply(source, out) -> dict:
 
 
 def _kitti_arguments(p) -> None:
-    p.add_argument("bundle", help=BUNDLE_IN)
-    p.add_argument("out_dir", help=FOLDER_OUT)
-    p.add_argument("--sensor", help="LiDAR sensor id (needed when the bundle has several)")
+    bundle_to_folder(p, "LiDAR sensor id (needed when the bundle has several)")
     p.add_argument("--frame", choices=("own_time", "reference"), default="own_time",
                    help="own_time: each point in the LiDAR frame at its own beam time (default); reference: motion "
                    "compensated to the sweep's reference time")

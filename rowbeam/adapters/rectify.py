@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from rowbeam.adapters.adapter import BUNDLE_IN, FOLDER_OUT, AdapterFormat
+from rowbeam.adapters.adapter import AdapterFormat, bundle_to_folder
 from rowbeam.bundle.arrays import write_exr
 from rowbeam.bundle.reader import Bundle
 from rowbeam.util.errors import RowbeamError
@@ -45,15 +45,8 @@ from rowbeam.sensors import sensor_type
 from rowbeam.model.lens import Lens, lens_from_calibration, pixel_rays, project, project_uv, unproject
 from rowbeam.model.modalities import FLAG_NAMES
 from rowbeam.model.pixel_sampling import bilinear_corners, camera_z_at, nearest_pixel
-from rowbeam.adapters.output import (
-    FOLDER_SIDECAR,
-    check_output_dir,
-    folder_listing,
-    sidecar,
-    sidecar_bytes,
-    staged_dir,
-    write_file,
-)
+from rowbeam.adapters.output import FOLDER_SIDECAR, check_output_dir, folder_listing, sidecar, sidecar_bytes
+from rowbeam.adapters.output import staged_dir, write_file
 
 INTERPOLATIONS = ("bilinear", "nearest")
 FORMATS = ("exr", "npy")
@@ -500,9 +493,7 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
 
 
 def _arguments(p) -> None:
-    p.add_argument("bundle", help=BUNDLE_IN)
-    p.add_argument("out_dir", help=FOLDER_OUT)
-    p.add_argument("--sensor", help="camera sensor id (default: every camera with a lens)")
+    bundle_to_folder(p, "camera sensor id (default: every camera with a lens)")
     p.add_argument("--K", help="pinhole intrinsics fx,fy,cx,cy in px (default: the event's K)")
     p.add_argument("--size", help="pinhole image size WxH (default: the event's)")
     p.add_argument("--alpha", help="choose K like cv2.getOptimalNewCameraMatrix (opencv lenses) or "
