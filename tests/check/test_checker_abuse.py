@@ -408,7 +408,7 @@ def test_malformed_input(case: Case, ctx: Ctx, capsys):
         "the checker or adapter changed the bundle"
     assert tmp_litter(ctx.root, ctx.out) == litter
     if case.rc == 2:
-        prog = "rowbeam adapt" if case.adapt else "rowbeam check"
+        prog = f"rowbeam adapt {argv[1]}" if case.adapt else "rowbeam check"     # adapt errors name the format
         assert r.stderr.endswith("\n") and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith(f"{prog}: error: ") and case.expect in r.stderr, r.stderr
         assert r.stdout == ""

@@ -108,7 +108,18 @@ def collect_instances(scene, view_layer) -> list[dict]:
         if len(out) > MAX_INSTANCES:
             raise RowbeamError(f"scene has more than {MAX_INSTANCES} rendered instances (the declared bound); "
                                "realize or hide some instancers")
-    return out
+    return _without_own_geometry(out)
+
+
+def _without_own_geometry(found: list[dict]) -> list[dict]:
+    """Drop what is an object's own evaluated geometry rather than an instance: Blender lists a non-mesh component
+    of an object's Geometry Nodes output (a point cloud, curves) as one instance of the object itself. It stays that
+    object (one id, its pixels resolve to it); several such entries are instances the node tree makes."""
+    own: dict = {}
+    for d in found:
+        if d["proto"] == d["instancer"]:
+            own[d["instancer"]] = own.get(d["instancer"], 0) + 1
+    return [d for d in found if not (d["proto"] == d["instancer"] and own[d["instancer"]] == 1)]
 
 
 def build_instances(scene, view_layer, table: list, ontology, parents: dict) -> InstanceSet:

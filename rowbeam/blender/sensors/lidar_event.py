@@ -240,6 +240,11 @@ def uncastable_beams(ctx, labels: dict) -> np.ndarray:
         if inst.is_instance and inst.parent is not None and inst.object.type in kinds:
             names.add(inst.parent.original.name)
     indices = [e.render_index for e in ctx.table if e.obj_name in names]
+    insts = getattr(ctx, "instances", None)
+    if insts:                         # an instance of such data, or an instance its instancer makes with it
+        indices += [ri for ri, proto in insts.proto.items()
+                    if proto in names or getattr(bpy.data.objects.get(proto), "type", None) in kinds
+                    or insts.instancer.get(ri) in names]
     return np.isin(labels["instance_id"], indices)
 
 

@@ -106,4 +106,4 @@ def test_two_class_rules_disagreeing_on_an_object_is_one_line_exit_2(tmp_path):
     r = _export_cli(blend, tmp_path / "b")
     assert r.returncode == 2 and not (tmp_path / "b").exists()
     (line,) = r.stderr.strip().splitlines()
-    assert line.startswith("rowbeam: error: object 'front': class rules disagree"), line
+    assert line.startswith("rowbeam export: error: object 'front': class rules disagree"), line
