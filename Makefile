@@ -53,7 +53,7 @@ demo: $(DEMO)/dusk_shuttle.blend
 
 # -rs: every skip with its reason; under CI=true a skip not in tests/skip_allowlist.txt fails (tests/conftest.py)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -rs tests
+	$(BIN)/python -m pytest -q -rfEs tests
 
 # The mutation run (tools/mutation_run.py): each mutant is one plausible bug planted in a copy of the tree, run
 # against the tests chosen for it; prints the score and every survivor, writes tools/mutation_results.md.
