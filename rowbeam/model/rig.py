@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import load_json
+from rowbeam.model.sensor_clock import IDEAL, Timebase, parse_timebase
 from rowbeam.model.surface_policy import parse_surface_policy
 from rowbeam.sensors import sensor_type
 from rowbeam.bundle.schema import MAX_USER_JSON_BYTES, loads_user_json, schema_errors, validator
@@ -22,6 +23,11 @@ class Rig:
     ontology: str | None = None
     lineage: dict | None = None
     state_log: dict | None = None      # {ego_object, ego_rate_hz, objects_rate_hz} (defaults filled), or None
+    timebases: dict = field(default_factory=dict, repr=False)   # {sensor id: Timebase} of sensors declaring one
+
+    def timebase(self, sensor_id: str) -> Timebase:
+        """The sensor's clock and delivery (rig `clock`, `delivery`; rowbeam.model.sensor_clock), ideal by default."""
+        return self.timebases.get(sensor_id, IDEAL)
 
     def sensor(self, sensor_id: str):
         for s in self.sensors:
@@ -50,18 +56,21 @@ def parse_rig(document, source: str = "<rig>") -> Rig:
             raise RowbeamError(f"{source}: sensors[{i}].id: duplicate sensor id {raw['id']!r}")
         seen.add(raw["id"])
         sensors.append(_parse_sensor(raw, f"{source}: sensors[{i}]"))
+    timebases = {raw["id"]: parse_timebase(raw) for raw in document["sensors"] if {"clock", "delivery"} & raw.keys()}
     state_log = None
     if "state_log" in document:
         props = validator("rowbeam/rig@1").schema["properties"]["state_log"]["properties"]
         state_log = {**{k: v["default"] for k, v in props.items() if "default" in v}, **document["state_log"]}
-    return Rig(tuple(sensors), document, source, document.get("ontology"), document.get("lineage"), state_log)
+    return Rig(tuple(sensors), document, source, document.get("ontology"), document.get("lineage"), state_log,
+               timebases)
 
 
 def _parse_sensor(raw: dict, where: str):
     """The sensor spec of a schema-valid rig entry, by its type's parser (defaults from the rig schema), with its
-    surface policy (rowbeam.model.surface_policy; every sensor type has one)."""
+    surface policy (rowbeam.model.surface_policy; every sensor type has one). Its `clock` and `delivery` are every
+    type's too (Rig.timebase)."""
     policy = parse_surface_policy(raw.get("surface_policy"), where)
-    fields = {k: v for k, v in raw.items() if k != "surface_policy"}
+    fields = {k: v for k, v in raw.items() if k not in ("surface_policy", "clock", "delivery")}
     return replace(sensor_type(raw["type"]).parse(fields, _schema_defaults(raw["type"]), where), surface_policy=policy)
 
 

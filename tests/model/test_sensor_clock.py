@@ -97,3 +97,26 @@ def test_clock_refuses_bad_values(bad):
         SensorClock(**bad)
     with pytest.raises(ValueError):
         Delivery(latency_ns=-1)
+
+
+def test_every_sensor_type_declares_clock_and_delivery_in_the_rig_schema():
+    from rowbeam.bundle.schema import validator
+    from rowbeam.sensors import sensor_types
+
+    defs = validator("rowbeam/rig@1").schema["$defs"]
+    for t in sensor_types():
+        props = defs[t.name]["properties"]
+        assert props.get("clock") == {"$ref": "#/$defs/clock"}, t.name
+        assert props.get("delivery") == {"$ref": "#/$defs/delivery"}, t.name
+
+
+def test_rig_timebase_parsed_and_ideal_by_default():
+    from rowbeam.model.rig import parse_rig
+
+    cam = {"id": "cam", "type": "rolling_shutter_camera", "object": "Camera", "rate_hz": 10, "first_event_ns": 0,
+           "readout_ns": 1000, "exposure_ns": 100, "readout_direction": "top_to_bottom"}
+    rig = parse_rig({"schema": "rowbeam/rig@1", "sensors": [
+        cam, {**cam, "id": "cam2", "clock": {"offset_ns": -5, "drift_ppm": 12.5, "resolution_ns": 1000,
+                                             "rounding": "nearest"}, "delivery": {"latency_ns": 7}}]})
+    assert rig.timebase("cam") == Timebase()
+    assert rig.timebase("cam2") == Timebase(SensorClock(-5, 12.5, 1000, "nearest"), Delivery(7))

@@ -110,6 +110,7 @@ IN_PROCESS = {
     "first_event_negative", "sensors_empty", "flow_pairs_three_indices", "device_unknown",
     "stored_rig_id_group", "stored_rig_not_json", "stored_rig_huge", "resolution_3x1_px",
     "camera_alpha_threshold_above_one", "lidar_surface_policy_unknown_field",
+    "camera_clock_drift_beyond_1000_ppm", "camera_clock_resolution_zero", "camera_clock_rounding_unknown",
 }
 
 
@@ -163,6 +164,16 @@ RIG_CASES = [
      ["rig.json", "sensors[1].surface_policy.transmission", "'refract'"]),
     ("lidar_surface_policy_unknown_field", _lidar(_set(surface_policy={"hair": "ribbon"})), [],
      ["sensors[1].surface_policy", "'hair'"]),
+    ("camera_delivery_latency_negative", _camera(_set(delivery={"latency_ns": -1})), [],
+     ["rig.json", "sensors[0].delivery.latency_ns", "minimum of 0"]),
+    ("lidar_clock_drift_beyond_1000_ppm", _lidar(_set(clock={"drift_ppm": -1000.5})), [],
+     ["rig.json", "sensors[1].clock.drift_ppm", "minimum of -1000"]),
+    ("camera_clock_drift_beyond_1000_ppm", _camera(_set(clock={"drift_ppm": 1001})), [],
+     ["sensors[0].clock.drift_ppm", "maximum of 1000"]),
+    ("camera_clock_resolution_zero", _camera(_set(clock={"resolution_ns": 0})), [],
+     ["sensors[0].clock.resolution_ns", "minimum of 1"]),
+    ("camera_clock_rounding_unknown", _camera(_set(clock={"rounding": "even"})), [],
+     ["sensors[0].clock.rounding", "'even'"]),
 ]
 
 # (case id, rig-file bytes or None (the valid rig), extra args, fragments); {tmp} in args is the case folder
