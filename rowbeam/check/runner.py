@@ -45,6 +45,7 @@ from rowbeam.bundle.files import (
 from rowbeam.model.sample_identity import sample_id
 from rowbeam.bundle.schema import schema_errors
 from rowbeam.bundle.associations import check_associations
+from rowbeam.check.time_checks import check_causality, check_event_time, check_time_against_rig
 from rowbeam.bundle.layout import BUNDLE, MANIFEST, scan_layout
 from rowbeam.model.state_log import check_event_against_log, check_log, load_state_log
 
@@ -156,6 +157,7 @@ def check_path(manifest_path: Path, base_root: Path, bundle_root: Path | None = 
             check_flow(manifest, arrays, *endpoints, report.add)
     else:
         sensor_type(kind).hook("check_event")(manifest, arrays, report.add)
+        check_event_time(manifest, report.add)
         if "object_labels" in manifest:
             check_object_labels(manifest, arrays, report.add, bundle_root or base_root)
     report.manifest, report.decoded = manifest, set(arrays)
@@ -281,6 +283,8 @@ def check_bundle(path, keep_arrays: dict | None = None) -> dict:
     _check_cross_modal(events)
     _check_state_logs(events, root, bundle)
     if whole:
+        check_causality([e.manifest for e in events if e.manifest and e.manifest.get("schema") == "rowbeam/sample@1"],
+                        bundle.add)
         check_associations(root, bundle.add)
     failed = [e for e in events if e.failed]
     checks = [r for e in [bundle, *events] for r in e.results]
@@ -422,6 +426,7 @@ def _check_schedule(report: EventReport, rig) -> None:
                f"{key} = {m['event'][key]}" if start != m["event"][key] else f"event {index} at {start} ns as the rig says")
     if kind.hook("check_rig_acquisition"):
         kind.hook("check_rig_acquisition")(m, sensor, report.add)
+    check_time_against_rig(m, rig.timebase(sensor.id), report.add)
 
 
 def _check_unique_ids(events, root: Path, bundle: EventReport) -> None:

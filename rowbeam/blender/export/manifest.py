@@ -10,9 +10,10 @@ from rowbeam.bundle.arrays import write_exr, write_npy
 from rowbeam.bundle.reader import read_payload
 from rowbeam.model.camera_model import PIXEL_CONVENTION, PIXEL_CONVENTION_TEXT
 from rowbeam.util.errors import RowbeamError
-from rowbeam.sensors import MODALITIES
+from rowbeam.sensors import MODALITIES, sensor_type
 from rowbeam.bundle.files import atomic_write_json, sha256_file
 from rowbeam.model.frames import Transform, invert_rigid
+from rowbeam.model.sensor_clock import event_time
 from rowbeam.bundle.schema import schema_errors
 from rowbeam.util.worker_threads import WORKERS
 
@@ -200,8 +201,15 @@ def radar_core(out, sensor, index: int) -> dict:
     }
 
 
+def time_block(timebase, sensor, core: dict) -> dict:
+    """The manifest `time` block (rowbeam.model.sensor_clock.event_time) of an event whose `event` is core["event"]:
+    acquisition span by the sensor type's timing model, device timestamp and delivery by the rig's `timebase`."""
+    span = sensor_type(sensor.type).timing_from_manifest(core["event"]).span_ns()
+    return event_time(timebase, span, core["event"]["index"])
+
+
 def assemble_manifest(core: dict, *, sample_id, sensor, modalities, objects, ontology, build, lineage, run,
-                      state: dict | None = None) -> dict:
+                      state: dict | None = None, time: dict | None = None) -> dict:
     return {
         "schema": "rowbeam/sample@1",
         "sample_id": sample_id,
@@ -215,6 +223,7 @@ def assemble_manifest(core: dict, *, sample_id, sensor, modalities, objects, ont
         "lineage": lineage,
         "run": run,
         **({"state": state} if state else {}),
+        **({"time": time} if time else {}),
     }
 
 

@@ -25,6 +25,7 @@ from rowbeam.util.errors import RowbeamError
 from rowbeam.bundle.files import atomic_write_json, canonical_json, load_json, regular_file, sha256_file
 from rowbeam.model.ontology import load_ontology
 from rowbeam.model.rig import Rig, load_rig, parse_rig_text
+from rowbeam.model.sensor_clock import TIME_CONCEPTS
 from rowbeam.sensors import load_layer, sensor_type
 from rowbeam.sensors.camera import CameraSensor
 from rowbeam.bundle.schema import schema_errors
@@ -42,6 +43,7 @@ from rowbeam.blender.flow.flow_pair import NEEDED, compute_flow_pair, endpoint, 
 from rowbeam.blender.export.manifest import (
     PayloadWriter,
     assemble_manifest,
+    time_block,
     write_manifest,
     write_payloads,
 )
@@ -251,8 +253,8 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     blend_sha = sha256_file(blend_path)
     identity = {"blend_sha256": blend_sha, "rig_sha256": rig_sha, "ontology_sha256": ontology.sha256,
                 "scenario": lineage["scenario"], "lineage_group": lineage["lineage_group"]}
-    writer = BundleWriter(request.out, identity, {"rig": rig.document, "created_by": {
-        "rowbeam_version": ROWBEAM_VERSION, "blender_version": bpy.app.version_string}})
+    writer = BundleWriter(request.out, identity, {"rig": rig.document, "time_concepts": TIME_CONCEPTS, "created_by":
+                          {"rowbeam_version": ROWBEAM_VERSION, "blender_version": bpy.app.version_string}})
     out_base = _out_folder_base(Path(request.out))
     writer.validate()
     ctx = ExportContext(scene, view_layer, clock, table, semantic_lut(table + instances.entries), ontology,
@@ -523,11 +525,12 @@ def _export_event(plan: ExportPlan, job: Job):
             write_assets(plan.writer.root, out.assets)       # content-addressed meshes the manifest refers to
         modalities = write_payloads(staged, out.arrays, sensor.type, sensor.id, out.dims, out.exposure_ns,
                                     started=payloads)
+    core = exporter.core(out, sensor, index)
     manifest = assemble_manifest(
-        exporter.core(out, sensor, index), sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
+        core, sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
         sensor=sensor, modalities=modalities, objects=ctx.table + ctx.instances.entries, ontology=ctx.ontology,
         build=_build_info(plan, out.render_device), lineage=_lineage_info(plan), run=_run_info(out.seconds, t0),
-        state=plan.state)
+        state=plan.state, time=time_block(plan.rig.timebase(sensor.id), sensor, core))
     return _check_and_publish(plan, staged, job.location, manifest)
 
 
