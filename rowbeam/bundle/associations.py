@@ -8,7 +8,12 @@ firing group / chirp form a band: rows [v0, v1], their times, the other time, th
 the pose support (the state log samples bracketing the band's times, when the bundle has a state log). The camera
 reference time is paired the same way. The checker recomputes every record from the manifests.
 
-`rowbeam associate BUNDLE --max-skew-us N` writes BUNDLE/associations/max_skew_<ns>ns.json (atomic).
+With pair_by "device" rows and partners are paired by their device timestamps (each sensor's declared clock,
+rowbeam.model.sensor_clock) as a consumer that trusts its sensors' stamps would; each band then also records the
+skew the pair really has on the master clock.
+
+`rowbeam associate BUNDLE --max-skew-us N [--pair-by device]` writes BUNDLE/associations/[device_]max_skew_<ns>ns.json
+(atomic).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import numpy as np
 from rowbeam.bundle.files import load_json
 from rowbeam.bundle.layout import scan_layout
 from rowbeam.bundle.schema import schema_errors
+from rowbeam.model.sensor_clock import device_times_of
 from rowbeam.model.state_log import load_state_log
 from rowbeam.model.timing import RollingShutterTiming
 from rowbeam.sensors import type_of
@@ -27,6 +33,10 @@ FOLDER = "associations"
 RULE = ("each camera row's reference time paired with the nearest LiDAR firing-group / radar chirp time of an "
         "overlapping event (ties: the earlier), kept only when |t_row - t_other| <= max_skew_ns; consecutive rows with "
         "the same partner form a band; skew_ns = t_row - t_other")
+DEVICE_RULE = ("as the master-clock rule, with each time replaced by its sensor's device timestamp (manifest time.device."
+               "rule): skew_ns and max_abs_skew_ns are device ns; true_skew_ns and max_abs_true_skew_ns are the same "
+               "pairs' skew on the master clock (t_row - t_other), what the pairing really is")
+PAIR_BY = ("master", "device")
 
 
 def other_times(manifest: dict) -> tuple[np.ndarray, list[dict]]:
@@ -61,17 +71,29 @@ def _ref(m: dict) -> dict:
             "sample_id": m["sample_id"]}
 
 
-def associate_pair(camera: dict, other: dict, max_skew_ns: int, tracks: dict | None = None) -> dict | None:
+def _pairing(camera: dict, other: dict, rows_t: np.ndarray, t_other: np.ndarray, pair_by: str):
+    """(row times, partner times) to pair on: master (scene clock) ns, or each sensor's device timestamps
+    (rowbeam.model.sensor_clock, the manifests' `time` blocks) when pair_by == "device"."""
+    if pair_by == "device":
+        return device_times_of(camera, rows_t), device_times_of(other, t_other)
+    return rows_t, t_other
+
+
+def associate_pair(camera: dict, other: dict, max_skew_ns: int, tracks: dict | None = None,
+                   pair_by: str = "master") -> dict | None:
     """The association record of one camera event with one LiDAR/radar event (manifests), or None when no row
-    pairs within max_skew_ns."""
+    pairs within max_skew_ns. pair_by "device": rows and partners paired by device timestamps (skews in device
+    ns); every band and the reference then also carry the skew the pair really has on the master clock."""
     timing = RollingShutterTiming.from_manifest(camera["event"])
     rows_t = timing.row_reference_times_ns()
     t_other, what = other_times(other)
-    idx = nearest(t_other, rows_t)
-    skew = rows_t - t_other[idx]
+    q_rows, q_other = _pairing(camera, other, rows_t, t_other, pair_by)
+    idx = nearest(q_other, q_rows)
+    skew = q_rows - q_other[idx]
     keep = np.abs(skew) <= max_skew_ns
     if not keep.any():
         return None
+    true_skew = rows_t - t_other[idx]
     tracks = tracks or {}
     cam_track, other_track = tracks.get(camera["sensor"]["object"]), tracks.get(other["sensor"]["object"])
     bands, v = [], 0
@@ -87,37 +109,60 @@ def associate_pair(camera: dict, other: dict, max_skew_ns: int, tracks: dict | N
         to = int(t_other[idx[v]])
         band = {"rows": [v, w], "camera_time_ns": [int(rows_t[v]), int(rows_t[w])], "other": what[idx[v]],
                 "other_time_ns": to, "max_abs_skew_ns": int(np.abs(skew[v:w + 1]).max())}
+        if pair_by == "device":
+            band["max_abs_true_skew_ns"] = int(np.abs(true_skew[v:w + 1]).max())
         support = {k: s for k, s in (("camera", _support(cam_track, t0, t1)), ("other", _support(other_track, to, to)))
                    if s is not None}
         if support:
             band["pose_support_ns"] = support
         bands.append(band)
         v = w + 1
-    ref_t = timing.reference_time_ns()
-    j = int(nearest(t_other, np.array([ref_t]))[0])
-    ref_skew = ref_t - int(t_other[j])
-    reference = ({"camera_reference_time_ns": ref_t, "other_time_ns": int(t_other[j]), "other": what[j],
-                  "skew_ns": ref_skew} if abs(ref_skew) <= max_skew_ns else None)
-    return {"camera": _ref(camera), "other": _ref(other), "reference": reference, "bands": bands,
+    return {"camera": _ref(camera), "other": _ref(other),
+            "reference": _reference(camera, other, timing, t_other, what, max_skew_ns, pair_by), "bands": bands,
             "rows_paired": int(keep.sum()), "rows": H}
 
 
-def associate(manifests: list[dict], max_skew_ns: int, tracks: dict | None = None, state: dict | None = None) -> dict:
-    """The rowbeam/associations@1 document for a bundle's event manifests (every camera x overlapping LiDAR/radar)."""
+def _reference(camera: dict, other: dict, timing, t_other, what, max_skew_ns: int, pair_by: str) -> dict | None:
+    """The camera reference time paired the same way as its rows (None beyond the tolerance)."""
+    ref_t = np.array([timing.reference_time_ns()], dtype=np.int64)
+    q_ref, q_other = _pairing(camera, other, ref_t, t_other, pair_by)
+    j = int(nearest(q_other, q_ref)[0])
+    skew = int(q_ref[0]) - int(q_other[j])
+    if abs(skew) > max_skew_ns:
+        return None
+    true = {"true_skew_ns": int(ref_t[0]) - int(t_other[j])} if pair_by == "device" else {}
+    return {"camera_reference_time_ns": int(ref_t[0]), "other_time_ns": int(t_other[j]), "other": what[j],
+            "skew_ns": skew, **true}
+
+
+def associate(manifests: list[dict], max_skew_ns: int, tracks: dict | None = None, state: dict | None = None,
+              pair_by: str = "master") -> dict:
+    """The rowbeam/associations@1 document for a bundle's event manifests (every camera x overlapping LiDAR/radar),
+    paired on the master clock or (pair_by "device") by device timestamps."""
     cams = [m for m in manifests if type_of(m).has_rows]
     others = [m for m in manifests if type_of(m).timed_beams]
     key = lambda m: (m["sensor"]["id"], m["event"]["index"])  # noqa: E731
     pairs = []
     for c in sorted(cams, key=key):
-        c0, c1 = span_ns(c)
+        c0, c1 = _span(c, pair_by)
         for o in sorted(others, key=key):
-            o0, o1 = span_ns(o)
+            o0, o1 = _span(o, pair_by)
             if o1 < c0 - max_skew_ns or o0 > c1 + max_skew_ns:
                 continue
-            rec = associate_pair(c, o, max_skew_ns, tracks)
+            rec = associate_pair(c, o, max_skew_ns, tracks, pair_by)
             if rec is not None:
                 pairs.append(rec)
-    return {"schema": SCHEMA, "max_skew_ns": int(max_skew_ns), "rule": RULE, "state": state, "pairs": pairs}
+    return {"schema": SCHEMA, "max_skew_ns": int(max_skew_ns), "pair_by": pair_by,
+            "rule": DEVICE_RULE if pair_by == "device" else RULE, "state": state, "pairs": pairs}
+
+
+def _span(manifest: dict, pair_by: str) -> tuple[int, int]:
+    """span_ns on the clock the pairing uses (device timestamps are monotonic in master time)."""
+    first, last = span_ns(manifest)
+    if pair_by != "device":
+        return first, last
+    d = device_times_of(manifest, [first, last])
+    return int(d[0]), int(d[1])
 
 
 def _manifests(root) -> list[dict]:
@@ -144,8 +189,9 @@ def _state_of(manifests: list[dict], root):
     return None, None
 
 
-def associate_bundle(bundle, max_skew_us: float) -> tuple[str, dict]:
-    """Write BUNDLE/associations/max_skew_<ns>ns.json; return (its path, the document)."""
+def associate_bundle(bundle, max_skew_us: float, pair_by: str = "master") -> tuple[str, dict]:
+    """Write BUNDLE/associations/max_skew_<ns>ns.json (pair_by "device": device_max_skew_<ns>ns.json); return (its
+    path, the document)."""
     import math
     from pathlib import Path
 
@@ -156,11 +202,13 @@ def associate_bundle(bundle, max_skew_us: float) -> tuple[str, dict]:
         raise RowbeamError(f"{root}: not a rowbeam bundle (no bundle.json)")
     if not (isinstance(max_skew_us, (int, float)) and math.isfinite(max_skew_us) and 0 <= max_skew_us <= 1e6):
         raise RowbeamError(f"--max-skew-us {max_skew_us}: must be 0 .. 1000000 (microseconds)")
+    if pair_by not in PAIR_BY:
+        raise RowbeamError(f"--pair-by {pair_by!r}: must be one of {', '.join(PAIR_BY)}")
     manifests = _manifests(root)
     state, tracks = _state_of(manifests, root)
-    doc = associate(manifests, round(max_skew_us * 1000), tracks, state)
+    doc = associate(manifests, round(max_skew_us * 1000), tracks, state, pair_by)
     (root / FOLDER).mkdir(exist_ok=True)
-    path = root / FOLDER / f"max_skew_{doc['max_skew_ns']}ns.json"
+    path = root / FOLDER / f"{'device_' if pair_by == 'device' else ''}max_skew_{doc['max_skew_ns']}ns.json"
     atomic_write_json(path, doc)
     return str(path), doc
 
@@ -188,14 +236,25 @@ def check_associations(root, add) -> None:
             tracks = None
             if doc["state"]:
                 tracks = load_state_log(root, doc["state"])[1]
-            expected = associate(manifests, doc["max_skew_ns"], tracks, doc["state"])
+            expected = associate(manifests, doc["max_skew_ns"], tracks, doc["state"], doc.get("pair_by", "master"))
         except (RowbeamError, OSError) as exc:
             add(name, False, f"unusable: {exc}")
             continue
         same = expected["pairs"] == doc["pairs"]
         bands = sum(len(p["bands"]) for p in doc["pairs"])
+        true = _true_skew(doc)
         add(name, same and not beyond, f"{beyond} pairs beyond max_skew_ns {doc['max_skew_ns']}" if beyond else
             (f"{len(doc['pairs'])} event pairs, {bands} row bands, all within {doc['max_skew_ns']} ns and equal to the "
-             "records recomputed from the manifests" if same else "records differ from those recomputed from the "
-             "bundle's manifests and state log (stale or edited; rerun rowbeam associate)"),
-            pairs=len(doc["pairs"]), bands=bands)
+             "records recomputed from the manifests" + true[0] if same else "records differ from those recomputed "
+             "from the bundle's manifests and state log (stale or edited; rerun rowbeam associate)"),
+            pairs=len(doc["pairs"]), bands=bands, **true[1])
+
+
+def _true_skew(doc: dict) -> tuple[str, dict]:
+    """(message tail, values) of the master-clock skew of pairs made by device timestamps ("", {} otherwise)."""
+    if doc.get("pair_by") != "device":
+        return "", {}
+    worst = max((b["max_abs_true_skew_ns"] for p in doc["pairs"] for b in p["bands"]), default=0)
+    return (f"; paired by device timestamps, the pairs' true (master-clock) skew is up to {worst} ns"
+            + (f", beyond the {doc['max_skew_ns']} ns tolerance" if worst > doc["max_skew_ns"] else ""),
+            {"worst_true_skew_ns": worst})

@@ -432,12 +432,13 @@ def test_clean_bundle_passes_every_bundle_check(clean):
     report = check_bundle(clean)
     assert report["status"] == "pass" and not failing(report) and not failing(report, "warn")
     assert {c["check"] for c in report["bundle"]["checks"]} == {
-        "bundle_schema", "bundle_dataset_id", "bundle_rig", "layout", "sample_ids_unique"}
+        "bundle_schema", "bundle_dataset_id", "bundle_rig", "layout", "sample_ids_unique", "causality"}
     bundle = json.loads((clean / "bundle.json").read_text())
     for e in report["events"]:
         names = {c["check"] for c in e["checks"]}
         flow = "flows/" in e["manifest"]
-        assert {"location", "identity"} | (set() if flow else {"schedule"}) <= names, (e["manifest"], names)
+        assert {"location", "identity"} | (set() if flow else {"schedule", "clock_model", "delivery", "time_rig"}) \
+            <= names, (e["manifest"], names)
         manifest = json.loads((clean / e["manifest"]).read_text())
         assert manifest["build"]["blend_sha256"] == bundle["identity"]["blend_sha256"]
     assert report["summary"]["events"] == 3 and report["quarantine"] == []
