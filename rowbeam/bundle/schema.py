@@ -28,8 +28,10 @@ SCHEMA_FILES = {
     "rowbeam/dataset@1": "dataset.schema.json",
     "rowbeam/plan@1": "plan.schema.json",
     "rowbeam/dataset_manifest@1": "dataset_manifest.schema.json",
+    "rowbeam/command_track@1": "command_track.schema.json",
 }
-USER_SCHEMAS = ("rowbeam/rig@1", "rowbeam/ontology@1", "rowbeam/dataset@1")   # written by people: integers must be JSON integers
+# written by people: integers must be JSON integers
+USER_SCHEMAS = ("rowbeam/rig@1", "rowbeam/ontology@1", "rowbeam/dataset@1", "rowbeam/command_track@1")
 MAX_JSON_DEPTH = 64                  # nesting levels of any rowbeam document
 MAX_USER_JSON_BYTES = 1 << 20        # a rig or ontology file (or a rig stored in a .blend), bytes
 

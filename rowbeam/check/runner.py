@@ -45,6 +45,7 @@ from rowbeam.bundle.files import (
 from rowbeam.model.sample_identity import sample_id
 from rowbeam.bundle.schema import schema_errors
 from rowbeam.bundle.associations import check_associations
+from rowbeam.model.command_track import check_command_tracks
 from rowbeam.check.time_checks import check_causality, check_event_time, check_time_against_rig
 from rowbeam.bundle.layout import BUNDLE, MANIFEST, scan_layout
 from rowbeam.model.state_log import check_event_against_log, check_log, load_state_log
@@ -462,6 +463,7 @@ def _check_state_logs(events, root: Path, bundle: EventReport) -> None:
                 log, tracks = load_state_log(root, m["state"])
                 logs[uri] = tracks
                 check_log(log, tracks, lambda name, ok, msg, **kw: bundle.add(name, ok, f"{uri}: {msg}", **kw))  # noqa: B023 (called at once)
+                check_command_tracks(log, lambda name, ok, msg, **kw: bundle.add(name, ok, f"{uri}: {msg}", **kw))  # noqa: B023
             except RowbeamError as exc:
                 logs[uri] = None
                 bundle.add("state_log", False, f"{uri}: {exc}")

@@ -56,7 +56,7 @@ from rowbeam.util.interrupt import Interrupted, raise_pending
 from rowbeam.util.watchdog import watchdog
 from rowbeam.blender.compat.scene_clock import scene_clock
 from rowbeam.blender.compat.scene_patch import ScenePatch
-from rowbeam.blender.export.state_log import check_state_log_config, write_state_log
+from rowbeam.blender.export.state_log import check_state_log_config, load_command_tracks, write_state_log
 
 RIG_PROPERTY = "rowbeam_rig"          # rig JSON stored on the scene by the add-on
 SCENARIO_PROPERTY = "rowbeam_scenario"
@@ -156,6 +156,7 @@ class ExportPlan:
     writer: BundleWriter
     context: ExportContext
     state: dict | None = None          # the state log pointer every event manifest carries (rig state_log)
+    commands: tuple = ()               # command tracks the state log carries (state_log.load_command_tracks)
 
 
 def _load_rig(request: ExportRequest, scene) -> Rig:
@@ -233,6 +234,7 @@ def plan_export(request: ExportRequest) -> ExportPlan:
             raise RowbeamError(f"{flag} {value}: must be 0 .. {MAX_EVENT_INDEX + (flag == '--count')}")
     rig_dir = Path(request.rig).parent if request.rig else Path(blend_path).parent
     ontology = load_ontology(rig_dir / rig.ontology if rig.ontology else None)
+    commands = tuple(load_command_tracks(scene, rig, rig_dir))
     view_layer = bpy.context.view_layer
     clock = scene_clock(scene)
     table = build_object_table(scene, view_layer, ontology)
@@ -265,7 +267,7 @@ def plan_export(request: ExportRequest) -> ExportPlan:
             _check_lens(scene, s, ctx.image_size(s))
     _probe_writable(Path(request.out), out_base)
     ctx.device = cs.select_device(scene, ctx.device_patch, request.device)
-    return ExportPlan(request, rig, rig_sha, blend_sha, jobs, lineage, writer, ctx)
+    return ExportPlan(request, rig, rig_sha, blend_sha, jobs, lineage, writer, ctx, commands=commands)
 
 
 def check_external_files(blend_path: str) -> None:
@@ -458,7 +460,8 @@ def _write_state_log(plan: ExportPlan) -> None:
         return
     start = min(j.sensor.event_start_ns(j.index) for j in events)
     end = max(j.sensor.event_start_ns(j.index) + j.sensor.event_duration_ns() for j in events)
-    plan.state = write_state_log(plan.writer.root, plan.context, plan.rig, plan.rig.sensors, (start, end))
+    plan.state = write_state_log(plan.writer.root, plan.context, plan.rig, plan.rig.sensors, (start, end),
+                                 plan.commands)
 
 
 def run_export(plan: ExportPlan, progress=None, should_cancel=None) -> dict:

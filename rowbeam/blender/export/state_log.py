@@ -26,6 +26,9 @@ from rowbeam.model.state_log import (
 )
 
 from rowbeam.blender.compat.scene_clock import objects_world_matrices
+from rowbeam.bundle.files import load_json
+from rowbeam.bundle.schema import MAX_USER_JSON_BYTES
+from rowbeam.model.command_track import COMMAND_PROPERTY, SEMANTICS, parse_command_track, parse_command_track_text
 
 
 def check_state_log_config(scene, rig) -> None:
@@ -34,6 +37,28 @@ def check_state_log_config(scene, rig) -> None:
     if cfg and scene.objects.get(cfg["ego_object"]) is None:
         raise RowbeamError(f"{rig.source}: state_log.ego_object: object {cfg['ego_object']!r} is not in scene "
                            f"{scene.name!r}")
+
+
+def load_command_tracks(scene, rig, rig_dir) -> list[dict]:
+    """The command tracks the state log carries (rowbeam.model.command_track): the rig's `state_log.command_tracks`
+    files (relative to rig_dir), then every scene object's COMMAND_PROPERTY, each validated and its controller in
+    the scene; [] without a rig state_log. RowbeamError (one line naming the source and field) otherwise."""
+    if not rig.state_log:
+        return []
+    tracks = [parse_command_track(load_json(Path(rig_dir) / rel, "command track", MAX_USER_JSON_BYTES),
+                                  str(Path(rig_dir) / rel)) for rel in rig.state_log.get("command_tracks", [])]
+    for obj in sorted(scene.objects, key=lambda o: o.name):
+        text = obj.get(COMMAND_PROPERTY)
+        if text is None:
+            continue
+        source = f"object {obj.name!r} property {COMMAND_PROPERTY!r}"
+        if not isinstance(text, str):
+            raise RowbeamError(f"{source}: holds a value of type {type(text).__name__}, not command track JSON text")
+        tracks.append(parse_command_track_text(text, source, obj.name))
+    for t in tracks:
+        if scene.objects.get(t["controller"]) is None:
+            raise RowbeamError(f"{t['source']}: controller: object {t['controller']!r} is not in scene {scene.name!r}")
+    return tracks
 
 
 def plan_bodies(ctx, rig, sensors) -> list[tuple[str, str, float, str | None]]:
@@ -85,9 +110,9 @@ def _write_once(path: Path, data: bytes, sha: str) -> None:
     atomic_write_bytes(path, data)
 
 
-def write_state_log(root, ctx, rig, sensors, span_ns: tuple[int, int]) -> dict:
-    """Write state/<sha>.npy arrays and state/state_log_<sha>.json under bundle `root`; return the manifest pointer
-    {"log": uri relative to the bundle root, "sha256"}."""
+def write_state_log(root, ctx, rig, sensors, span_ns: tuple[int, int], commands=()) -> dict:
+    """Write state/<sha>.npy arrays and state/state_log_<sha>.json under bundle `root` (with the command tracks
+    `commands`, load_command_tracks); return the manifest pointer {"log": uri relative to the bundle root, "sha256"}."""
     import hashlib
 
     bodies = plan_bodies(ctx, rig, sensors)
@@ -108,7 +133,8 @@ def write_state_log(root, ctx, rig, sensors, span_ns: tuple[int, int]) -> dict:
     doc = {"schema": SCHEMA, "clock": "scene_monotonic_ns", "span_ns": [int(span_ns[0]), int(span_ns[1])],
            "frames": "T_world_object: world <- the object's local axes (Blender), scale removed; velocity: the object "
                      "origin's, world, m/s; angular_velocity: world, rad/s",
-           "interpolation": INTERPOLATION, "velocity_method": VELOCITY_METHOD, "bodies": entries}
+           "interpolation": INTERPOLATION, "velocity_method": VELOCITY_METHOD, "bodies": entries,
+           **({"command_semantics": SEMANTICS, "commands": list(commands)} if commands else {})}
     data = canonical_json(doc)
     sha = hashlib.sha256(data).hexdigest()
     uri = f"{STATE_DIR}/state_log_{sha}.json"
