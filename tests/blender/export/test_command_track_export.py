@@ -18,7 +18,10 @@ PROPERTY_TRACK = {"schema": SCHEMA, "commands": [
     {"name": "steer", "command_ns": 5_000_000, "application_ns": 25_000_000, "value": [0.0, 0.1]}]}
 
 
-def _scene(tmp_path, file_track=FILE_TRACK, prop=json.dumps(PROPERTY_TRACK)):
+PROPERTY_TEXT = json.dumps(PROPERTY_TRACK)
+
+
+def _scene(tmp_path, file_track=FILE_TRACK, prop=PROPERTY_TEXT):
     from rowbeam.blender.scenes import calibration, common
 
     _, rig = calibration.fronto_plane(scale=16)
