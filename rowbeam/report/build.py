@@ -35,6 +35,7 @@ from rowbeam.report.png import Indexed, encode_png, thumbnail, thumbnail_factor
 from rowbeam.report.page_parts import OPEN_TABLE_ROWS, PageContext, _class_names, _finite_on, _radius  # noqa: F401
 from rowbeam.report.page_parts import _class_counts, _id_counts  # noqa: F401  (tests read them here)
 from rowbeam.report.stats import Residuals, drift, histogram, sorted_quantiles
+from rowbeam.report.time_table import time_table
 
 SCHEMA = "rowbeam/report@1"
 REPORT_JSON = "report.json"
@@ -378,6 +379,7 @@ def _item_page(doc, key, rel, status, checks, item, w, res, stats, ctx, verify, 
         else:
             item["kind"] = "other"
             body = f"<p>{html.esc(doc.sensor_type)} event: no overlays for this sensor type yet (QA below)</p>"
+        body = ("" if isinstance(doc, Flow) else time_table(doc.manifest)) + body
         item["overlays"] = "ok"
     except (RowbeamError, OSError, KeyError, ValueError, TypeError, IndexError) as exc:
         body = f"<p class=\"fail\">overlays unavailable: {html.esc(exc)}</p>"

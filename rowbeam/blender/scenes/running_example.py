@@ -194,12 +194,26 @@ RADAR = {"id": "radar_front", "type": "radar", "object": "radar_mount", "rate_hz
          "max_radial_velocity_mps": 60.0, "verify_chirps": 2}
 
 
+# Plausible sensor clocks and delivery (rowbeam/model/sensor_clock.py): the camera stamped by its host driver
+# (microsecond ticks, a little fast, 20 us jitter; frames reach the consumer ~35 ms after readout), the LiDAR
+# PTP-disciplined (1 us ticks; a sweep is delivered ~15 ms after its last firing), the radar stamped on a
+# CAN bus (100 us ticks rounded to nearest, 2.1 ms behind, ~60 ms processing latency).
+CLOCKS = {
+    "camera_front": ({"offset_ns": -350_000, "drift_ppm": 12.0, "resolution_ns": 1000, "rounding": "floor",
+                      "jitter_ns": 20_000.0, "seed": 1}, {"latency_ns": 35_000_000, "jitter_ns": 2_000_000.0, "seed": 2}),
+    "lidar_top": ({"offset_ns": 40_000, "drift_ppm": -3.0, "resolution_ns": 1000, "rounding": "floor",
+                   "jitter_ns": 1_000.0, "seed": 3}, {"latency_ns": 15_000_000, "jitter_ns": 500_000.0, "seed": 4}),
+    "radar_front": ({"offset_ns": -2_100_000, "drift_ppm": 35.0, "resolution_ns": 100_000, "rounding": "nearest",
+                     "jitter_ns": 50_000.0, "seed": 5}, {"latency_ns": 60_000_000, "jitter_ns": 5_000_000.0, "seed": 6}),
+}
+
+
 def rig(lidar: bool = True, lidar_fields: dict | None = None, radar: bool = False, state_log: bool = False,
-        **camera_fields) -> dict:
+        clocks: bool = False, **camera_fields) -> dict:
     """camera_front (the seed's rolling-shutter camera; object labels unless object_labels=False), by default
     lidar_top (10 Hz, 64 x 2048); with radar=True radar_front (20 Hz, 64 chirps x 32 beams: small, so `make demo`
-    stays quick), with state_log=True the 200 Hz state log with the shuttle as ego body (`rowbeam scenes
-    running_example` turns both on)."""
+    stays quick), with state_log=True the 200 Hz state log with the shuttle as ego body, with clocks=True each
+    sensor's CLOCKS clock and delivery latency (`rowbeam scenes running_example` turns all three on)."""
     doc = common.camera_rig("camera_front", "ego_camera", **{"object_labels": True, **camera_fields})
     if lidar:
         fields = {"azimuth_steps": 2048, "preset": "uniform_64", **(lidar_fields or {})}
@@ -208,4 +222,7 @@ def rig(lidar: bool = True, lidar_fields: dict | None = None, radar: bool = Fals
         doc["sensors"].append(dict(RADAR))
     if state_log:
         doc["state_log"] = {"ego_object": "shuttle", "ego_rate_hz": 200, "objects_rate_hz": 200}
+    if clocks:
+        for sensor in doc["sensors"]:
+            sensor["clock"], sensor["delivery"] = (dict(d) for d in CLOCKS[sensor["id"]])
     return doc
