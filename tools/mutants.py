@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 CHECKER_FAULTS = "tests/check/test_checker_faults.py"
 CALIB = "tests/blender/sensors/test_calibration_exports.py"
+CLOCK = "tests/model/test_sensor_clock.py"
+TIME_CHECKS = "tests/check/test_time_checks.py"
 
 
 @dataclass(frozen=True)
@@ -528,6 +530,37 @@ MUTANTS += [
       "num = self.readout_ns * (2 * order + 1) + self.exposure_ns * self.rows",
       "num = self.readout_ns * (2 * order + 1) + self.exposure_ns * self.rows - 1",
       (TIES,), "row times 1/(2 rows) ns early: exact ties rounded down"),
+    # -- clocks, delivery, causality (rowbeam/model/sensor_clock.py, rowbeam/check/time_checks.py) ----------------
+    M("clock-drift-sign", "timing", "rowbeam/model/sensor_clock.py",
+      "return 1 + exact(self.drift_ppm) / 1_000_000", "return 1 - exact(self.drift_ppm) / 1_000_000",
+      (CLOCK,), "drift applied with the wrong sign (device clock slow when declared fast)"),
+    M("clock-nearest-ties-even", "timing", "rowbeam/model/sensor_clock.py",
+      "return r * math.floor(x / r + Fraction(1, 2))", "return r * round(x / r)",
+      (CLOCK,), "nearest-tick timestamps round ties to even, not upward"),
+    M("clock-inverse-ignores-jitter", "timing", "rowbeam/model/sensor_clock.py",
+      "return (Fraction(device_ns) - self.offset_ns - jitter_ns) / self.rate",
+      "return (Fraction(device_ns) - self.offset_ns) / self.rate",
+      (CLOCK,), "device -> master inverse forgets the event's jitter draw"),
+    M("delivery-jitter-signed", "timing", "rowbeam/model/sensor_clock.py",
+      "return round(abs(self.jitter_ns * seeded_normal(self.seed, \"delivery\", index))) if self.jitter_ns else 0",
+      "return round(self.jitter_ns * seeded_normal(self.seed, \"delivery\", index)) if self.jitter_ns else 0",
+      (CLOCK,), "delivery jitter may be negative (data delivered before its latency)"),
+    M("check-clock-model-timestamp-never", "checker", "rowbeam/check/time_checks.py",
+      "    if device[\"timestamp_ns\"] != expected:", "    if False:",
+      (TIME_CHECKS, "-k", "clock_model"), "device timestamp never compared with the declared clock"),
+    M("check-delivery-before-acquisition-passes", "checker", "rowbeam/check/time_checks.py",
+      "        if delivered < last:", "        if delivered < last - 10**9:",
+      (TIME_CHECKS, "-k", "causality"), "causality audit misses deliveries before the last sample"),
+    M("check-time-rig-never", "checker", "rowbeam/check/time_checks.py",
+      "    ok = declared == timebase", "    ok = True",
+      (TIME_CHECKS, "-k", "time_rig"), "declared clock and latency never compared with the rig"),
+    M("command-application-before-command", "checker", "rowbeam/model/command_track.py",
+      "        if c[\"application_ns\"] < c[\"command_ns\"]:", "        if c[\"application_ns\"] < 0:",
+      ("tests/model/test_command_track.py",), "a command applied before it was issued is accepted"),
+    M("associate-device-true-skew", "checker", "rowbeam/bundle/associations.py",
+      "band[\"max_abs_true_skew_ns\"] = int(np.abs(true_skew[v:w + 1]).max())",
+      "band[\"max_abs_true_skew_ns\"] = int(np.abs(skew[v:w + 1]).max())",
+      ("tests/bundle/test_device_associations.py",), "device-timestamp pairs report the device skew as the true skew"),
 ]
 
 # Mutants left alive on purpose, each with the reason it cannot be killed (an equivalent mutant): id -> reason.
