@@ -101,3 +101,18 @@ def test_clock_not_the_rigs_fails_time_rig(clocked, tmp_path):
     root, ev = _copy(clocked, tmp_path)
     _edit_manifest(ev, lambda m: m["time"]["device"]["clock"].update(drift_ppm=-250.0))
     fails(root, "time_rig")
+
+
+def test_timestamp_off_the_tick_but_within_the_round_trip_fails_clock_model(clocked, tmp_path):
+    """1 ns off the declared clock's timestamp (no longer a multiple of the tick) yet still mapping back within one
+    tick of the acquisition start: only the comparison with the declared clock catches it."""
+    root, ev = _copy(clocked, tmp_path)
+    clock = SensorClock(**CLOCK)
+
+    def off(m):
+        t = m["time"]
+        d, j, start = t["device"]["timestamp_ns"], t["device"]["jitter_ns"], t["acquisition_ns"][0]
+        delta = next(x for x in (1, -1) if clock.round_trip_ok(start, d + x, j))
+        t["device"]["timestamp_ns"] = d + delta
+    _edit_manifest(ev, off)
+    fails(root, "clock_model")
