@@ -379,7 +379,7 @@ def _item_page(doc, key, rel, status, checks, item, w, res, stats, ctx, verify, 
         else:
             item["kind"] = "other"
             body = f"<p>{html.esc(doc.sensor_type)} event: no overlays for this sensor type yet (QA below)</p>"
-        body = ("" if isinstance(doc, Flow) else time_table(doc.manifest)) + body
+        body += "" if isinstance(doc, Flow) else time_table(doc.manifest)
         item["overlays"] = "ok"
     except (RowbeamError, OSError, KeyError, ValueError, TypeError, IndexError) as exc:
         body = f"<p class=\"fail\">overlays unavailable: {html.esc(exc)}</p>"
