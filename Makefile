@@ -5,9 +5,13 @@ PY311 ?= $(shell tools/find_python.sh 3.11)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+# The torch loader's tests run in their own venv: Python 3.11 + CPU torch (no CPU torch wheel for 3.13 here).
+TORCH_VENV := .venv-torch
+TORCH_STAMP := $(TORCH_VENV)/.installed-$(shell cat requirements/requirements-torch.txt | cksum | cut -d' ' -f1)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 DEMO := out/demo
 
-.PHONY: demo test bench bench-gpu clean venv extension test-blender test-matrix mutation
+.PHONY: demo test bench bench-gpu clean venv venv-torch extension test-blender test-matrix mutation
 
 venv: $(STAMP)
 
@@ -19,6 +23,18 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .     # the `rowbeam` command, editable
 	rm -f $(VENV)/.installed-*
+	touch $@
+
+# .venv-torch: rowbeam's no-Blender part + CPU torch (requirements/requirements-torch.txt; TORCH_INDEX= to use
+# only the configured indexes), where tests/torch_loader runs (started by tests/bundle/test_torch_loader_venv.py).
+venv-torch: $(TORCH_STAMP)
+
+$(TORCH_STAMP): requirements/requirements-torch.txt
+	@test -n "$(PY311)" || { echo "make: error: Python 3.11 not found (the torch loader's venv); give PY311=/path/to/python3.11" >&2; exit 2; }
+	test -x $(TORCH_VENV)/bin/python || $(PY311) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
+		-r requirements/requirements-torch.txt
+	rm -f $(TORCH_VENV)/.installed-*
 	touch $@
 
 # The demo runs at 640x360 with 8 rgb samples per pixel so a newcomer waits about 3 minutes on 2 cores;
@@ -52,7 +68,9 @@ demo: $(DEMO)/dusk_shuttle.blend
 	@echo "adapted views: $(abspath $(DEMO)/adapted)     (COCO, BOP, KITTI velodyne, Middlebury .flo)"
 
 # -rs: every skip with its reason; under CI=true a skip not in tests/skip_allowlist.txt fails (tests/conftest.py)
+# The torch loader's venv is built first; without Python 3.11 its test is skipped (under CI=true it fails).
 test: $(STAMP)
+	@$(MAKE) --no-print-directory venv-torch || test "$$CI" != true
 	$(BIN)/python -m pytest -q -rfEs tests
 
 # The mutation run (tools/mutation_run.py): each mutant is one plausible bug planted in a copy of the tree, run

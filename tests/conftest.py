@@ -1,6 +1,7 @@
 """Shared fixtures: calibration scenes built with bpy, exported once per session, cached."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,6 +12,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+TORCH_VENV_PYTHON = REPO / ".venv-torch" / "bin" / "python"
+# tests/torch_loader needs PyTorch: it runs in .venv-torch (tests/bundle/test_torch_loader_venv.py starts it there)
+collect_ignore = [] if importlib.util.find_spec("torch") else ["torch_loader"]
 
 # Markers (pyproject.toml declares them): `pytest -m "not bpy"` runs the Blender-free tests.
 #   bpy      the test or one of its fixtures uses Blender (bpy, a scene builder, an export, a Blender child process)
