@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from rowbeam.cli import adapt, associate, blender_commands, check, schemas
+from rowbeam.cli import adapt, associate, blender_commands, check, schemas, view
 from rowbeam.farm import cli as farm_cli
 from rowbeam.report import cli as report_cli
 from rowbeam.util.command_line import USAGE_ERROR, Parser, error_line
@@ -38,7 +38,7 @@ COMMANDS = {c.name: c for c in (
     Command("check", "check a bundle or one event folder against its contracts (no Blender needed)",
             check.add_arguments, check.run),
     Command("adapt", "one-way export with a loss sidecar: flow (.flo, kitti-flow, pfm), LiDAR (kitti-lidar, ply), "
-            "objects (coco, bop, kitti-object), lenses (rectify)", adapt.add_arguments, adapt.run),
+            "objects (coco, bop, kitti-object), lenses (rectify), ROS 2 (mcap)", adapt.add_arguments, adapt.run),
     Command("associate", "pair camera row bands with LiDAR beams / radar chirps within --max-skew-us (no Blender "
             "needed)", associate.add_arguments, associate.run),
     Command("scenes", "build a calibration scene or the running example as .blend + rig (needs bpy)",
@@ -47,6 +47,8 @@ COMMANDS = {c.name: c for c in (
             schemas.add_arguments, schemas.run),
     Command("report", "static HTML visual QA report of a bundle or dataset: overlays, residual distributions, "
             "statistics", report_cli.add_arguments, report_cli.run),
+    Command("view", "a rerun recording (.rrd) of a bundle on its acquisition-time timeline (needs rerun-sdk)",
+            view.add_arguments, view.run),
     Command("plan", "plan a dataset spec (rowbeam/dataset@1) into deterministic shards: DIR/plan.json",
             farm_cli.add_plan_arguments, farm_cli.run_plan),
     Command("farm", "run a plan's shards (farm run PLAN --engine local|slurm|ray) or follow them (farm status DIR)",
