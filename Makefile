@@ -46,7 +46,8 @@ $(DEMO)/dusk_shuttle.blend: $(STAMP) $(shell find rowbeam/blender/scenes -name "
 	$(BIN)/python -m rowbeam scenes running_example $@ --scale $(DEMO_SCALE) --rgb-samples $(DEMO_SPP)
 
 demo: $(DEMO)/dusk_shuttle.blend
-	rm -rf $(DEMO)/bundle $(DEMO)/report $(DEMO)/adapted $(DEMO)/qa_report.json
+	rm -rf $(DEMO)/bundle $(DEMO)/report $(DEMO)/adapted $(DEMO)/qa_report.json $(DEMO)/dusk.mcap $(DEMO)/dusk.mcap.json \
+		$(DEMO)/dusk.rrd
 	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
 		--out $(DEMO)/bundle --sensors camera_front --first-event 30 --count 2 --flow
 	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
@@ -61,11 +62,15 @@ demo: $(DEMO)/dusk_shuttle.blend
 	$(BIN)/python -m rowbeam adapt bop $(DEMO)/bundle $(DEMO)/adapted/bop
 	$(BIN)/python -m rowbeam adapt kitti-lidar $(DEMO)/bundle $(DEMO)/adapted/kitti_lidar
 	$(BIN)/python -m rowbeam adapt flo $(DEMO)/bundle/flows/camera_front/000030-000031 $(DEMO)/adapted/flow_30_31.flo
+	$(BIN)/python -m rowbeam adapt mcap $(DEMO)/bundle $(DEMO)/dusk.mcap
+	$(BIN)/python -m rowbeam view $(DEMO)/bundle $(DEMO)/dusk.rrd
 	@echo
 	@echo "demo bundle:   $(abspath $(DEMO)/bundle)     (camera rows, LiDAR sweep, radar frame, flow, state log)"
 	@echo "QA report:     $(abspath $(DEMO)/qa_report.json)"
 	@echo "visual QA:     $(abspath $(DEMO)/report/index.html)   <- open this first"
 	@echo "adapted views: $(abspath $(DEMO)/adapted)     (COCO, BOP, KITTI velodyne, Middlebury .flo)"
+	@echo "ROS 2 MCAP:    $(abspath $(DEMO)/dusk.mcap)     (Foxglove / ros2 bag play; docs/mcap.md)"
+	@echo "rerun view:    $(abspath $(DEMO)/dusk.rrd)      (rerun $(DEMO)/dusk.rrd; timeline acquisition_time)"
 
 # -rs: every skip with its reason; under CI=true a skip not in tests/skip_allowlist.txt fails (tests/conftest.py)
 # The torch loader's venv is built first; without Python 3.11 its test is skipped (under CI=true it fails).

@@ -3,7 +3,8 @@ fragment (found exactly once in its file) replaced by another, and the few fast 
 
 Areas: timing (rounding ties, rates, exact values), pixels (pixel centres and edges), frames (rotations, rotated
 mounts), lens (valid domains), flow/flags (flow flags and tolerances), objects, radar, lidar, ids, nan, geometry,
-hashing (dataset hash), paths (confinement), farm, checker (every checker condition). Keep it current: a mutant
+hashing (dataset hash), paths (confinement), farm, checker (every checker condition), ros (MCAP adapter, rerun
+view, training samples). Keep it current: a mutant
 whose fragment no longer occurs is reported `stale` by `make mutation` (fix its fragment, never drop it silently).
 """
 from __future__ import annotations
@@ -526,6 +527,36 @@ MUTANTS += [
     M("ties-lidar-event-duration", "timing", "rowbeam/sensors/lidar.py",
       "return round_half_up(NS_PER_S / exact(self.rotation_hz))", "return NS_PER_S // int(self.rotation_hz)",
       (TIES,), "LiDAR sweep duration from an integer rate"),
+    # -- ros / view / loader: the MCAP adapter, the rerun view, the training samples ----------------------
+    M("ros-camera-stamp-first-row", "ros", "rowbeam/adapters/ros_sensors.py",
+      "s, t = event.sensor, event.reference_time_ns", "s, t = event.sensor, int(event.array(\"row_time_ns\")[0])",
+      ("tests/adapters/test_mcap.py", "-k", "stamps"), "camera header stamp at the first row, not the declared reference time"),
+    M("ros-point-time-ms", "ros", "rowbeam/adapters/ros_sensors.py",
+      "\"time\": (dt / 1e9).astype(np.float32)", "\"time\": (dt / 1e6).astype(np.float32)",
+      ("tests/adapters/test_mcap.py", "-k", "every_value"), "PointCloud2 `time` field in ms instead of s"),
+    M("ros-ring-is-firing", "ros", "rowbeam/adapters/ros_sensors.py",
+      "\"ring\": p[\"channel\"].astype(np.uint16)", "\"ring\": p[\"firing\"].astype(np.uint16)",
+      ("tests/adapters/test_mcap.py", "-k", "every_value"), "PointCloud2 ring from the firing index"),
+    M("ros-camera-mount-identity", "ros", "rowbeam/adapters/ros_sensors.py",
+      "CAMERA: RosSensor(camera_messages, T_BLENDER_CAMERA_OPENCV)", "CAMERA: RosSensor(camera_messages, np.eye(4))",
+      ("tests/adapters/test_mcap.py", "-k", "every_value"), "camera optical frame taken as the Blender camera's axes"),
+    M("ros-fisheye-as-plumb-bob", "ros", "rowbeam/adapters/ros_sensors.py",
+      "(\"opencv_fisheye\", 4): (\"equidistant\", 4)", "(\"opencv_fisheye\", 4): (\"plumb_bob\", 5)",
+      ("tests/adapters/test_mcap.py", "-k", "lens"), "a Kannala-Brandt fisheye declared as plumb_bob"),
+    M("view-points-sensor-frame", "ros", "rowbeam/view.py",
+      "np.stack([p[\"x_world\"], p[\"y_world\"], p[\"z_world\"]], -1)", "np.stack([p[\"x\"], p[\"y\"], p[\"z\"]], -1)",
+      ("tests/test_view.py", "-k", "reloads"), "view points in the sensor frame logged as world coordinates"),
+    M("samples-flow-backward", "ros", "rowbeam/bundle/samples.py",
+      "f.array(\"flow_forward\").transpose(2, 0, 1)", "f.array(\"flow_backward\").transpose(2, 0, 1)",
+      ("tests/bundle/test_samples.py",), "training sample flow from the backward field"),
+    M("samples-point-offset-reference", "ros", "rowbeam/bundle/samples.py",
+      "\"t_offset_ns\": p[\"t_ns\"].astype(np.int64) - start",
+      "\"t_offset_ns\": p[\"t_ns\"].astype(np.int64) - int(event.reference_time_ns)",
+      ("tests/bundle/test_samples.py",), "per-point time offset from the reference time, not the declared start"),
+    M("samples-split-ignored", "ros", "rowbeam/bundle/samples.py",
+      "if s.get(\"quarantined\") or (split is not None and s[\"split\"] != split):",
+      "if s.get(\"quarantined\"):",
+      ("tests/bundle/test_samples.py",), "a dataset's split lists ignored"),
     M("ties-timing-hit", "timing", "rowbeam/model/timing.py",
       "num = self.readout_ns * (2 * order + 1) + self.exposure_ns * self.rows",
       "num = self.readout_ns * (2 * order + 1) + self.exposure_ns * self.rows - 1",
