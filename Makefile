@@ -25,15 +25,17 @@ $(STAMP): requirements.txt pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# .venv-torch: rowbeam's no-Blender part + CPU torch (requirements/requirements-torch.txt; TORCH_INDEX= to use
-# only the configured indexes), where tests/torch_loader runs (started by tests/bundle/test_torch_loader_venv.py).
+# .venv-torch: rowbeam's no-Blender part + CPU torch (requirements/requirements-torch.txt), where tests/torch_loader
+# runs (started by tests/bundle/test_torch_loader_venv.py). PyTorch's CPU index TORCH_INDEX is added when it answers
+# within 5 s (PyPI's Linux torch is the CUDA build); else only the configured indexes are used.
 venv-torch: $(TORCH_STAMP)
 
 $(TORCH_STAMP): requirements/requirements-torch.txt
 	@test -n "$(PY311)" || { echo "make: error: Python 3.11 not found (the torch loader's venv); give PY311=/path/to/python3.11" >&2; exit 2; }
 	test -x $(TORCH_VENV)/bin/python || $(PY311) -m venv $(TORCH_VENV)
-	$(TORCH_VENV)/bin/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
-		-r requirements/requirements-torch.txt
+	idx=$$($(TORCH_VENV)/bin/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
+		"$(TORCH_INDEX)/" 2>/dev/null && echo "--extra-index-url $(TORCH_INDEX)"); \
+	$(TORCH_VENV)/bin/python -m pip install --quiet $$idx -r requirements/requirements-torch.txt
 	rm -f $(TORCH_VENV)/.installed-*
 	touch $@
 
