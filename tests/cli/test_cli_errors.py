@@ -29,6 +29,8 @@ CASES = {
     "adapt bop": [[], ["b", "o", "--bogus"], ["b", "o", "--split"]],
     "adapt kitti-object": [[], ["b", "o", "--bogus"], ["b", "o", "--sensor"]],
     "adapt rectify": [[], ["b", "o", "--bogus"], ["b", "o", "--format", "tiff"], ["b", "o", "--interpolation", "x"]],
+    "adapt mcap": [[], ["b", "o", "--bogus"], ["b", "o", "--sensor"]],
+    "view": [[], ["b", "--bogus"], ["b", "o", "extra"], ["b", "--sensor"]],
     "associate": [[], ["b", "--max-skew-us", "1", "--bogus"], ["b", "--max-skew-us", "abc"]],
     "scenes": [[], ["marker", "o.blend", "--bogus"], ["marker", "o.blend", "--scale", "x"], ["nope", "o.blend"]],
     "schemas": [[], ["d", "--bogus"], ["d", "e"]],
