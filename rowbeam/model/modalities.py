@@ -1,7 +1,8 @@
 """The declared meaning of every modality of every sensor type: one table, used to write and to check.
 
 Shapes are templates over named dimensions: H, W (camera image rows/columns), F (LiDAR
-firings), C (LiDAR channels), G (LiDAR channel time groups), K (radar chirps), B (radar beams), N (points). Camera image
+firings), C (LiDAR channels), G (LiDAR channel time groups), K (radar chirps), B (radar beams), N (points),
+S (IMU samples). Camera image
 modalities are on the `opencv` pixel grid; LiDAR beam modalities are firings x channels with
 row 0 = first firing.
 """
@@ -19,7 +20,8 @@ ALWAYS_VALID = {"policy": "always_valid"}
 # The units vocabulary a manifest may declare (the sample schema's $defs/units enum holds the same names).
 UNITS = {
     "1": "dimensionless", "m": "metres", "m/s": "metres per second", "rad": "radians", "deg": "degrees",
-    "ns": "nanoseconds on the scene clock", "px": "pixels (OpenCV grid)", "id": "integer identifier",
+    "ns": "nanoseconds on the scene clock",
+    "rad/s": "radians per second", "m/s^2": "metres per second squared", "px": "pixels (OpenCV grid)", "id": "integer identifier",
     "index": "integer index", "unit_vector": "dimensionless unit 3-vector",
     "scene_linear": "Cycles scene-linear radiance", "record": "structured table; each field declares its units",
 }
@@ -227,6 +229,23 @@ RADAR_MODALITIES = _table(
     ModalitySpec("points", "one row per valid return, ordered by (chirp, beam); xyz in the radar frame at the chirp's "
                  "time and in the world frame", "record", "record", None, ("N",), "{sensor}:radar", ALWAYS_VALID,
                  "per_point", "t_ns", fields=_RADAR_POINT_FIELDS),
+)
+
+_PER_SAMPLE = ("per_sample", "sample_time_ns")
+IMU_MODALITIES = _table(
+    ModalitySpec("sample_time_ns", "acquisition time of each IMU sample on the scene clock (rowbeam.imu@1)",
+                 "ns", "int64", None, ("S",), "scene_clock", ALWAYS_VALID, "per_sample"),
+    ModalitySpec("angular_velocity", "true angular velocity of the IMU frame relative to the world, in the IMU frame",
+                 "rad/s", "float64", None, ("S", 3), "{sensor}:imu", ALWAYS_VALID, *_PER_SAMPLE),
+    ModalitySpec("specific_force", "true specific force: acceleration of the IMU origin minus the declared gravity, "
+                 "in the IMU frame (at rest: +|g| on the axis pointing up)", "m/s^2", "float64", None, ("S", 3),
+                 "{sensor}:imu", ALWAYS_VALID, *_PER_SAMPLE),
+    ModalitySpec("sample_T_world_imu", "IMU pose (mount local axes, scale removed) at each sample's time",
+                 "m", "float64", None, ("S", 4, 4), "world<-{sensor}:imu", ALWAYS_VALID, *_PER_SAMPLE),
+    ModalitySpec("angular_velocity_measured", "angular velocity through the declared noise model (calibration.noise)",
+                 "rad/s", "float64", None, ("S", 3), "{sensor}:imu", ALWAYS_VALID, *_PER_SAMPLE, optional=True),
+    ModalitySpec("specific_force_measured", "specific force through the declared noise model (calibration.noise)",
+                 "m/s^2", "float64", None, ("S", 3), "{sensor}:imu", ALWAYS_VALID, *_PER_SAMPLE, optional=True),
 )
 
 FLAG_NAMES = ("source_valid", "dest_in_bounds", "dest_visible", "correspondence_defined")

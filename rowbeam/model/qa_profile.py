@@ -44,6 +44,21 @@ FLOW_SCENE_FLOW_TOL_M = 1e-4        # scene flow consistency (float32 storage of
 STATE_LOG_POSE_TOL_M = 1e-4             # chord error of curved motion between samples (a*dt^2/8) + float32 poses
 STATE_LOG_ROTATION_TOL_RAD = 1e-4
 STATE_LOG_VELOCITY_TOL_MPS = 1e-2       # central differences of float32 matrix_world over +-2 ms, lerp between samples
+# IMU truth vs the state log differentiated on its own (logged angular velocity; central differences of logged
+# velocity over +-1 sample): absolute + relative part, plus for specific force the float32 roundoff of the logged
+# positions |p| * eps32 carried through both differences (IMU_LOG_ROUNDOFF_GAIN = 2 / (2h_v * 2h_log), 1/s^2)
+IMU_LOG_ANGULAR_VELOCITY_TOL_RAD_S = 2e-3
+IMU_LOG_FORCE_TOL_MPS2 = 0.05
+IMU_LOG_RELATIVE_TOL = 0.02
+IMU_LOG_ROUNDOFF_GAIN = 5e4
+IMU_POSE_RATE_TOL_RAD_S = 2e-3          # angular velocity vs consecutive sample poses (trapezoid), + relative 2 %
+# IMU truth vs central differences (step h) of Blender's float32 matrix_world at export (warn above): absolute +
+# relative, + the roundoff of positions |p| * eps32 through the second difference (4 / h^2 with h = 10 ms: 4e4 / s^2)
+IMU_VERIFY_ANGULAR_VELOCITY_TOL_RAD_S = 2e-3
+IMU_VERIFY_FORCE_TOL_MPS2 = 0.05
+IMU_VERIFY_RELATIVE_TOL = 0.05
+IMU_VERIFY_ROUNDOFF_GAIN = 4e4
+IMU_NOISE_REPRODUCTION_TOL = 1e-9       # measured channel regenerated from the recorded seed (relative to scale)
 RADAR_LIDAR_PLANE_TOL_M = 1e-3          # radar return vs the LiDAR's tangent plane on one static face (both refined)
 
 # Labels vs what the rgb render sees (check label_coverage; rgb_coverage = Cycles Mist pass as 1 - transmittance)

@@ -143,6 +143,9 @@ def check_event_against_log(manifest: dict, arrays: dict, tracks: dict, add) -> 
                                                   f"{tol.STATE_LOG_ROTATION_TOL_RAD} rad)"),
         worst_translation_m=worst_t, worst_rotation_rad=worst_r)
     _check_radar_velocity(manifest, arrays, tracks, track, times, add)
+    own = type_of(manifest).hook("check_state_log")      # a type's motion derivatives vs the log (e.g. IMU)
+    if own is not None:
+        own(manifest, arrays, track, add)
 
 
 def _check_radar_velocity(manifest, arrays, tracks, mount, times, add):

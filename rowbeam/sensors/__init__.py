@@ -1,9 +1,9 @@
 """Sensor types without Blender: spec, rig parser and timing model of each, registered in `registry`.
 
-Importing this package registers the built-in types (camera, lidar, radar modules); a new type is one
+Importing this package registers the built-in types (camera, imu, lidar, radar modules); a new type is one
 module here plus its line below (see docs/design.md, "Adding a sensor type").
 """
-from rowbeam.sensors import camera, lidar, radar  # noqa: F401  (each registers its sensor type)
+from rowbeam.sensors import camera, imu, lidar, radar  # noqa: F401  (each registers its sensor type)
 from rowbeam.sensors.registry import (  # noqa: F401  (the registry's API)
     MODALITIES,
     SensorType,

@@ -24,6 +24,9 @@ CONVENTIONS = {
     "camera_frame": "opencv_optical: x right, y down, z forward, metres, origin at the camera centre",
     "lidar_frame": "x forward, y left, z up, metres",
     "radar_frame": "x forward, y left, z up, metres (the mount's local axes); radial velocity positive = receding",
+    "imu_frame": "the mount's local axes with scale removed; angular_velocity (rad/s) of the IMU frame relative to the "
+                 "world and specific_force (m/s^2) = acceleration of the IMU origin minus calibration.gravity_mps2, "
+                 "both in the IMU frame (at rest: +|g| on the axis pointing up)",
     "transform_naming": "T_a_b maps coordinates from frame b into frame a (4x4, metres)",
     "pixel": f"{PIXEL_CONVENTION}: {PIXEL_CONVENTION_TEXT}",
     "normals": "unit vectors in the sensor frame at the label's own time (camera: OpenCV optical at the row's "
@@ -206,6 +209,24 @@ def time_block(timebase, sensor, core: dict) -> dict:
     acquisition span by the sensor type's timing model, device timestamp and delivery by the rig's `timebase`."""
     span = sensor_type(sensor.type).timing_from_manifest(core["event"]).span_ns()
     return event_time(timebase, span, core["event"]["index"])
+
+
+def imu_core(out, sensor, index: int) -> dict:
+    """event, calibration (frame, gravity, pose, derivative scheme, noise model) and method of an IMU event."""
+    T_imu_world = Transform(sensor.id, "world", invert_rigid(out.reference_pose), out.timing.reference_time_ns())
+    return {
+        "event": {"index": index, "clock": "scene_monotonic_ns", **out.timing.to_manifest()},
+        "calibration": {
+            "frame": "the mount object's local axes, scale removed",
+            "gravity_mps2": [float(g) for g in sensor.gravity_mps2],
+            "samples_per_event": sensor.samples_per_event,
+            "T_imu_world": T_imu_world.to_json(),
+            "sample_poses": {"modality": "sample_T_world_imu", "method": out.method["sample_poses"]},
+            "derivatives": out.method["derivatives"],
+            **({"noise": sensor.noise.to_manifest()} if sensor.noise is not None else {}),
+        },
+        "method": out.method,
+    }
 
 
 def assemble_manifest(core: dict, *, sample_id, sensor, modalities, objects, ontology, build, lineage, run,

@@ -176,6 +176,9 @@ def _check_sensor_object(scene, sensor) -> None:
     obj = scene.objects.get(sensor.object)
     if obj is None:
         raise RowbeamError(f"sensor {sensor.id!r}: object {sensor.object!r} is not in scene {scene.name!r}")
+    check_plan = sensor_type(sensor.type).hook("check_plan")       # a type's own refusals (e.g. an IMU mount)
+    if check_plan is not None:
+        check_plan(scene, sensor)
     if isinstance(sensor, CameraSensor):
         if obj.type != "CAMERA":
             raise RowbeamError(f"sensor {sensor.id!r}: object {sensor.object!r} is a {obj.type}, not a camera")
