@@ -22,6 +22,7 @@ from rowbeam.sensors import (
 )
 from rowbeam.sensors.camera import CAMERA
 from rowbeam.sensors.lidar import LIDAR, SpinningTiming
+from rowbeam.sensors.imu import IMU, ImuTiming
 from rowbeam.sensors.radar import RADAR, RadarTiming
 from rowbeam.util.errors import RowbeamError
 
@@ -113,6 +114,7 @@ def test_radar_chirp_period_and_span_several_chirps():
     (CAMERA, RollingShutterTiming(START, 9, 2, 3, "bottom_to_top")),
     (LIDAR, SpinningTiming(START, 1_000_000, 16, (0, 7, 3))),
     (RADAR, RadarTiming(START, 5, 3, 4)),
+    (IMU, ImuTiming(START, 1024, 0, 5)),
 ])
 def test_span_from_manifest_equals_the_timing_model(kind, timing):
     m = _manifest(kind, timing)
@@ -124,10 +126,10 @@ def test_span_from_manifest_equals_the_timing_model(kind, timing):
 # --- the registry ------------------------------------------------------------------------------------------------
 
 def test_builtin_types_and_capabilities():
-    assert [t.name for t in sensor_types()] == [CAMERA, LIDAR, RADAR]
-    assert [t.has_rows for t in sensor_types()] == [True, False, False]
-    assert [t.timed_beams for t in sensor_types()] == [False, True, True]
-    assert list(MODALITIES) == [CAMERA, LIDAR, RADAR, "flow"]
+    assert [t.name for t in sensor_types()] == [CAMERA, LIDAR, RADAR, IMU]
+    assert [t.has_rows for t in sensor_types()] == [True, False, False, False]
+    assert [t.timed_beams for t in sensor_types()] == [False, True, True, False]
+    assert list(MODALITIES) == [CAMERA, LIDAR, RADAR, IMU, "flow"]
     assert "camera_z" in required(CAMERA) and "points" in required(RADAR)
 
 

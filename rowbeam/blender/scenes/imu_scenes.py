@@ -120,12 +120,14 @@ def lever_arm(radius: float = 1.5, coefficients=(0.2, 0.8, 1.2, -0.6), **fields)
         arm.rotation_euler[2] = value
         arm.keyframe_insert("rotation_euler", index=2, frame=frame)
     fc = next(f for f in _fcurves(arm) if f.data_path == "rotation_euler" and f.array_index == 2)
+    fc.extrapolation = "LINEAR"             # along the end handles: no velocity kink at frame 1 for the state log
     k0, k1 = fc.keyframe_points
     for k in (k0, k1):
         k.interpolation = "BEZIER"
         k.handle_left_type = k.handle_right_type = "FREE"
-    k0.handle_right = (1 + (FRAMES - 1) / 3, b[1])
-    k1.handle_left = (1 + 2 * (FRAMES - 1) / 3, b[2])
+    third = (FRAMES - 1) / 3
+    k0.handle_right, k0.handle_left = (1 + third, b[1]), (1 - third, 2 * b[0] - b[1])          # straight through
+    k1.handle_left, k1.handle_right = (FRAMES - third, b[2]), (FRAMES + third, 2 * b[3] - b[2])
     mount = common.add_empty("imu_mount", (radius, 0.0, 0.0))
     mount.parent = arm
     mount.matrix_parent_inverse.identity()
