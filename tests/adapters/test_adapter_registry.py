@@ -30,7 +30,7 @@ ADAPTER_FORMATS = (AdapterFormat("toy", "a toy format", _arguments, _run),)
 def test_the_shipped_formats_are_found_in_their_modules():
     formats = adapter_formats()
     assert set(formats) == {"flo", "kitti-flow", "kitti", "pfm", "kitti-lidar", "ply", "coco", "bop", "kitti-object",
-                            "rectify", "mcap"}
+                            "rectify", "mcap", "euroc-imu"}
     assert formats["coco"].run.__module__ == "rowbeam.adapters.coco"
     assert formats["ply"].run.__module__ == "rowbeam.adapters.lidar_formats"
 
