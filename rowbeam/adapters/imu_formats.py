@@ -1,7 +1,8 @@
 """IMU samples in the EuRoC / Kalibr CSV layout (`adapt euroc-imu BUNDLE OUT_DIR [--sensor ID]`).
 
 OUT_DIR/<sensor>/data.csv: one row per sample of every event of one IMU sensor, in time order,
-    #timestamp [ns],w_RS_S_x [rad s^-1],w_RS_S_y [rad s^-1],w_RS_S_z [rad s^-1],a_RS_S_x [m s^-2],a_RS_S_y [m s^-2],a_RS_S_z [m s^-2]
+    #timestamp [ns],w_RS_S_x [rad s^-1],w_RS_S_y [rad s^-1],w_RS_S_z [rad s^-1],
+    a_RS_S_x [m s^-2],a_RS_S_y [m s^-2],a_RS_S_z [m s^-2]                                  (one line: HEADER)
 timestamp = sample_time_ns (scene clock), w = angular velocity and a = specific force in the IMU frame (S = the IMU,
 R = the world, as EuRoC names them): the measured channel where the events have one, else the truth. truth.csv (same
 layout) holds the truth when data.csv is measured. imu.yaml: Kalibr's noise file (rostopic, update_rate and the four
