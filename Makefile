@@ -56,6 +56,8 @@ demo: $(DEMO)/dusk_shuttle.blend
 		--out $(DEMO)/bundle --sensors lidar_top --first-event 10 --count 1
 	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
 		--out $(DEMO)/bundle --sensors radar_front --first-event 20 --count 1
+	$(BIN)/python render_export.py $(DEMO)/dusk_shuttle.blend --rig $(DEMO)/dusk_shuttle.rig.json \
+		--out $(DEMO)/bundle --sensors imu_shuttle --first-event 10 --count 2
 	$(BIN)/python -m rowbeam associate $(DEMO)/bundle --max-skew-us 100
 	$(BIN)/python -m rowbeam check $(DEMO)/bundle --report $(DEMO)/qa_report.json
 	$(BIN)/python -m rowbeam report $(DEMO)/bundle --out $(DEMO)/report
@@ -63,14 +65,15 @@ demo: $(DEMO)/dusk_shuttle.blend
 	$(BIN)/python -m rowbeam adapt coco $(DEMO)/bundle $(DEMO)/adapted/coco.json
 	$(BIN)/python -m rowbeam adapt bop $(DEMO)/bundle $(DEMO)/adapted/bop
 	$(BIN)/python -m rowbeam adapt kitti-lidar $(DEMO)/bundle $(DEMO)/adapted/kitti_lidar
+	$(BIN)/python -m rowbeam adapt euroc-imu $(DEMO)/bundle $(DEMO)/adapted/imu
 	$(BIN)/python -m rowbeam adapt flo $(DEMO)/bundle/flows/camera_front/000030-000031 $(DEMO)/adapted/flow_30_31.flo
 	$(BIN)/python -m rowbeam adapt mcap $(DEMO)/bundle $(DEMO)/dusk.mcap
 	$(BIN)/python -m rowbeam view $(DEMO)/bundle $(DEMO)/dusk.rrd
 	@echo
-	@echo "demo bundle:   $(abspath $(DEMO)/bundle)     (camera rows, LiDAR sweep, radar frame, flow, state log)"
+	@echo "demo bundle:   $(abspath $(DEMO)/bundle)     (camera rows, LiDAR sweep, radar frame, IMU, flow, state log)"
 	@echo "QA report:     $(abspath $(DEMO)/qa_report.json)"
 	@echo "visual QA:     $(abspath $(DEMO)/report/index.html)   <- open this first"
-	@echo "adapted views: $(abspath $(DEMO)/adapted)     (COCO, BOP, KITTI velodyne, Middlebury .flo)"
+	@echo "adapted views: $(abspath $(DEMO)/adapted)     (COCO, BOP, KITTI velodyne, EuRoC IMU, Middlebury .flo)"
 	@echo "ROS 2 MCAP:    $(abspath $(DEMO)/dusk.mcap)     (Foxglove / ros2 bag play; docs/mcap.md)"
 	@echo "rerun view:    $(abspath $(DEMO)/dusk.rrd)      (rerun $(DEMO)/dusk.rrd; timeline acquisition_time)"
 

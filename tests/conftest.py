@@ -206,18 +206,19 @@ def exports(tmp_path_factory):
 def dusk_all_sensors(tmp_path_factory) -> Path:
     """One small bundle with every sensor type, read only by its users: the running example at 80x45 with
     camera_front events 30, 31 (rgb 2 spp, object labels) + flow 30->31, lidar_top sweep 10 (32 x 256), radar_front
-    frame 20 (its chirp train overlaps camera event 30's first rows) and the state log."""
+    frame 20 (its chirp train overlaps camera event 30's first rows), imu_shuttle event 10 (20 samples at 200 Hz)
+    and the state log."""
     from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
     from rowbeam.blender.scenes import common, running_example
 
     tmp = tmp_path_factory.mktemp("dusk_all")
     running_example.build(80, 45)
-    rig = running_example.rig(rgb_samples=2, verify_rows=1, object_labels=True, radar=True, state_log=True,
+    rig = running_example.rig(rgb_samples=2, verify_rows=1, object_labels=True, radar=True, state_log=True, imu=True,
                               lidar_fields={"azimuth_steps": 256, "preset": "uniform_32"})
     skip_without_custom_camera(rig)
     blend = common.save(tmp / "dusk.blend", rig)
     for sensor, first, n, flow in (("camera_front", 30, 2, True), ("lidar_top", 10, 1, False),
-                                   ("radar_front", 20, 1, False)):
+                                   ("radar_front", 20, 1, False), ("imu_shuttle", 10, 1, False)):
         run_export(plan_export(ExportRequest(out=tmp / "bundle", blend=blend, rig=blend.with_suffix(".rig.json"),
                                              sensors=[sensor], first_event=first, count=n, device="cpu", flow=flow)))
     return tmp / "bundle"

@@ -49,8 +49,8 @@ def test_report_json_lists_every_folder_and_every_residual(report):
     assert schema_errors(doc, "rowbeam/report@1") == []
     items = {it["folder"]: it for it in doc["bundles"][0]["items"]}
     assert set(items) == {"events/camera_front/000030", "events/camera_front/000031", "events/lidar_top/000010",
-                          "events/radar_front/000020", "flows/camera_front/000030-000031"}
-    assert {it["kind"] for it in items.values()} == {"camera_event", "lidar_sweep", "radar_frame", "flow"}
+                          "events/radar_front/000020", "events/imu_shuttle/000010", "flows/camera_front/000030-000031"}
+    assert {it["kind"] for it in items.values()} == {"camera_event", "lidar_sweep", "radar_frame", "imu_samples", "flow"}
     assert all(it["overlays"] == "ok" and (report / it["page"]).is_file() for it in items.values())
     res = doc["residuals"]
     assert {"camera.z_range_m", "camera.normal_geometric_unit", "lidar.range_vs_point_m", "lidar_camera.z_residual_m",

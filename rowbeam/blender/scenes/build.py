@@ -60,7 +60,7 @@ def _build(args: argparse.Namespace):
         _, rig = lens_scenes.marker_board(lens=args.lens or "opencv", scale=args.scale)
     elif args.name == "running_example":
         running_example.build(1280 // args.scale, 720 // args.scale)
-        rig = running_example.rig(radar=True, state_log=True, clocks=True, object_labels=args.object_labels)
+        rig = running_example.rig(radar=True, state_log=True, imu=True, clocks=True, object_labels=args.object_labels)
     else:
         _, rig = calibration.SCENES[args.name](scale=args.scale)
     if args.lens and args.name != "lens_board":

@@ -7,11 +7,12 @@ at x = 30; the pedestrian starts hidden beyond it and walks left across the stre
 figure (torso, head, two legs, two arms; one mesh) on a procedural armature with a 1 Hz walk cycle (legs
 swing +-26 deg, arms +-17 deg in opposition, sine in time), so its flow is deforming, not rigid.
 Buildings, parked cars, poles, trees and signs bring the scene to about 200 objects. The rig
-(an empty "shuttle" moving forward at 10 m/s) carries the camera, a spinning LiDAR mount and a front radar mount. A cyclist
-accelerates with Bezier keys, so motion-step interpolation is exercised, not only linear motion.
+(an empty "shuttle" moving forward at 10 m/s) carries the camera, a spinning LiDAR mount, a front radar mount and
+an IMU. A cyclist accelerates with Bezier keys, so motion-step interpolation is exercised, not only linear motion.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import bpy
@@ -183,7 +184,8 @@ def build(width: int = 1280, height: int = 720, frames: int = 60):
                             f, cx, cy, width, height)
     lidar = common.add_empty("lidar_mount", (0.0, 0.0, 2.1))
     radar = common.add_empty("radar_mount", (2.2, 0.0, 0.6))      # front bumper, facing +x
-    for child in (cam, lidar, radar):
+    imu = common.add_empty("imu_mount", (0.4, 0.0, 1.0))          # in the cabin, axes the shuttle's
+    for child in (cam, lidar, radar, imu):
         child.parent = shuttle                  # shuttle is at the origin at frame 1: parent inverse = identity
     return scene, van, pedestrian
 
@@ -197,7 +199,8 @@ RADAR = {"id": "radar_front", "type": "radar", "object": "radar_mount", "rate_hz
 # Plausible sensor clocks and delivery (rowbeam/model/sensor_clock.py): the camera stamped by its host driver
 # (microsecond ticks, a little fast, 20 us jitter; frames reach the consumer ~35 ms after readout), the LiDAR
 # PTP-disciplined (1 us ticks; a sweep is delivered ~15 ms after its last firing), the radar stamped on a
-# CAN bus (100 us ticks rounded to nearest, 2.1 ms behind, ~60 ms processing latency).
+# CAN bus (100 us ticks rounded to nearest, 2.1 ms behind, ~60 ms processing latency), the IMU stamped by its
+# microcontroller (1 us ticks, a crystal 20 ppm slow; a block of samples reaches the host ~2 ms after its last).
 CLOCKS = {
     "camera_front": ({"offset_ns": -350_000, "drift_ppm": 12.0, "resolution_ns": 1000, "rounding": "floor",
                       "jitter_ns": 20_000.0, "seed": 1}, {"latency_ns": 35_000_000, "jitter_ns": 2_000_000.0, "seed": 2}),
@@ -205,21 +208,31 @@ CLOCKS = {
                    "jitter_ns": 1_000.0, "seed": 3}, {"latency_ns": 15_000_000, "jitter_ns": 500_000.0, "seed": 4}),
     "radar_front": ({"offset_ns": -2_100_000, "drift_ppm": 35.0, "resolution_ns": 100_000, "rounding": "nearest",
                      "jitter_ns": 50_000.0, "seed": 5}, {"latency_ns": 60_000_000, "jitter_ns": 5_000_000.0, "seed": 6}),
+    "imu_shuttle": ({"offset_ns": 120_000, "drift_ppm": -20.0, "resolution_ns": 1000, "rounding": "floor",
+                     "jitter_ns": 5_000.0, "seed": 7}, {"latency_ns": 2_000_000, "jitter_ns": 200_000.0, "seed": 8}),
 }
 
 
+IMU = {"id": "imu_shuttle", "type": "imu", "object": "imu_mount", "rate_hz": 200, "samples_per_event": 20,
+       "noise": {"gyroscope_noise_density": 1.7e-4, "gyroscope_random_walk": 1.9e-5,
+                 "accelerometer_noise_density": 2.0e-3, "accelerometer_random_walk": 3.0e-3, "seed": 1}}
+
+
 def rig(lidar: bool = True, lidar_fields: dict | None = None, radar: bool = False, state_log: bool = False,
-        clocks: bool = False, **camera_fields) -> dict:
+        imu: bool = False, clocks: bool = False, **camera_fields) -> dict:
     """camera_front (the seed's rolling-shutter camera; object labels unless object_labels=False), by default
     lidar_top (10 Hz, 64 x 2048); with radar=True radar_front (20 Hz, 64 chirps x 32 beams: small, so `make demo`
-    stays quick), with state_log=True the 200 Hz state log with the shuttle as ego body, with clocks=True each
-    sensor's CLOCKS clock and delivery latency (`rowbeam scenes running_example` turns all three on)."""
+    stays quick), with state_log=True the 200 Hz state log with the shuttle as ego body, with imu=True imu_shuttle
+    (200 Hz, 20 samples per event, a consumer-grade noise model), with clocks=True each sensor's CLOCKS clock and
+    delivery latency (`rowbeam scenes running_example` turns all four on)."""
     doc = common.camera_rig("camera_front", "ego_camera", **{"object_labels": True, **camera_fields})
     if lidar:
         fields = {"azimuth_steps": 2048, "preset": "uniform_64", **(lidar_fields or {})}
         doc["sensors"] += common.lidar_rig("lidar_top", "lidar_mount", **fields)["sensors"]
     if radar:
         doc["sensors"].append(dict(RADAR))
+    if imu:
+        doc["sensors"].append(json.loads(json.dumps(IMU)))
     if state_log:
         doc["state_log"] = {"ego_object": "shuttle", "ego_rate_hz": 200, "objects_rate_hz": 200}
     if clocks:
