@@ -123,6 +123,19 @@ def test_rate_above_the_bound_is_one_line_exit_2(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("fields, fragment", [
+    ({"delivery": {"latency_ns": -1}}, "sensors[0].delivery.latency_ns: -1 is less than the minimum of 0"),
+    ({"clock": {"drift_ppm": 1000.5}}, "sensors[0].clock.drift_ppm: 1000.5 is greater than the maximum of 1000"),
+    ({"clock": {"drift_ppm": -1001}}, "sensors[0].clock.drift_ppm: -1001 is less than the minimum of -1000"),
+], ids=["latency_negative", "drift_above_1000_ppm", "drift_below_-1000_ppm"])
+def test_imu_clock_and_delivery_out_of_bounds_is_one_line_exit_2(tmp_path, fields, fragment):
+    r = _export_cli(tmp_path, imu_scenes.static, **fields)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rowbeam export: error:") and fragment in lines[0], r.stderr
+    assert not (tmp_path / "b").exists()
+
+
 def _unbaked_rigid_body():
     import bpy
 
