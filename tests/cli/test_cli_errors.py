@@ -28,6 +28,7 @@ CASES = {
     "adapt coco": [[], ["b", "o", "--bogus"], ["b", "o", "--sensor"]],
     "adapt bop": [[], ["b", "o", "--bogus"], ["b", "o", "--split"]],
     "adapt kitti-object": [[], ["b", "o", "--bogus"], ["b", "o", "--sensor"]],
+    "adapt euroc-imu": [[], ["b", "o", "--bogus"], ["b", "o", "--sensor"]],
     "adapt rectify": [[], ["b", "o", "--bogus"], ["b", "o", "--format", "tiff"], ["b", "o", "--interpolation", "x"]],
     "adapt mcap": [[], ["b", "o", "--bogus"], ["b", "o", "--sensor"]],
     "view": [[], ["b", "--bogus"], ["b", "o", "extra"], ["b", "--sensor"]],

@@ -65,7 +65,7 @@ def test_report_json_lists_every_folder_and_every_residual(report):
         assert {"distance", "speed", "class"} <= set(res[name]["slices"]), name
     assert "radius" in res["camera.z_range_m"]["slices"]
     st = doc["statistics"]
-    assert st["counts"] == {"events": 4, "flows": 1, "quarantined": 0}
+    assert st["counts"] == {"events": 5, "flows": 1, "quarantined": 0}
     assert abs(sum(st["class_pixel_share"].values()) - 1) < 1e-9 and st["class_pixel_share"]["road"] > 0
     assert 0 <= st["camera_invalid_rate"] < 1 and st["mean_visib_fract"] is not None
 
@@ -213,7 +213,7 @@ def _browser():
 def test_report_opens_in_headless_chromium(report, bad_report, tmp_path):
     sync_playwright = _browser()
     pages = [report / "index.html"] + sorted((report / "pages").iterdir())
-    assert len(pages) == 6                          # index + two camera events + sweep + radar frame + flow
+    assert len(pages) == 7                          # index + two camera events + sweep + radar frame + IMU + flow
     out, doc, _ = bad_report
     quarantined = {q["folder"]: q for q in doc["bundles"][0]["quarantine"]}["quarantine/events/radar_front/000020"]
     pages += [out / "index.html", out / quarantined["page"]]
@@ -234,7 +234,12 @@ def test_report_opens_in_headless_chromium(report, bad_report, tmp_path):
                 await Promise.all(imgs.map(i => i.decode().catch(() => null)));
                 return imgs.map(i => [i.getAttribute('src'), i.naturalWidth, i.naturalHeight]); }""")
             assert all(w > 0 and h > 0 for _, w, h in sizes), (path, [s for s in sizes if not s[1]])
-            assert path.name == "index.html" or len(sizes) >= 5, path
+            if "imu" in path.name:                  # inline SVG plots of both channels, laid out
+                svgs = page.evaluate("[...document.querySelectorAll('figure svg')].map(s => s.getBoundingClientRect())"
+                                     ".map(r => [r.width, r.height])")
+                assert len(svgs) >= 2 and all(w > 0 and h > 0 for w, h in svgs), (path, svgs)
+            else:
+                assert path.name == "index.html" or len(sizes) >= 5, path
             links = page.evaluate("[...document.querySelectorAll('a[href]')].map(a => a.href)")
             for href in links:                      # thumbnails link to full-resolution files that exist
                 assert href.startswith("file://"), href
@@ -309,7 +314,7 @@ def test_failing_bundle_gets_a_report_with_failures_first_and_quarantine_reasons
     assert r.stdout.startswith("rowbeam report: FAIL")
     assert schema_errors(doc, "rowbeam/report@1") == []
     assert [(b["key"], b["qa_status"]) for b in doc["bundles"]] == [("bad", "fail"), ("good", "pass")]
-    assert doc["statistics"]["counts"] == {"events": 7, "flows": 2, "quarantined": 2}
+    assert doc["statistics"]["counts"] == {"events": 9, "flows": 2, "quarantined": 2}
     b = doc["bundles"][0]
     assert b["items"][0]["qa_status"] == "fail"                           # failures first
     first_fail = [it["folder"] for it in b["items"] if it["qa_status"] == "fail"]
@@ -363,7 +368,7 @@ def _report_on_a_terminal(*args) -> tuple[int, str]:
 def test_baseline_drift(report, dusk, tmp_path):
     rc, text = _report_on_a_terminal(dusk, "--out", tmp_path / "again", "--baseline", report)
     assert rc == 0, text
-    assert "\rreport bundle: checking" in text and "\rreport bundle: overlays 5/5 folders" in text, text
+    assert "\rreport bundle: checking" in text and "\rreport bundle: overlays 6/6 folders" in text, text
     assert "rowbeam report: PASS" in text and "drift against" in text
     doc = json.loads((tmp_path / "again" / "report.json").read_text())
     assert doc["drift"]["status"] == "ok" and len(doc["drift"]["items"]) > 10
@@ -371,7 +376,7 @@ def test_baseline_drift(report, dusk, tmp_path):
     shutil.copytree(report, pinned)
     base = json.loads((pinned / "report.json").read_text())
     base["residuals"]["lidar_camera.skew_ns"]["quantiles"]["max"] /= 100   # a far tighter baseline (skew ~ 1e5 ns)
-    base["statistics"]["counts"]["events"] = 5
+    base["statistics"]["counts"]["events"] = 6
     (pinned / "report.json").write_text(json.dumps(base))
     r = _report(dusk, "--out", tmp_path / "again", "--baseline", pinned)   # replaces the earlier report there
     assert r.returncode == 1 and "drift" in r.stdout
