@@ -47,7 +47,7 @@ def recording(dusk_all_sensors, tmp_path_factory):
     out = tmp_path_factory.mktemp("view") / "dusk.rrd"
     r = _view(dusk_all_sensors, out)
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    assert r.stdout == f"rowbeam view: wrote {out} (4 events on timeline acquisition_time)\n"
+    assert r.stdout == f"rowbeam view: wrote {out} (5 events on timeline acquisition_time)\n"
     return _rows(out)
 
 

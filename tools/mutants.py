@@ -3,8 +3,8 @@ fragment (found exactly once in its file) replaced by another, and the few fast 
 
 Areas: timing (rounding ties, rates, exact values), pixels (pixel centres and edges), frames (rotations, rotated
 mounts), lens (valid domains), flow/flags (flow flags and tolerances), objects, radar, lidar, ids, nan, geometry,
-hashing (dataset hash), paths (confinement), farm, checker (every checker condition), ros (MCAP adapter, rerun
-view, training samples). Keep it current: a mutant
+hashing (dataset hash), paths (confinement), farm, checker (every checker condition), imu (truth kinematics,
+noise model), ros (MCAP adapter, rerun view, training samples). Keep it current: a mutant
 whose fragment no longer occurs is reported `stale` by `make mutation` (fix its fragment, never drop it silently).
 """
 from __future__ import annotations
@@ -527,6 +527,22 @@ MUTANTS += [
     M("ties-lidar-event-duration", "timing", "rowbeam/sensors/lidar.py",
       "return round_half_up(NS_PER_S / exact(self.rotation_hz))", "return NS_PER_S // int(self.rotation_hz)",
       (TIES,), "LiDAR sweep duration from an integer rate"),
+    # -- imu: truth kinematics and the noise model ------------------------------------------------------------
+    M("imu-gravity-sign", "imu", "rowbeam/model/imu_kinematics.py",
+      "p.d2 - np.asarray(gravity_world, dtype=np.float64)", "p.d2 + np.asarray(gravity_world, dtype=np.float64)",
+      ("tests/model/test_imu_kinematics.py",), "specific force = acceleration plus gravity (reads -g at rest)"),
+    M("imu-force-world-frame", "imu", "rowbeam/model/imu_kinematics.py",
+      "force = np.einsum(\"nij,nj->ni\", Rt,", "force = np.einsum(\"nij,nj->ni\", R.v,",
+      ("tests/model/test_imu_kinematics.py",), "specific force rotated by R instead of R^T"),
+    M("imu-omega-spatial", "imu", "rowbeam/model/imu_kinematics.py",
+      "W = Rt @ R.d1", "W = R.d1 @ Rt",
+      ("tests/model/test_imu_kinematics.py",), "angular velocity in the world frame (dR R^T), not the IMU frame"),
+    M("imu-white-noise-times-sqrt-dt", "imu", "rowbeam/model/imu_noise.py",
+      "ch.noise_density / np.sqrt(dt_s) * w", "ch.noise_density * np.sqrt(dt_s) * w",
+      ("tests/model/test_imu_noise.py", "-k", "white"), "discrete white noise sigma * sqrt(dt) instead of / sqrt(dt)"),
+    M("imu-random-walk-over-sqrt-dt", "imu", "rowbeam/model/imu_noise.py",
+      "* np.sqrt(dt_s)   # per sample", "/ np.sqrt(dt_s)   # per sample",
+      ("tests/model/test_imu_noise.py", "-k", "random_walk"), "bias random-walk step sigma_b / sqrt(dt)"),
     # -- ros / view / loader: the MCAP adapter, the rerun view, the training samples ----------------------
     M("ros-camera-stamp-first-row", "ros", "rowbeam/adapters/ros_sensors.py",
       "s, t = event.sensor, event.reference_time_ns", "s, t = event.sensor, int(event.array(\"row_time_ns\")[0])",
@@ -543,6 +559,17 @@ MUTANTS += [
     M("ros-fisheye-as-plumb-bob", "ros", "rowbeam/adapters/ros_sensors.py",
       "(\"opencv_fisheye\", 4): (\"equidistant\", 4)", "(\"opencv_fisheye\", 4): (\"plumb_bob\", 5)",
       ("tests/adapters/test_mcap.py", "-k", "lens"), "a Kannala-Brandt fisheye declared as plumb_bob"),
+    M("ros-imu-truth-as-measured", "ros", "rowbeam/adapters/ros_sensors.py",
+      "channels = [(\"imu\", \"_measured\" if measured else \"\", imu_covariances(event))]",
+      "channels = [(\"imu\", \"\", imu_covariances(event))]",
+      ("tests/adapters/test_mcap.py", "-k", "every_value"), "the IMU topic carries the truth where the event is measured"),
+    M("ros-imu-covariance-density", "ros", "rowbeam/adapters/ros_sensors.py",
+      "noise[f\"{part}_noise_density\"] ** 2 * rate", "noise[f\"{part}_noise_density\"] ** 2",
+      ("tests/adapters/test_mcap.py", "-k", "every_value"), "Imu covariance = noise density squared, not per sample"),
+    M("ros-imu-stamp-event-start", "ros", "rowbeam/adapters/ros_sensors.py",
+      "RosMessage(f\"/{s}/{topic}\", \"sensor_msgs/Imu\", int(ti), imu_message(int(ti), s, w, f, cov))",
+      "RosMessage(f\"/{s}/{topic}\", \"sensor_msgs/Imu\", int(t[0]), imu_message(int(t[0]), s, w, f, cov))",
+      ("tests/adapters/test_mcap.py", "-k", "every_value"), "every Imu sample stamped at the event's first sample"),
     M("view-points-sensor-frame", "ros", "rowbeam/view.py",
       "np.stack([p[\"x_world\"], p[\"y_world\"], p[\"z_world\"]], -1)", "np.stack([p[\"x\"], p[\"y\"], p[\"z\"]], -1)",
       ("tests/test_view.py", "-k", "reloads"), "view points in the sensor frame logged as world coordinates"),

@@ -152,7 +152,7 @@ def export_mcap(bundle_path, out, sensors=None) -> dict:
         topics.setdefault(m.topic, {"type": m.type, "messages": 0})["messages"] += 1
     source = {"bundle": str(bundle.path), "events": len(events), "messages": len(messages), "topics": topics}
     stamps = {"rolling_shutter_camera": "reference_time_ns", "spinning_lidar": "sweep_start_ns",
-              "radar": "frame_start_ns"}
+              "radar": "frame_start_ns", "imu": "sample_time_ns (one message per sample)"}
     write_mcap(out, messages, {"lost": json.dumps(LOST + skipped), "header_stamps": json.dumps(stamps),
                                "conventions": "docs/mcap.md"})
     meta = sidecar(FORMAT, out.name, source, LOST + skipped, _float32_error(events), sha256=sha256_file(out),

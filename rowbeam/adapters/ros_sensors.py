@@ -1,5 +1,5 @@
 """ROS 2 messages of one event, per sensor type: ROS_SENSORS[type].messages(event) -> [RosMessage]. A new sensor type
-(e.g. an IMU: sensor_msgs/Imu, rowbeam.adapters.ros_messages.DEFINITIONS has it) is one function and one entry.
+is one function and one entry.
 
 Conventions (docs/mcap.md): topics /<sensor>/...; frame_id of sensor data = the sensor id (camera: OpenCV optical =
 ROS optical frame, x right, y down, z forward; LiDAR/radar: x forward, y left, z up); times on the scene clock.
@@ -8,6 +8,7 @@ ROS optical frame, x right, y down, z forward; LiDAR/radar: x forward, y left, z
   pose in /<sensor>/poses (nav_msgs/Path, one PoseStamped per row, stamped at the row's time).
 - LiDAR: PointCloud2 stamped at sweep_start_ns; per point `t` (uint32 ns) and `time` (float32 s) after the stamp.
 - radar: PointCloud2 stamped at frame_start_ns; per point `t` / `time` likewise (the chirp's time).
+- IMU: one sensor_msgs/Imu per sample, stamped at the sample's time (sample_time_ns).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from rowbeam.model.frames import T_BLENDER_CAMERA_OPENCV
 from rowbeam.sensors import type_of
 from rowbeam.util.errors import RowbeamError
 
-CAMERA, LIDAR, RADAR = "rolling_shutter_camera", "spinning_lidar", "radar"
+CAMERA, LIDAR, RADAR, IMU = "rolling_shutter_camera", "spinning_lidar", "radar", "imu"
 WORLD = "world"
 INT32_MAX = 2**31 - 1
 # rowbeam distortion model -> (ROS distortion_model, coefficient count ROS expects, in OpenCV order)
@@ -189,8 +190,46 @@ def radar_messages(event: Event) -> list[RosMessage]:
     return out + [m for m in (poses_message(event, stamp), objects_message(event, stamp)) if m]
 
 
+def imu_covariances(event: Event) -> tuple[list[float], list[float]]:
+    """(angular_velocity_covariance, linear_acceleration_covariance), row-major 3x3: per axis the variance of one
+    sample's white noise, noise_density^2 * rate_hz ((rad/s)^2, (m/s^2)^2; Kalibr's discrete-time sigma squared),
+    of the event's declared noise model; all zeros without one (ROS: unknown; the truth carries no noise)."""
+    noise = event.manifest["calibration"].get("noise")
+    rate = float(event.manifest["event"]["rate_hz"])
+    return tuple([float(x) for x in np.eye(3).ravel() * (noise[f"{part}_noise_density"] ** 2 * rate if noise else 0.0)]
+                 for part in ("gyroscope", "accelerometer"))
+
+
+def imu_message(t_ns: int, frame_id: str, omega, force, covariances) -> dict:
+    """sensor_msgs/Imu: angular_velocity (rad/s) and linear_acceleration = specific force (m/s^2), both in the IMU
+    frame; no orientation (orientation_covariance[0] = -1, REP 145)."""
+    vec = [{"x": float(v[0]), "y": float(v[1]), "z": float(v[2])} for v in (omega, force)]
+    return {"header": rm.header(t_ns, frame_id), "orientation": {"x": 0.0, "y": 0.0, "z": 0.0, "w": 1.0},
+            "orientation_covariance": [-1.0] + [0.0] * 8, "angular_velocity": vec[0],
+            "angular_velocity_covariance": covariances[0], "linear_acceleration": vec[1],
+            "linear_acceleration_covariance": covariances[1]}
+
+
+def imu_messages(event: Event) -> list[RosMessage]:
+    """imu: one sensor_msgs/Imu per sample, the measured channel where the event has one (covariance: its declared
+    white noise), else the truth (covariance zeros); imu_truth: the truth too when imu is measured; poses."""
+    s, t = event.sensor, event.array("sample_time_ns")
+    measured = "angular_velocity_measured" in event.names
+    channels = [("imu", "_measured" if measured else "", imu_covariances(event))]
+    if measured:
+        channels.append(("imu_truth", "", ([0.0] * 9, [0.0] * 9)))
+    out = []
+    for topic, suffix, cov in channels:
+        omega, force = event.array(f"angular_velocity{suffix}"), event.array(f"specific_force{suffix}")
+        out += [RosMessage(f"/{s}/{topic}", "sensor_msgs/Imu", int(ti), imu_message(int(ti), s, w, f, cov))
+                for ti, w, f in zip(t, omega, force, strict=True)]
+    poses = poses_message(event, int(t[0]))
+    return out + ([poses] if poses else [])
+
+
 ROS_SENSORS = {
     CAMERA: RosSensor(camera_messages, T_BLENDER_CAMERA_OPENCV),
     LIDAR: RosSensor(lidar_messages, np.eye(4)),
     RADAR: RosSensor(radar_messages, np.eye(4)),
+    IMU: RosSensor(imu_messages, np.eye(4)),
 }

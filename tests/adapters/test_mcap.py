@@ -1,4 +1,4 @@
-"""`rowbeam adapt mcap`: the small all-sensor bundle (camera rows, LiDAR sweep, radar frame, state log) read back by an
+"""`rowbeam adapt mcap`: the small all-sensor bundle (camera rows, LiDAR sweep, radar frame, IMU, state log) read back by an
 independent reader (rosbags' MCAP reader and its own ROS 2 Humble typestore, not our message definitions), every
 value compared with the bundle; header stamps against the rig's closed form (reference time, not the first row);
 the ROS lens names against OpenCV's own projections; bad input: one line, exit 2, nothing written."""
@@ -161,7 +161,8 @@ def test_mcap_reads_back_through_rosbags_with_every_value_equal(mcap, dusk_all_s
     diff("chirp pose", [_matrix(q.pose) for q in path.poses], radar.array("chirp_T_world_radar"), 1e-12)
     [(_, path)] = topics["/lidar_top/poses"]
     diff("firing pose", [_matrix(q.pose) for q in path.poses], lidar.array("firing_T_world_lidar")[:, 0], 1e-12)
-    for ev in bundle.events():
+    _check_imu(topics, next(bundle.events("imu_shuttle")), diff)
+    for ev in (e for e in bundle.events() if e.sensor_type in STAMPS):
         stamp = STAMPS[ev.sensor_type](ev)
         [table] = [json.loads(m.data) for t, m in topics[f"/{ev.sensor}/objects"] if t == stamp]
         assert [(o["render_index"], o["id"]) for o in table] == [(o["render_index"], str(o["id"])) for o in ev.objects]
@@ -170,6 +171,31 @@ def test_mcap_reads_back_through_rosbags_with_every_value_equal(mcap, dusk_all_s
     assert n == side["source"]["messages"] and side["format"] == "ros2_mcap"
     print(f"\nmcap: {n} messages on {len(topics)} topics ({tf_count} /tf, {boxes} boxes); max differences: "
           + ", ".join(f"{k} {v:.3g}" for k, v in diff.worst.items()))
+
+
+def _check_imu(topics, ev, diff):
+    """One sensor_msgs/Imu per sample at its own time in the IMU frame: /imu the measured channel with the declared
+    white noise per sample as covariance (noise_density^2 * rate: 1.7e-4^2 * 200 (rad/s)^2, 2e-3^2 * 200 (m/s^2)^2),
+    /imu_truth the truth (the shuttle cruises level: +g up, no rotation; specific force, not acceleration); poses."""
+    s, t = ev.sensor, ev.array("sample_time_ns")
+    for topic, suffix, (cov_w, cov_f) in (("imu", "_measured", (1.7e-4 ** 2 * 200, 2e-3 ** 2 * 200)),
+                                          ("imu_truth", "", (0.0, 0.0))):
+        msgs = topics[f"/{s}/{topic}"]
+        assert [tt for tt, _ in msgs] == [_ns(m.header.stamp) for _, m in msgs] == t.tolist()
+        assert all(m.header.frame_id == s and m.orientation_covariance[0] == -1 for _, m in msgs)
+        w = [[m.angular_velocity.x, m.angular_velocity.y, m.angular_velocity.z] for _, m in msgs]
+        f = [[m.linear_acceleration.x, m.linear_acceleration.y, m.linear_acceleration.z] for _, m in msgs]
+        assert np.array_equal(w, ev.array(f"angular_velocity{suffix}"))
+        assert np.array_equal(f, ev.array(f"specific_force{suffix}"))
+        for _, m in msgs:
+            assert np.allclose(m.angular_velocity_covariance, np.eye(3).ravel() * cov_w, rtol=1e-12, atol=0)
+            assert np.allclose(m.linear_acceleration_covariance, np.eye(3).ravel() * cov_f, rtol=1e-12, atol=0)
+    truth = [[m.linear_acceleration.x, m.linear_acceleration.y, m.linear_acceleration.z]
+             for _, m in topics[f"/{s}/imu_truth"]]
+    diff("IMU truth at cruise vs (0, 0, +g) (m/s^2)", truth, np.tile([0.0, 0.0, 9.80665], (len(t), 1)), 1e-9)
+    [(_, path)] = topics[f"/{s}/poses"]
+    assert [_ns(q.header.stamp) for q in path.poses] == t.tolist()
+    diff("IMU sample pose", [_matrix(q.pose) for q in path.poses], ev.array("sample_T_world_imu"), 1e-12)
 
 
 def _check_tf(topics, bundle, diff) -> int:
@@ -187,6 +213,7 @@ def _check_tf(topics, bundle, diff) -> int:
     mounts = {x.child_frame_id: x for x in static.transforms}
     assert mounts["camera_front"].header.frame_id == "ego_camera"
     assert mounts["lidar_top"].header.frame_id == "lidar_mount" and mounts["radar_front"].header.frame_id == "radar_mount"
+    assert mounts["imu_shuttle"].header.frame_id == "imu_mount"
     q = mounts["camera_front"].transform.rotation
     assert np.allclose(matrix_from_quat_wxyz([q.w, q.x, q.y, q.z]), T_BLENDER_CAMERA_OPENCV[:3, :3], atol=1e-15)
     chain = [tracks["ego_camera"].pose(t) @ T_BLENDER_CAMERA_OPENCV for t in ev.array("row_time_ns")]
