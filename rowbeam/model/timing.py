@@ -50,6 +50,12 @@ def exact_ns_text(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator} ns ({float(value):.3f} ns)"
 
 
+def require_timing_model(event: dict, model: str) -> None:
+    """Refuse (ValueError) a manifest `event` block whose timing_model is not `model`."""
+    if event.get("timing_model") != model:
+        raise ValueError(f"unsupported timing model {event.get('timing_model')!r}")
+
+
 def periodic_event_start_ns(first_event_ns: int, rate_hz: float, index: int) -> int:
     """Start time (ns) of the index-th event of a periodic sensor: first + index * 1e9 / rate."""
     return first_event_ns + round_half_up(Fraction(index * NS_PER_S) / exact(rate_hz))
@@ -155,8 +161,7 @@ class RollingShutterTiming:
 
     @classmethod
     def from_manifest(cls, event: dict) -> "RollingShutterTiming":
-        if event.get("timing_model") != ROLLING_SHUTTER_MODEL:
-            raise ValueError(f"unsupported timing model {event.get('timing_model')!r}")
+        require_timing_model(event, ROLLING_SHUTTER_MODEL)
         return cls(event["frame_start_ns"], event["readout_ns"], event["exposure_ns"],
                    event["rows"], event["readout_direction"])
 

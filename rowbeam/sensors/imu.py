@@ -22,7 +22,7 @@ from rowbeam.model.imu_kinematics import DEFAULT_GRAVITY_WORLD
 from rowbeam.model.imu_noise import ImuNoise
 from rowbeam.model.modalities import IMU_MODALITIES
 from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy
-from rowbeam.model.timing import NS_PER_S, exact, periodic_event_start_ns, round_half_up
+from rowbeam.model.timing import NS_PER_S, exact, periodic_event_start_ns, require_timing_model, round_half_up
 from rowbeam.sensors.registry import SensorType, register
 from rowbeam.util.errors import RowbeamError
 
@@ -84,8 +84,7 @@ class ImuTiming:
 
     @classmethod
     def from_manifest(cls, event: dict) -> "ImuTiming":
-        if event.get("timing_model") != IMU_MODEL:
-            raise ValueError(f"unsupported timing model {event.get('timing_model')!r}")
+        require_timing_model(event, IMU_MODEL)
         return cls(event["first_sample_ns"], event["rate_hz"], event["first_sample_index"], event["samples"])
 
 

@@ -18,7 +18,9 @@ import numpy as np
 from rowbeam.util.errors import RowbeamError
 from rowbeam.model.modalities import LIDAR_MODALITIES
 from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy
-from rowbeam.model.timing import MIN_FIRING_PERIOD_NS, NS_PER_S, exact, periodic_event_start_ns, round_half_up
+from rowbeam.model.timing import (
+    MIN_FIRING_PERIOD_NS, NS_PER_S, exact, periodic_event_start_ns, require_timing_model, round_half_up,
+)
 from rowbeam.sensors.registry import SensorType, register
 
 LIDAR = "spinning_lidar"
@@ -210,8 +212,7 @@ class SpinningTiming:
 
     @classmethod
     def from_manifest(cls, event: dict) -> "SpinningTiming":
-        if event.get("timing_model") != SPINNING_MODEL:
-            raise ValueError(f"unsupported timing model {event.get('timing_model')!r}")
+        require_timing_model(event, SPINNING_MODEL)
         return cls(event["sweep_start_ns"], event["rotation_hz"], event["azimuth_steps"],
                    tuple(event["channel_time_offsets_ns"]))
 

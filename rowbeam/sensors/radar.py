@@ -24,7 +24,9 @@ from rowbeam.util.errors import RowbeamError
 from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy
 from rowbeam.sensors.lidar import beam_directions
 from rowbeam.model.modalities import RADAR_MODALITIES
-from rowbeam.model.timing import NS_PER_S, exact, exact_ns_text, periodic_event_start_ns, round_half_up
+from rowbeam.model.timing import (
+    NS_PER_S, exact, exact_ns_text, periodic_event_start_ns, require_timing_model, round_half_up,
+)
 from rowbeam.sensors.registry import SensorType, register
 
 RADAR = "radar"
@@ -124,8 +126,7 @@ class RadarTiming:
 
     @classmethod
     def from_manifest(cls, event: dict) -> "RadarTiming":
-        if event.get("timing_model") != RADAR_MODEL:
-            raise ValueError(f"unsupported timing model {event.get('timing_model')!r}")
+        require_timing_model(event, RADAR_MODEL)
         return cls(event["frame_start_ns"], event["chirp_offset_ns"], event["chirp_period_ns"], event["chirps"])
 
 

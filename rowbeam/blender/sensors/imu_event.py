@@ -12,7 +12,6 @@ by 1/h^2). Measured on closed forms: circular motion 0.0058 m/s^2 actual vs 0.01
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,7 +23,7 @@ from rowbeam.util.errors import RowbeamError
 from rowbeam.blender.compat.motion_derivatives import NotAnalytic, world_matrix_jet
 from rowbeam.blender.compat.scene_clock import objects_world_matrices, pose_method, rigid_poses
 from rowbeam.blender.export.manifest import imu_core
-from rowbeam.blender.sensors.exporter import Exporter
+from rowbeam.blender.sensors.exporter import Exporter, SensorEventOutput
 
 ANALYTIC_METHOD = ("analytic: every transform F-curve differentiated in closed form (Bezier segments as cubics in "
                    "their parameter with Blender's handle correction, dy/dt = y'(u)/x'(u) times frames per second; "
@@ -39,25 +38,6 @@ LABEL_RENDER = "none: an IMU renders nothing; its truth comes from the mount's m
 VERIFY_METHOD = ("central_difference_reference: the truth at every sample against central differences of Blender's own "
                  "matrix_world (scene_clock.objects_world_matrices, frame_set where the motion is not plain) with step "
                  "step_ns; differences hold that scheme's truncation and float32 roundoff")
-
-
-@dataclass
-class ImuEventOutput:
-    """One exported IMU event: sensor, timing, arrays, dims, reference pose T_world_imu (4x4) and method record."""
-
-    sensor: ImuSensor
-    timing: object
-    arrays: dict
-    dims: dict
-    reference_pose: np.ndarray
-    method: dict
-    seconds: dict = field(default_factory=dict)
-    exposure_ns: int | None = None
-    render_device: str = "CPU (numpy)"
-
-    @property
-    def reference_time_ns(self) -> int:
-        return self.timing.reference_time_ns()
 
 
 def _difference_truth(ctx, sensor: ImuSensor, obj, times: list, step_ns: int):
@@ -96,7 +76,7 @@ def verify_truth(ctx, sensor: ImuSensor, times: list, omega: np.ndarray, force: 
             "mount_position_scale_m": float(np.abs(rigid_poses(ctx.scene, ctx.clock, obj, times)[:, :3, 3]).max())}
 
 
-def export_imu_event(ctx, sensor: ImuSensor, index: int) -> ImuEventOutput:
+def export_imu_event(ctx, sensor: ImuSensor, index: int) -> SensorEventOutput:
     scene, clock = ctx.scene, ctx.clock
     mount = scene.objects[sensor.object]
     timing = sensor.timing(index)
@@ -117,7 +97,8 @@ def export_imu_event(ctx, sensor: ImuSensor, index: int) -> ImuEventOutput:
     seconds["verify"] = time.perf_counter() - t0
     method = {"label_render": LABEL_RENDER, "sample_poses": POSE_METHOD + pose_method(scene, [mount]),
               "derivatives": derivatives, "verification": verification}
-    return ImuEventOutput(sensor, timing, arrays, {"S": len(t_ns)}, poses[-1], method, seconds)
+    return SensorEventOutput(sensor, timing, arrays, {"S": len(t_ns)}, poses[-1], method, seconds,
+                             render_device="CPU (numpy)")
 
 
 def check_imu_mount(scene, sensor: ImuSensor) -> None:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from rowbeam.sensors import sensor_hook
 from rowbeam.sensors.lidar import LIDAR
 from rowbeam.blender.export.manifest import lidar_core
-from rowbeam.blender.sensors.exporter import Exporter
+from rowbeam.blender.sensors.exporter import Exporter, SensorEventOutput
 from rowbeam.model.frames import invert_rigid
 from rowbeam.sensors.lidar import LidarSensor
 
@@ -46,26 +45,7 @@ POSE_METHOD = ("every firing's time plus each distinct channel time offset; moun
                "LiDAR frame = mount local axes (x forward, y left, z up); ")
 
 
-@dataclass
-class BeamEventOutput:
-    """One exported beam-sensor event (a LiDAR sweep or a radar frame): its sensor, timing model, label arrays,
-    layout dims, reference pose T_world_mount (4x4) and method record."""
-    sensor: object
-    timing: object
-    arrays: dict
-    dims: dict
-    reference_pose: np.ndarray
-    method: dict
-    seconds: dict = field(default_factory=dict)
-    exposure_ns: int | None = None
-    render_device: str = "CPU"
-
-    @property
-    def reference_time_ns(self) -> int:
-        return self.timing.reference_time_ns()
-
-
-def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> BeamEventOutput:
+def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> SensorEventOutput:
     scene, clock = ctx.scene, ctx.clock
     mount = scene.objects[sensor.object]
     timing = sensor.timing(index)
@@ -126,7 +106,7 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> BeamEventOutput:
         "surface_policy": {**sensor.surface_policy.manifest_block(), "decided_beams": int(decided.sum())},
     }
     dims = {"F": F, "C": C, "G": len(offsets), "N": int(points.size)}
-    return BeamEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
+    return SensorEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
 
 
 def _shutter_fields(shutter) -> dict:

@@ -20,11 +20,11 @@ import numpy as np
 from rowbeam.sensors import sensor_hook
 from rowbeam.sensors.radar import RADAR
 from rowbeam.blender.export.manifest import radar_core
-from rowbeam.blender.sensors.exporter import Exporter
+from rowbeam.blender.sensors.exporter import Exporter, SensorEventOutput
 from rowbeam.model.modalities import RADAR_MODALITIES
 from rowbeam.sensors.radar import RadarSensor
 
-from rowbeam.blender.sensors.lidar_event import BeamEventOutput, decided_beams, render_beam_layout, uncastable_beams
+from rowbeam.blender.sensors.lidar_event import decided_beams, render_beam_layout, uncastable_beams
 from rowbeam.blender.sensors.lidar_labels import labels_from_beams
 from rowbeam.blender.sensors.lidar_layout import sweep_layout
 from rowbeam.blender.sensors.lidar_osl import beam_camera_source
@@ -85,7 +85,7 @@ def radial_velocity(world: np.ndarray, index: np.ndarray, valid: np.ndarray, M: 
     return np.where(valid, v, np.nan)
 
 
-def export_radar_event(ctx, sensor: RadarSensor, index: int) -> BeamEventOutput:
+def export_radar_event(ctx, sensor: RadarSensor, index: int) -> SensorEventOutput:
     scene, clock = ctx.scene, ctx.clock
     timing = sensor.timing(index)
     K, B = sensor.chirps, sensor.beams
@@ -146,7 +146,7 @@ def export_radar_event(ctx, sensor: RadarSensor, index: int) -> BeamEventOutput:
         "surface_policy": {**sensor.surface_policy.manifest_block(), "decided_beams": int(decided.sum())},
     }
     dims = {"K": K, "B": B, "N": int(points.size)}
-    return BeamEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
+    return SensorEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
 
 
 def _invalidate(labels: dict, mask: np.ndarray, lut: np.ndarray) -> None:
