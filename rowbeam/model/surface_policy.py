@@ -12,6 +12,11 @@ surface. The RGB render is never changed by the policy.
   the pane is labelled) or "see_through" (the ray passes them unbent: what lies straight behind is labelled).
 - volumes: "ignore" (volume shaders never stop a label ray; a volume-only object is invisible to labels) or
   "surface" (the boundary mesh of a volume-only object is an opaque surface).
+- holdout: "no_label" (a holdout object, collection or Holdout shader gives no label, as the rgb shows nothing) or
+  "surface" (it is labelled like an opaque surface; its points are policy-decided).
+- backface: "both_sides" (both sides of single-sided geometry are surfaces, as Cycles renders them) or
+  "cull_if_material_culls" (the back side of a face whose material has Backface Culling on is passed; such points
+  are policy-decided, since the rgb shows them).
 Pixels / beams whose label ray met a surface decided by transparency or the policy (opacity < 1, transmission,
 volume) are counted
 in the manifest and marked in the camera's `policy_mask`; the label-vs-RGB coverage check does not judge them.
@@ -24,6 +29,9 @@ from rowbeam.util.errors import RowbeamError
 
 TRANSMISSION = ("surface", "see_through")
 VOLUMES = ("ignore", "surface")
+HOLDOUT = ("no_label", "surface")
+BACKFACE = ("both_sides", "cull_if_material_culls")
+CHOICES = {"transmission": TRANSMISSION, "volumes": VOLUMES, "holdout": HOLDOUT, "backface": BACKFACE}
 TRANSMISSION_WEIGHT_SURFACE = 0.5        # Principled Transmission Weight at or above which a material is glass
 LABEL_TRANSPARENT_BOUNCES = 64           # transparent layers a label ray may pass before it ends (then: no label)
 
@@ -33,13 +41,15 @@ class SurfacePolicy:
     alpha_threshold: float = 0.5
     transmission: str = "surface"
     volumes: str = "ignore"
+    holdout: str = "no_label"
+    backface: str = "both_sides"
 
     def manifest_block(self) -> dict:
         """The policy as written into every manifest (method.surface_policy)."""
         return {**asdict(self), "max_transparent_layers": LABEL_TRANSPARENT_BOUNCES,
                 "transmission_weight_surface": TRANSMISSION_WEIGHT_SURFACE,
                 "definition": "a label ray stops at the first surface whose opacity >= alpha_threshold; "
-                              "transmission and volumes as named; see docs/conventions.md (surface policy)"}
+                              "transmission, volumes, holdout and backface as named; see docs/conventions.md (surface policy)"}
 
 
 DEFAULT_POLICY = SurfacePolicy()
@@ -58,12 +68,11 @@ def parse_surface_policy(raw, where: str) -> SurfacePolicy:
     t = raw.get("alpha_threshold", DEFAULT_POLICY.alpha_threshold)
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t <= 1.0:
         raise RowbeamError(f"{where}.surface_policy.alpha_threshold: {t!r} is not in (0, 1]")
-    for key, allowed in (("transmission", TRANSMISSION), ("volumes", VOLUMES)):
+    for key, allowed in CHOICES.items():
         value = raw.get(key, getattr(DEFAULT_POLICY, key))
         if value not in allowed:
             raise RowbeamError(f"{where}.surface_policy.{key}: {value!r} is not one of {', '.join(allowed)}")
-    return SurfacePolicy(float(t), raw.get("transmission", DEFAULT_POLICY.transmission),
-                         raw.get("volumes", DEFAULT_POLICY.volumes))
+    return SurfacePolicy(float(t), **{key: raw.get(key, getattr(DEFAULT_POLICY, key)) for key in CHOICES})
 
 
 def policy_from_manifest(manifest: dict) -> SurfacePolicy | None:

@@ -11,9 +11,15 @@ meets only opaque or fully transparent surfaces, decided per shading point by th
 - volumes: the Volume output is unlinked; "ignore" gives a volume-only material a Transparent BSDF surface,
   "surface" an opaque one;
 - the true-normal AOV is written only where the point is opaque (an AOV is written on every layer a ray passes);
+- node groups whose shader output feeds the surface are entered (recursively): the BSDFs and mixes inside are
+  rewired the same way and the group's opacity and decision leave it through two extra group outputs;
+- holdout "surface": holdout objects and collections are rendered as ordinary objects, Holdout shaders become a
+  Diffuse BSDF; such points are decided (object property HOLDOUT_PROPERTY read by an Attribute node);
+- backface "cull_if_material_culls": a material with Backface Culling on is transparent on back faces (decided);
 - the `rowbeam_policy` AOV is 1 on every point transparency or the policy decided (opacity < 1, transmission,
-  volume), so a pixel whose value is > 0 met one (the camera's `policy_mask`).
-Limits (declared in docs/conventions.md): alpha inside node groups and OSL shaders is not seen.
+  volume, holdout, culled back face), so a pixel whose value is > 0 met one (the camera's `policy_mask`).
+Limits (declared in docs/conventions.md): an OSL Script node's output is not seen; `unseen_materials` names the
+materials that have one (the exporter warns and lists them in the manifest).
 """
 from __future__ import annotations
 
@@ -21,13 +27,16 @@ from rowbeam.model.surface_policy import LABEL_TRANSPARENT_BOUNCES, TRANSMISSION
 
 POLICY_AOV = "rowbeam_policy"
 GLASS_NODES = ("ShaderNodeBsdfGlass", "ShaderNodeBsdfRefraction")
+HOLDOUT_PROPERTY = "rowbeam_holdout"          # 1.0 on objects the label render shows instead of holding out
+GROUP_OUTPUTS = ("rowbeam_opacity", "rowbeam_decided")
 
 
 class _Tree:
     """Node-tree edits recorded in a ScenePatch (new nodes removed, changed links and values restored)."""
 
-    def __init__(self, patch, tree):
+    def __init__(self, patch, tree, groups: dict | None = None):
         self.patch, self.tree = patch, tree
+        self.groups = {} if groups is None else groups       # group tree name -> (opacity, decided) of its output
 
     def node(self, kind: str, **values):
         n = self.tree.nodes.new(kind)
@@ -120,9 +129,9 @@ def _transparent_input(mix) -> int | None:
     return None
 
 
-def _see_through(t: _Tree, node) -> None:
-    """Feed everything `node`'s shader output fed from a new Transparent BSDF instead."""
-    clear = t.node("ShaderNodeBsdfTransparent")
+def _see_through(t: _Tree, node, kind: str = "ShaderNodeBsdfTransparent") -> None:
+    """Feed everything `node`'s shader output fed from a new `kind` shader (a Transparent BSDF) instead."""
+    clear = t.node(kind)
     for lk in list(node.outputs[0].links):
         t.link(clear.outputs[0], lk.to_socket)
 
@@ -171,12 +180,67 @@ def _surface(t: _Tree, surface_input, policy: SurfacePolicy):
             if policy.transmission == "see_through":
                 _see_through(t, node)
             o, d = (0.0 if policy.transmission == "see_through" else 1.0), 1.0
+        elif kind == "ShaderNodeHoldout" and policy.holdout == "surface":
+            _see_through(t, node, "ShaderNodeBsdfDiffuse")
+            o, d = 1.0, 1.0
+        elif kind == "ShaderNodeGroup" and node.node_tree is not None and _shader_output(node) is not None:
+            o, d = _group(t, node, policy)
         else:
             continue
         opacity, decided = _times(t, opacity, o), _maximum(t, decided, d)
     if surface_input.is_linked and surface_input.links[0].from_node.bl_idname == "ShaderNodeBsdfTransparent":
         opacity, decided = 0.0, 1.0
     return opacity, decided
+
+
+def _shader_output(group_node):
+    """The first linked shader output socket of a group node, or None."""
+    return next((s for s in group_node.outputs if s.type == "SHADER" and s.is_linked), None)
+
+
+def _group(t: _Tree, node, policy: SurfacePolicy):
+    """(opacity, decided) of a node group's shader output: the group's own tree is patched once (shared by every
+    user) and a socket value leaves it through the extra outputs GROUP_OUTPUTS."""
+    tree = node.node_tree
+    if tree.name not in t.groups:
+        inner = _Tree(t.patch, tree, t.groups)
+        out = next((n for n in tree.nodes if n.bl_idname == "NodeGroupOutput" and n.is_active_output), None)
+        target = _by_id(out.inputs, _shader_output(node).identifier) if out is not None else None
+        found = _surface(inner, target, policy) if target is not None else (1.0, 0.0)
+        t.groups[tree.name] = tuple(v if isinstance(v, float) else _expose(inner, out, v, name)
+                                    for v, name in zip(found, GROUP_OUTPUTS, strict=True))
+    return tuple(v if isinstance(v, float) else _by_id(node.outputs, v) for v in t.groups[tree.name])
+
+
+def _by_id(sockets, identifier: str):
+    return next((s for s in sockets if s.identifier == identifier), None)
+
+
+def _expose(t: _Tree, out, socket, name: str) -> str:
+    """Add a float output `name` to the group of `t` fed by `socket` (removed on restore); returns its identifier."""
+    item = t.tree.interface.new_socket(name, in_out="OUTPUT", socket_type="NodeSocketFloat")
+    t.patch.on_restore(lambda: t.tree.interface.remove(item))
+    t.tree.links.new(socket, _by_id(out.inputs, item.identifier))
+    return item.identifier
+
+
+def _cull_backfaces(t: _Tree, surface_input, opacity, decided):
+    """Make the surface transparent on back faces; returns (opacity, decided) with back faces passed and decided."""
+    back = t.node("ShaderNodeNewGeometry").outputs["Backfacing"]
+    if surface_input.is_linked:
+        mix, clear = t.node("ShaderNodeMixShader"), t.node("ShaderNodeBsdfTransparent")
+        t.tree.links.new(back, mix.inputs[0])
+        t.tree.links.new(surface_input.links[0].from_socket, mix.inputs[1])
+        t.tree.links.new(clear.outputs[0], mix.inputs[2])
+        t.link(mix.outputs[0], surface_input)
+    front = t.math("SUBTRACT", 1.0, back)
+    return _times(t, opacity, front), _maximum(t, decided, back)
+
+
+def _holdout_decided(t: _Tree):
+    """1 on objects whose holdout the policy turned off (object property HOLDOUT_PROPERTY), else 0."""
+    attr = t.node("ShaderNodeAttribute", attribute_type="OBJECT", attribute_name=HOLDOUT_PROPERTY)
+    return attr.outputs["Fac"]
 
 
 def _volume(t: _Tree, out, policy: SurfacePolicy):
@@ -209,18 +273,25 @@ def _gate_aov(t: _Tree, aov_name: str, opacity) -> None:
         t.link(scale.outputs[0], n.inputs["Color"])
 
 
-def patch_material(patch, mat, policy: SurfacePolicy, normal_aov: str) -> bool:
-    """Apply the policy to one material (node tree already rendered by Cycles); True when it decided a point."""
+def patch_material(patch, mat, policy: SurfacePolicy, normal_aov: str, groups: dict | None = None,
+                   holdout: bool = False) -> bool:
+    """Apply the policy to one material (node tree already rendered by Cycles); True when it decided a point.
+    groups: node groups already patched in this label render (shared between materials); holdout: an object
+    using the material had its holdout turned off by the policy."""
     tree = mat.node_tree
     out = tree.get_output_node("CYCLES") if tree else None
     if out is None:
         return False
-    t = _Tree(patch, tree)
+    t = _Tree(patch, tree, groups)
     vol_opacity, vol_decided = _volume(t, out, policy)
     opacity, decided = _surface(t, out.inputs["Surface"], policy)
     if vol_opacity is not None:
         opacity = vol_opacity
     decided = _maximum(t, decided, vol_decided)
+    if policy.backface == "cull_if_material_culls" and mat.use_backface_culling:
+        opacity, decided = _cull_backfaces(t, out.inputs["Surface"], opacity, decided)
+    if holdout:
+        decided = _maximum(t, decided, _holdout_decided(t))
     _gate_aov(t, normal_aov, opacity)
     if decided == 0.0:
         return False
@@ -232,17 +303,55 @@ def patch_material(patch, mat, policy: SurfacePolicy, normal_aov: str) -> bool:
     return True
 
 
-def apply_surface_policy(patch, scene, view_layer, materials, policy: SurfacePolicy, normal_aov: str) -> int:
-    """Label-render state for `policy`: patched materials, the view layer's alpha threshold, enough transparent
-    bounces, the policy AOV (only when a material decided something). Returns how many materials decided."""
+def apply_surface_policy(patch, scene, view_layer, objects, policy: SurfacePolicy, normal_aov: str) -> int:
+    """Label-render state for `policy` on the rendered `objects`: patched materials, holdouts, the view layer's
+    alpha threshold, enough transparent bounces, the policy AOV (only when a material decided something).
+    Returns how many materials decided."""
     patch.set(view_layer, "pass_alpha_threshold", policy.alpha_threshold)
     patch.set(scene.cycles, "transparent_max_bounces", LABEL_TRANSPARENT_BOUNCES)
-    decided = sum(patch_material(patch, m, policy, normal_aov) for m in materials)
+    shown = _show_holdouts(patch, view_layer, objects) if policy.holdout == "surface" else set()
+    groups = {}
+    decided = sum(patch_material(patch, m, policy, normal_aov, groups, m.name in _materials_of(shown))
+                  for m in label_materials(objects))
     if decided and POLICY_AOV not in view_layer.aovs:
         aov = view_layer.aovs.add()
         aov.name, aov.type = POLICY_AOV, "VALUE"
         patch.on_restore(lambda: view_layer.aovs.remove(view_layer.aovs[POLICY_AOV]))
     return decided
+
+
+def _show_holdouts(patch, view_layer, objects) -> set:
+    """Turn off object and collection holdouts for the label render; mark those objects (HOLDOUT_PROPERTY).
+    Returns the marked objects."""
+    held = [o for o in objects if getattr(o, "is_holdout", False)]
+    stack = [view_layer.layer_collection]
+    while stack:
+        lc = stack.pop()
+        if lc.holdout:
+            patch.set(lc, "holdout", False)
+            held += list(lc.collection.all_objects)
+        stack.extend(lc.children)
+    for o in held:
+        if o.is_holdout:
+            patch.set(o, "is_holdout", False)
+        patch.set_item(o, HOLDOUT_PROPERTY, 1.0)
+    return set(held)
+
+
+def _materials_of(objects) -> set:
+    return {m.name for m in label_materials(objects)}
+
+
+def unseen_materials(materials) -> list:
+    """Names of the materials whose node tree (or a group in it) holds an OSL Script node: its output (an alpha
+    perhaps) is not seen by the policy."""
+    def has_script(tree, seen) -> bool:
+        if tree is None or tree.name in seen:
+            return False
+        seen.add(tree.name)
+        return any(n.bl_idname == "ShaderNodeScript" or (n.bl_idname == "ShaderNodeGroup" and
+                                                          has_script(n.node_tree, seen)) for n in tree.nodes)
+    return sorted(m.name for m in materials if has_script(m.node_tree, set()))
 
 
 def label_materials(objects) -> list:
@@ -255,4 +364,5 @@ def label_materials(objects) -> list:
     return list(seen.values())
 
 
-__all__ = ["POLICY_AOV", "apply_surface_policy", "label_materials", "patch_material"]
+__all__ = ["HOLDOUT_PROPERTY", "POLICY_AOV", "apply_surface_policy", "label_materials", "patch_material",
+           "unseen_materials"]

@@ -127,6 +127,15 @@ def _warn_unclassified(table) -> None:
         print(f"rowbeam: warning: {line}", file=sys.stderr)
 
 
+def _warn_unseen_materials(ctx) -> None:
+    """One warning line on stderr per material whose OSL Script node the surface policy cannot see."""
+    from rowbeam.blender.cycles.label_materials import label_materials, unseen_materials
+
+    for name in unseen_materials(label_materials(ctx.render_objects())):
+        print(f"rowbeam: warning: material {name!r}: an OSL Script node's output (an alpha perhaps) is not seen by "
+              "the surface policy; labels follow Cycles' own alpha threshold there", file=sys.stderr)
+
+
 def _export(args, blend_positional: bool, console) -> int:
     """Plan and run the export; rowbeam's lines go to `console`, user errors to stderr (one line, exit 2)."""
     try:
@@ -148,6 +157,7 @@ def _export(args, blend_positional: bool, console) -> int:
         with deferred():        # a signal stops the export between events, never inside a Cycles callback
             plan = plan_export(request)
             _warn_unclassified(plan.context.table)
+            _warn_unseen_materials(plan.context)
             flows = sum(j.is_flow for j in plan.jobs)
             console.say(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "
                         f"(device {plan.context.device})")

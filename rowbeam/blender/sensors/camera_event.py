@@ -18,7 +18,7 @@ from rowbeam.model.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
 from rowbeam.blender.cycles import cycles_setup as cs
 from rowbeam.blender.sensors.camera_labels import derive_labels, merge_stats
 from rowbeam.blender.cycles.cycles_timing import label_shutter, rgb_shutter
-from rowbeam.blender.cycles.label_materials import apply_surface_policy, label_materials
+from rowbeam.blender.cycles.label_materials import apply_surface_policy, label_materials, unseen_materials
 from rowbeam.blender.cycles.lens_camera import (
     LENS_CAMERA_METHOD,
     OSL_NEWTON_STEPS,
@@ -190,7 +190,8 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         "derivation": stats,
         "verification": verification,
         "surface_policy": {**sensor.surface_policy.manifest_block(),
-                           "decided_pixels": int(np.count_nonzero(labels.get("policy_mask", 0)))},
+                           "decided_pixels": int(np.count_nonzero(labels.get("policy_mask", 0))),
+                           "unseen_materials": unseen_materials(label_materials(ctx.render_objects()))},
         **({"rgb_display": display_settings(scene)} if "rgb_display" in arrays else {}),
     }
     if lens is not None:
@@ -288,7 +289,7 @@ def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int,
         cs.data_pass_settings(patch, ctx.scene, ctx.view_layer)
     cs.add_true_normal_aov(patch, ctx.render_objects())
     if APPLY_SURFACE_POLICY:
-        apply_surface_policy(patch, ctx.scene, ctx.view_layer, label_materials(ctx.render_objects()),
+        apply_surface_policy(patch, ctx.scene, ctx.view_layer, ctx.render_objects(),
                              sensor.surface_policy, cs.TRUE_NORMAL_AOV)
     cs.set_render_indices(patch, ctx.scene, ctx.table)
     setup_instance_passes(patch, ctx.scene, ctx.view_layer, ctx.instances, ctx.render_objects())

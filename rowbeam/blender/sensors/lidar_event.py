@@ -26,7 +26,7 @@ from rowbeam.model.frames import invert_rigid
 from rowbeam.sensors.lidar import LidarSensor
 
 from rowbeam.blender.cycles import cycles_setup as cs
-from rowbeam.blender.cycles.label_materials import apply_surface_policy, label_materials
+from rowbeam.blender.cycles.label_materials import apply_surface_policy, label_materials, unseen_materials
 from rowbeam.blender.sensors.lidar_labels import beam_samples, labels_from_beams, point_tables
 from rowbeam.blender.sensors.lidar_layout import MAX_ROWS, sweep_layout
 from rowbeam.blender.sensors.lidar_osl import lidar_shader_source, make_lidar_camera
@@ -103,7 +103,8 @@ def export_lidar_event(ctx, sensor: LidarSensor, index: int) -> SensorEventOutpu
                                 **_shutter_fields(r.shutter(timing))} for r in renders]},
         "derivation": stats,
         "verification": verification,
-        "surface_policy": {**sensor.surface_policy.manifest_block(), "decided_beams": int(decided.sum())},
+        "surface_policy": {**sensor.surface_policy.manifest_block(), "decided_beams": int(decided.sum()),
+                           "unseen_materials": unseen_materials(label_materials(ctx.render_objects()))},
     }
     dims = {"F": F, "C": C, "G": len(offsets), "N": int(points.size)}
     return SensorEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
@@ -138,7 +139,7 @@ def beam_renders(ctx, sensor, timing, layout, shader):
         cs.data_pass_settings(p, scene, ctx.view_layer)         # no shading work: the beam passes are bit-identical
         objects = ctx.render_objects()
         cs.add_true_normal_aov(p, objects)
-        apply_surface_policy(p, scene, ctx.view_layer, label_materials(objects), sensor.surface_policy,
+        apply_surface_policy(p, scene, ctx.view_layer, objects, sensor.surface_policy,
                              cs.TRUE_NORMAL_AOV)
         cs.set_render_indices(p, scene, ctx.table)
         setup_instance_passes(p, scene, ctx.view_layer, ctx.instances, objects)

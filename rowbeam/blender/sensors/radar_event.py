@@ -24,6 +24,7 @@ from rowbeam.blender.sensors.exporter import Exporter, SensorEventOutput
 from rowbeam.model.modalities import RADAR_MODALITIES
 from rowbeam.sensors.radar import RadarSensor
 
+from rowbeam.blender.cycles.label_materials import label_materials, unseen_materials
 from rowbeam.blender.sensors.lidar_event import decided_beams, render_beam_layout, uncastable_beams
 from rowbeam.blender.sensors.lidar_labels import labels_from_beams
 from rowbeam.blender.sensors.lidar_layout import sweep_layout
@@ -143,7 +144,8 @@ def export_radar_event(ctx, sensor: RadarSensor, index: int) -> SensorEventOutpu
                                for r in layout.renders()]},
         "derivation": stats,
         "verification": verification,
-        "surface_policy": {**sensor.surface_policy.manifest_block(), "decided_beams": int(decided.sum())},
+        "surface_policy": {**sensor.surface_policy.manifest_block(), "decided_beams": int(decided.sum()),
+                           "unseen_materials": unseen_materials(label_materials(ctx.render_objects()))},
     }
     dims = {"K": K, "B": B, "N": int(points.size)}
     return SensorEventOutput(sensor, timing, arrays, dims, ref_pose, method, seconds, render_device=device)
