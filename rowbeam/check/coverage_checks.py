@@ -1,4 +1,5 @@
-"""Labels agree with what the rgb render sees (check `label_coverage`).
+"""Labels agree with an independent second source of what is there: the rgb render for a camera (check
+`label_coverage`), the exporter's BVH ray cast of sampled beams for LiDAR and radar (check `beam_coverage`).
 
 Second source: `rgb_coverage`, the share of the rgb render's camera paths that met a surface (Cycles Mist pass,
 independent of the label render's materials, passes and threshold). A pixel is judged only where the surface
@@ -7,6 +8,11 @@ policy decided nothing in its neighbourhood (`policy_mask`) and the rgb is unamb
 - phantom: the label ray and its neighbours found a surface, yet no rgb sample of the pixel or its neighbours did.
 The neighbourhood (radius `edge_radius`) absorbs anti-aliased silhouettes,
 where the pixel-centre label ray and the filtered rgb legitimately differ.
+
+LiDAR / radar second source: for each verified firing (chirp) the manifest lists the beams whose Blender BVH cast
+(scene.ray_cast at the exact time, geometry only) met a surface within the range limits and those that met none;
+beams the surface policy decided, beams on geometry the cast cannot hit and (radar) beams refused by the velocity
+limit are in neither list. A listed hit must be a return (valid 1), a listed miss must not.
 """
 from __future__ import annotations
 
@@ -63,3 +69,36 @@ def check_label_coverage(manifest: dict, arrays: dict, add) -> None:
         hole_pixels=holes, phantom_pixels=phantoms, judged_pixels=int(np.count_nonzero(d["judged"])),
         policy_pixels=int(np.count_nonzero(arrays["policy_mask"])) if "policy_mask" in arrays else 0,
         radius_px=radius)
+
+
+BEAM_LISTS = {"firings": ("firing", "cast_hit_channels", "cast_miss_channels"),
+              "chirps": ("chirp", "cast_hit_beams", "cast_miss_beams")}
+
+
+def beam_disagreement(valid: np.ndarray, rows: list, unit: str) -> tuple[list, list, int]:
+    """(holes, phantoms, judged): (row, beam) pairs of listed cast hits without a return and of listed cast misses
+    with one, among the verification rows `rows` of `unit` ("firings" or "chirps"); valid: (rows, beams) uint8."""
+    key, hit_key, miss_key = BEAM_LISTS[unit]
+    holes, phantoms, judged = [], [], 0
+    for row in rows:
+        k = row[key]
+        holes += [(k, b) for b in row[hit_key] if valid[k, b] != 1]
+        phantoms += [(k, b) for b in row[miss_key] if valid[k, b] == 1]
+        judged += len(row[hit_key]) + len(row[miss_key])
+    return holes, phantoms, judged
+
+
+def check_beam_coverage(manifest: dict, arrays: dict, add, unit: str = "firings") -> None:
+    """Fail on a dropped return where the exporter's BVH cast met a surface, or a return where it met none."""
+    rows = manifest["method"]["verification"].get(unit, [])
+    if "valid" not in arrays or not any(BEAM_LISTS[unit][1] in row for row in rows):
+        add("beam_coverage", False, "no per-beam BVH cast lists: returns were not compared with the geometry",
+            severity="warn")
+        return
+    holes, phantoms, judged = beam_disagreement(arrays["valid"], rows, unit)
+    first = (holes + phantoms)[0] if holes or phantoms else None
+    where = f" (first at {BEAM_LISTS[unit][0]} {first[0]}, beam {first[1]})" if first else ""
+    add("beam_coverage", not (holes or phantoms),
+        f"{len(holes)} beams without a return where the BVH cast met a surface, {len(phantoms)} returns where it met "
+        f"none{where}" if holes or phantoms else f"returns exactly where the BVH cast met a surface ({judged} beams)",
+        hole_beams=len(holes), phantom_beams=len(phantoms), judged_beams=judged)

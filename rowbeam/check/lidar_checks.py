@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rowbeam.model import qa_profile as tol
+from rowbeam.check.coverage_checks import check_beam_coverage
 from rowbeam.check.label_checks import check_ids, check_validity
 from rowbeam.model.frames import is_rigid, rigid_mask
 from rowbeam.check.cross_modal import CrossCheck, check_lidar_camera
@@ -37,6 +38,7 @@ def check_lidar_event(manifest: dict, arrays: dict, add) -> None:
     if {"points", "firing_T_world_lidar"} <= arrays.keys():
         _check_points(timing, beams, valid, arrays, directions, np.array(cal["T_lidar_world"]["matrix"]), add)
     check_beam_verification(manifest["method"]["verification"], add)
+    check_beam_coverage(manifest, arrays, add)
 
 
 def _declared_directions(timing: SpinningTiming, cal: dict, beams: list) -> np.ndarray:

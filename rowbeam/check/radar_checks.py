@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from rowbeam.model import qa_profile as tol
+from rowbeam.check.coverage_checks import check_beam_coverage
 from rowbeam.check.label_checks import check_ids, check_validity
 from rowbeam.check.lidar_checks import check_beam_verification, check_sensor_poses
 from rowbeam.check.cross_modal import CrossCheck
@@ -53,6 +54,7 @@ def check_radar_event(manifest: dict, arrays: dict, add) -> None:
     if {"points", "chirp_T_world_radar"} <= arrays.keys():
         _check_points(timing, valid, arrays, directions, add)
     check_beam_verification(manifest["method"]["verification"], add, unit="chirps")
+    check_beam_coverage(manifest, arrays, add, unit="chirps")
 
 
 def _check_points(timing: RadarTiming, valid, arrays, directions, add):

@@ -233,20 +233,24 @@ def _compare_verification(casts: list, labels: dict, skip: np.ndarray | None = N
     """The verification record: the cast beams (`_cast_verification_firings`) against the exported instance id
     (every beam) and range (beams whose id agrees and that hit within the limits). Beams in `skip` ((F, C) bool)
     are not compared: those the surface policy decided (the BVH cast sees geometry, not materials) and those on
-    geometry the BVH cast cannot hit (`uncastable_beams`)."""
+    geometry the BVH cast cannot hit (`uncastable_beams`). Per firing, the compared channels whose cast met a surface
+    within the range limits (`cast_hit_channels`) and those whose cast met none (`cast_miss_channels`): the checker's
+    `beam_coverage` second source."""
     worst_range, mismatched, compared = 0.0, 0, 0
     per_firing = []
     for k, beams in casts:
-        f_worst, f_mismatch = 0.0, 0
+        f_worst, f_mismatch, hits, misses = 0.0, 0, [], []
         for c, expected, rng, ok in beams:
             if skip is not None and skip[k, c]:
                 continue
             compared += 1
+            (hits if ok else misses).append(c)
             if int(labels["instance_id"][k, c]) != expected:
                 f_mismatch += 1
             elif ok:
                 f_worst = max(f_worst, abs(rng - float(labels["range"][k, c])))
-        per_firing.append({"firing": k, "range_error_m": f_worst, "id_mismatch_beams": f_mismatch})
+        per_firing.append({"firing": k, "range_error_m": f_worst, "id_mismatch_beams": f_mismatch,
+                           "cast_hit_channels": hits, "cast_miss_channels": misses})
         worst_range = max(worst_range, f_worst)
         mismatched += f_mismatch
     return {

@@ -176,7 +176,9 @@ def _point_table(labels: dict, v_r: np.ndarray, chirp_times: np.ndarray) -> np.n
 def _verify(ctx, sensor: RadarSensor, timing, labels: dict, poses: np.ndarray, too_fast: np.ndarray) -> dict:
     """Cast every beam of sampled chirps with Blender's BVH at the chirp's exact time; compare object and range.
     Beams in labels["_not_cast"] are not compared: those the surface policy decided (the BVH cast sees geometry,
-    not materials) and those on geometry the cast cannot hit (lidar_event.uncastable_beams)."""
+    not materials) and those on geometry the cast cannot hit (lidar_event.uncastable_beams). Per chirp, the compared
+    beams whose cast met a surface within the range limits (`cast_hit_beams`) and those that met none
+    (`cast_miss_beams`; beams refused by the velocity limit in neither): the checker's `beam_coverage` source."""
     import bpy
 
     scene = ctx.scene
@@ -188,7 +190,7 @@ def _verify(ctx, sensor: RadarSensor, timing, labels: dict, poses: np.ndarray, t
         set_time(scene, ctx.clock, timing.chirp_time_exact(j))
         depsgraph = bpy.context.evaluated_depsgraph_get()
         R, o = poses[j, :3, :3], poses[j, :3, 3]
-        c_worst, c_mismatch = 0.0, 0
+        c_worst, c_mismatch, hits, misses = 0.0, 0, [], []
         for b in range(sensor.beams):
             hit, loc, _, _, obj, _ = scene.ray_cast(depsgraph, o.tolist(), (R @ directions[b]).tolist())
             rng = float(np.linalg.norm(np.array(loc) - o)) if hit else np.inf
@@ -197,13 +199,16 @@ def _verify(ctx, sensor: RadarSensor, timing, labels: dict, poses: np.ndarray, t
             if labels["_not_cast"][j, b]:
                 continue
             compared += 1
-            if too_fast[j, b]:
+            if not too_fast[j, b]:
+                (hits if ok else misses).append(b)
+            else:
                 expected = 0                  # refused by the velocity limit, not by the geometry
             if int(labels["instance_id"][j, b]) != expected:
                 c_mismatch += 1
             elif ok and expected:
                 c_worst = max(c_worst, abs(rng - float(labels["range"][j, b])))
-        per_chirp.append({"chirp": j, "range_error_m": c_worst, "id_mismatch_beams": c_mismatch})
+        per_chirp.append({"chirp": j, "range_error_m": c_worst, "id_mismatch_beams": c_mismatch,
+                          "cast_hit_beams": hits, "cast_miss_beams": misses})
         worst, mismatched = max(worst, c_worst), mismatched + c_mismatch
     return {"method": "bvh_ray_cast_exact_time: every beam of each listed chirp re-cast with scene.ray_cast (Blender "
                       "BVH) after frame_set to the chirp's exact time, from the exact mount pose",

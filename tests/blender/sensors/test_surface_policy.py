@@ -295,3 +295,37 @@ def test_report_overlay_marks_policy_pixels_and_holes():
     img = surface_policy_overlay(a, hole)
     assert (img[4, 6] == HOLE_COLOUR).all()
     assert (img[:, :3, 0] > img[:, :3, 1]).all() and (img[:, 3:, 0] == img[:, 3:, 1])[~hole[:, 3:]].all()
+
+
+@pytest.mark.parametrize("sensor, unit", [("lidar_top", "firings"), ("radar_front", "chirps")])
+def test_planted_beam_hole_fails_beam_coverage(exported, tmp_path, sensor, unit):
+    """One return dropped (valid 0, range and normal NaN, ids 0) on a beam whose BVH cast met the wall; the clean
+    export passes the check with every verified beam judged."""
+    import shutil
+
+    from rowbeam.check.coverage_checks import BEAM_LISTS
+
+    event = exported["default"] / "events" / sensor / "000000"
+    report = json.loads((event / "qa_report.json").read_text())
+    entry = next(c for c in report["checks"] if c["check"] == "beam_coverage")
+    assert entry["status"] == "pass" and entry["values"]["judged_beams"] > 0, entry
+    bundle = tmp_path / "b"
+    shutil.copytree(exported["default"], bundle)
+    event = bundle / "events" / sensor / "000000"
+    manifest, a = load_event(event)
+    key, hits, _ = BEAM_LISTS[unit]
+    row = manifest["method"]["verification"][unit][0]
+    k, b = row[key], row[hits][len(row[hits]) // 2]
+    for name, value in {"valid": 0, "range": np.nan, "normal_geometric": np.nan, "cos_incidence": np.nan,
+                        "instance_id": 0, "semantic_id": 0}.items():
+        if name in a and a[name].shape[:2] == a["valid"].shape:
+            arr = a[name].copy()
+            arr[k, b] = value
+            entry = manifest["modalities"][name]
+            write_exr(event / entry["uri"], arr, entry["channels"], entry["dtype"])
+            rehash(event, name)
+    report, fails = failures(bundle)
+    entry = next(c for e in report["events"] if sensor in e["manifest"] for c in e["checks"]
+                 if c["check"] == "beam_coverage")
+    assert entry["status"] == "fail" and entry["values"]["hole_beams"] == 1, entry
+    assert "beam_coverage" in {f["check"] for f in fails}
