@@ -15,6 +15,8 @@ CHECKER_FAULTS = "tests/check/test_checker_faults.py"
 CALIB = "tests/blender/sensors/test_calibration_exports.py"
 CLOCK = "tests/model/test_sensor_clock.py"
 TIME_CHECKS = "tests/check/test_time_checks.py"
+BEAMS = "tests/check/test_beam_coverage.py"
+OPTIONS = "tests/blender/sensors/test_surface_policy_options.py"
 
 
 @dataclass(frozen=True)
@@ -619,6 +621,31 @@ MUTANTS += [
       "band[\"max_abs_true_skew_ns\"] = int(np.abs(true_skew[v:w + 1]).max())",
       "band[\"max_abs_true_skew_ns\"] = int(np.abs(skew[v:w + 1]).max())",
       ("tests/bundle/test_device_associations.py",), "device-timestamp pairs report the device skew as the true skew"),
+    # -- surface policy ------------------------------------------------------------------------------------
+    M("check-beam-coverage-holes-never", "checker", "rowbeam/check/coverage_checks.py",
+      "holes += [(k, b) for b in row[hit_key] if valid[k, b] != 1]",
+      "holes += [(k, b) for b in row[hit_key] if valid[k, b] > 1]",
+      (BEAMS,), "beam_coverage never sees a dropped return"),
+    M("check-beam-coverage-phantom-never", "checker", "rowbeam/check/coverage_checks.py",
+      "phantoms += [(k, b) for b in row[miss_key] if valid[k, b] == 1]",
+      "phantoms += [(k, b) for b in row[miss_key] if valid[k, b] == 2]",
+      (BEAMS,), "beam_coverage never sees a return where the cast met nothing"),
+    M("policy-options-not-parsed", "ids", "rowbeam/model/surface_policy.py",
+      "**{key: raw.get(key, getattr(DEFAULT_POLICY, key)) for key in CHOICES})",
+      "**{key: raw.get(key, getattr(DEFAULT_POLICY, key)) for key in (\"transmission\", \"volumes\")})",
+      (OPTIONS, "-k", "parse"), "holdout / backface read from the rig but dropped"),
+    M("policy-node-groups-not-entered", "ids", "rowbeam/blender/cycles/label_materials.py",
+      "elif kind == \"ShaderNodeGroup\" and node.node_tree is not None and _shader_output(node) is not None:",
+      "elif False:",
+      (OPTIONS, "-k", "node_group"), "alpha inside node groups not seen (label holes on group cards)"),
+    M("policy-backface-inverted", "ids", "rowbeam/blender/cycles/label_materials.py",
+      "if policy.backface == \"cull_if_material_culls\" and mat.use_backface_culling:",
+      "if policy.backface == \"cull_if_material_culls\" and not mat.use_backface_culling:",
+      (OPTIONS, "-k", "holdout_surface"), "backfaces culled on the materials that do not cull"),
+    M("policy-holdout-not-decided", "ids", "rowbeam/blender/cycles/label_materials.py",
+      "    if holdout:\n        decided = _maximum(t, decided, _holdout_decided(t))",
+      "    if False:\n        decided = _maximum(t, decided, _holdout_decided(t))",
+      (OPTIONS, "-k", "holdout_surface"), "holdout pixels labelled but not marked in policy_mask"),
 ]
 
 # Mutants left alive on purpose, each with the reason it cannot be killed (an equivalent mutant): id -> reason.
