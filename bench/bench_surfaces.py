@@ -2,7 +2,8 @@
 
 The production-like street (rowbeam/blender/scenes/street_surfaces.py, 48 alpha-cut leaf cards, decals, glass, fog)
 at 1280x720: one global-shutter 1-spp label render per policy, interleaved, median CPU s of `repeat` rounds, against
-the same render with the scene's own materials (no policy: camera_event.APPLY_SURFACE_POLICY off).
+the same render with the scene's own materials (no policy: camera_event.APPLY_SURFACE_POLICY off). A policy with
+`layers` L adds the surface-layer stack's L peel renders to its label render's time.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ POLICIES = {
     "t=1.0": {"alpha_threshold": 1.0},
     "see_through": {"transmission": "see_through"},
     "volumes surface": {"volumes": "surface"},
+    "layers=2 (label + 2 peels)": {"layers": 2},
 }
 
 
@@ -45,14 +47,17 @@ def surface_policy_benchmark(work: Path, repeat: int) -> dict:
                                          first_event=0, count=1, device="cpu"))
         ctx, sensor = plan.context, plan.jobs[0].sensor
         camera_event.APPLY_SURFACE_POLICY = apply_policy
+        wall = cpu = 0.0
         try:
-            with ScenePatch() as patch:
-                camera_event.setup_label_render(patch, ctx, sensor, 1280, 720)
-                patch.set(ctx.scene.render, "use_motion_blur", False)
-                set_time(ctx.scene, ctx.clock, sensor.timing(0, 720).reference_time_ns())
-                c0, t0 = time.process_time(), time.perf_counter()
-                cs.render_passes(ctx.scene, ctx.view_layer)
-                return time.perf_counter() - t0, time.process_time() - c0
+            for layer in (None, *range(sensor.surface_policy.layers)):
+                with ScenePatch() as patch:
+                    camera_event.setup_label_render(patch, ctx, sensor, 1280, 720, layer=layer)
+                    patch.set(ctx.scene.render, "use_motion_blur", False)
+                    set_time(ctx.scene, ctx.clock, sensor.timing(0, 720).reference_time_ns())
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    cs.render_passes(ctx.scene, ctx.view_layer)
+                    wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
+            return wall, cpu
         finally:
             camera_event.APPLY_SURFACE_POLICY = True
 

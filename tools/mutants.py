@@ -17,6 +17,8 @@ CLOCK = "tests/model/test_sensor_clock.py"
 TIME_CHECKS = "tests/check/test_time_checks.py"
 BEAMS = "tests/check/test_beam_coverage.py"
 OPTIONS = "tests/blender/sensors/test_surface_policy_options.py"
+LAYERS_CHECK = "tests/check/test_surface_layers_check.py"
+LAYERS_EXPORT = "tests/blender/sensors/test_surface_layers.py"
 
 
 @dataclass(frozen=True)
@@ -639,13 +641,29 @@ MUTANTS += [
       "elif False:",
       (OPTIONS, "-k", "node_group"), "alpha inside node groups not seen (label holes on group cards)"),
     M("policy-backface-inverted", "ids", "rowbeam/blender/cycles/label_materials.py",
-      "if policy.backface == \"cull_if_material_culls\" and mat.use_backface_culling:",
-      "if policy.backface == \"cull_if_material_culls\" and not mat.use_backface_culling:",
+      "if policy.backface == \"cull_if_material_culls\" and mat.use_backface_culling:\n        opacity, decided = _cull",
+      "if policy.backface == \"cull_if_material_culls\" and not mat.use_backface_culling:\n        opacity, decided = _cull",
       (OPTIONS, "-k", "holdout_surface"), "backfaces culled on the materials that do not cull"),
     M("policy-holdout-not-decided", "ids", "rowbeam/blender/cycles/label_materials.py",
       "    if holdout:\n        decided = _maximum(t, decided, _holdout_decided(t))",
       "    if False:\n        decided = _maximum(t, decided, _holdout_decided(t))",
       (OPTIONS, "-k", "holdout_surface"), "holdout pixels labelled but not marked in policy_mask"),
+    M("check-surface-layers-accumulated-label", "checker", "rowbeam/check/layer_checks.py",
+      "stops = exists & (o >= np.float32(threshold))",
+      "stops = exists & (1.0 - np.cumprod(1.0 - np.nan_to_num(o), -1) >= np.float32(threshold))",
+      (LAYERS_CHECK,), "surface_layers takes the accumulated coverage, not the layer's own opacity, as the label rule"),
+    M("check-surface-layers-order-never", "checker", "rowbeam/check/layer_checks.py",
+      "\"order\": (behind < -LAYER_Z_TOL_M).any(-1),",
+      "\"order\": (behind < -np.inf).any(-1),",
+      (LAYERS_CHECK,), "surface_layers never sees layers out of order along the ray"),
+    M("policy-peel-one-layer-late", "ids", "rowbeam/blender/cycles/label_materials.py",
+      "t.math(\"LESS_THAN\", depth, layer - 0.5)",
+      "t.math(\"LESS_THAN\", depth, layer + 0.5)",
+      (LAYERS_EXPORT, "-k", "two_alpha"), "peel render l passes l + 1 surface points (the stack shifted by a layer)"),
+    M("policy-peel-holdout-shader-ignored", "ids", "rowbeam/blender/cycles/label_materials.py",
+      "if policy.holdout == \"no_label\" and any(n.bl_idname == \"ShaderNodeHoldout\"",
+      "if False and any(n.bl_idname == \"ShaderNodeHoldout\"",
+      (LAYERS_EXPORT, "-k", "holdouts and default"), "a Holdout shader does not end the stack (label and stack disagree)"),
 ]
 
 # Mutants left alive on purpose, each with the reason it cannot be killed (an equivalent mutant): id -> reason.

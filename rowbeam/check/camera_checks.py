@@ -12,6 +12,7 @@ from rowbeam.util.errors import RowbeamError
 from rowbeam.model.frames import is_rigid, rigid_mask
 from rowbeam.model.lens import LensSpec, lens_from_calibration, unit_ray_grid, unproject_grid
 from rowbeam.check.coverage_checks import check_label_coverage
+from rowbeam.check.layer_checks import check_surface_layers
 from rowbeam.check.label_checks import check_ids, check_validity, row_blocks
 from rowbeam.model.sample_identity import rgb_seed
 from rowbeam.model.timing import RollingShutterTiming
@@ -54,6 +55,7 @@ def check_camera_event(manifest: dict, arrays: dict, add) -> None:
         add("rgb_finite", finite, "rgb has non-finite values" if not finite else "rgb finite")
         _check_rgb_seed(manifest, add)
         check_label_coverage(manifest, arrays, add)
+    check_surface_layers(manifest, arrays, add)
 
 
 # The facing test of a clean normal image first runs in float32, then recomputes in float64 only the pixels that

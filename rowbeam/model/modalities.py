@@ -116,6 +116,16 @@ CAMERA_MODALITIES = _table(
                  "policy (opacity < 1, glass / transmission, volume; manifest method.surface_policy), else 0",
                  "1", "uint8", ("policy",), ("H", "W"), "{sensor}:image", ALWAYS_VALID, "per_row", "row_time_ns",
                  optional=True),
+    ModalitySpec("layer_camera_z", "camera z of the l-th surface point the pixel-centre label ray crosses (l = 0 the "
+                 "first; rig surface_policy.layers = L), NaN where it crossed fewer", "m", "float32", None,
+                 ("H", "W", "L"), "{sensor}:opencv_optical", ALWAYS_VALID, "per_row", "row_time_ns", optional=True),
+    ModalitySpec("layer_instance_id", "render instance id of the l-th surface point crossed (as instance_id), 0 where "
+                 "the ray crossed fewer", "id", "uint32", None, ("H", "W", "L"), "{sensor}:image", ALWAYS_VALID,
+                 "per_row", "row_time_ns", optional=True),
+    ModalitySpec("layer_opacity", "opacity in [0, 1] of the l-th surface point crossed under the surface policy "
+                 "(the label is the first layer whose opacity >= alpha_threshold), NaN where the ray crossed fewer",
+                 "1", "float32", None, ("H", "W", "L"), "{sensor}:image", ALWAYS_VALID, "per_row", "row_time_ns",
+                 optional=True),
     ModalitySpec("rgb_display", "8-bit sRGB-encoded display image of rgb through the scene's colour management (view "
                  "transform, look, exposure, gamma, display device: method.rgb_display), 0..255, for viewing and "
                  "image formats", "1", "uint8", None, ("H", "W", 3), "{sensor}:image", ALWAYS_VALID,

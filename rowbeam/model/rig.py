@@ -70,6 +70,9 @@ def _parse_sensor(raw: dict, where: str):
     surface policy (rowbeam.model.surface_policy; every sensor type has one). Its `clock` and `delivery` are every
     type's too (Rig.timebase)."""
     policy = parse_surface_policy(raw.get("surface_policy"), where)
+    if policy.layers and "layer_opacity" not in sensor_type(raw["type"]).modalities:
+        raise RowbeamError(f"{where}.surface_policy.layers: a {raw['type']} writes no surface-layer stack "
+                           "(camera only); leave it out or 0")
     fields = {k: v for k, v in raw.items() if k not in ("surface_policy", "clock", "delivery")}
     return replace(sensor_type(raw["type"]).parse(fields, _schema_defaults(raw["type"]), where), surface_policy=policy)
 

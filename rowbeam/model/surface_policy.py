@@ -17,6 +17,10 @@ surface. The RGB render is never changed by the policy.
 - backface: "both_sides" (both sides of single-sided geometry are surfaces, as Cycles renders them) or
   "cull_if_material_culls" (the back side of a face whose material has Backface Culling on is passed; such points
   are policy-decided, since the rgb shows them).
+- layers L in 0 .. MAX_LAYERS (camera; 0: off): also write the surface-layer stack, the first L surface points the
+  pixel-centre label ray crosses, in order, each with its camera_z, instance id and continuous opacity under the
+  policy (alpha, Mix Shader share; glass 1 under "surface" and 0 under "see_through"; a volume-only boundary 0
+  under "ignore" and 1 under "surface"). The label is the first layer whose opacity >= alpha_threshold.
 Pixels / beams whose label ray met a surface decided by transparency or the policy (opacity < 1, transmission,
 volume) are counted
 in the manifest and marked in the camera's `policy_mask`; the label-vs-RGB coverage check does not judge them.
@@ -34,6 +38,7 @@ BACKFACE = ("both_sides", "cull_if_material_culls")
 CHOICES = {"transmission": TRANSMISSION, "volumes": VOLUMES, "holdout": HOLDOUT, "backface": BACKFACE}
 TRANSMISSION_WEIGHT_SURFACE = 0.5        # Principled Transmission Weight at or above which a material is glass
 LABEL_TRANSPARENT_BOUNCES = 64           # transparent layers a label ray may pass before it ends (then: no label)
+MAX_LAYERS = 8                           # the surface-layer stack's bound (one label render per layer)
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class SurfacePolicy:
     volumes: str = "ignore"
     holdout: str = "no_label"
     backface: str = "both_sides"
+    layers: int = 0
 
     def manifest_block(self) -> dict:
         """The policy as written into every manifest (method.surface_policy)."""
@@ -72,7 +78,11 @@ def parse_surface_policy(raw, where: str) -> SurfacePolicy:
         value = raw.get(key, getattr(DEFAULT_POLICY, key))
         if value not in allowed:
             raise RowbeamError(f"{where}.surface_policy.{key}: {value!r} is not one of {', '.join(allowed)}")
-    return SurfacePolicy(float(t), **{key: raw.get(key, getattr(DEFAULT_POLICY, key)) for key in CHOICES})
+    layers = raw.get("layers", 0)
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 0 <= layers <= MAX_LAYERS:
+        raise RowbeamError(f"{where}.surface_policy.layers: {layers!r} is not an integer in 0 .. {MAX_LAYERS}")
+    return SurfacePolicy(float(t), **{key: raw.get(key, getattr(DEFAULT_POLICY, key)) for key in CHOICES},
+                         layers=layers)
 
 
 def policy_from_manifest(manifest: dict) -> SurfacePolicy | None:

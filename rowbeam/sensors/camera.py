@@ -73,12 +73,15 @@ def parse_camera_sensor(raw: dict, defaults: dict, where: str) -> CameraSensor:
 
 
 def camera_dims(manifest: dict) -> dict:
-    """Named dimensions of a camera event or flow: W, H, packed widths, canvas rows, object counts O, T, M."""
+    """Named dimensions of a camera event or flow: W, H, packed widths, canvas rows, object counts O, T, M and
+    the surface-layer count L."""
     W, H = manifest["calibration"]["image_size_px"]
     dims = {"W": W, "H": H, "Wp": (W + 7) // 8, "Hc": 3 * H, "Wcp": (3 * W + 7) // 8}
     for name, dim in (("amodal_masks", "O"), ("amodal_masks_canvas", "T"), ("object_row_T_world_object", "M")):
         shape = manifest["modalities"].get(name, {}).get("shape")
         dims[dim] = shape[0] if isinstance(shape, list) and shape and isinstance(shape[0], int) else 0
+    layers = ((manifest.get("method") or {}).get("surface_policy") or {}).get("layers", 0)
+    dims["L"] = layers if isinstance(layers, int) else 0          # the declared stack depth (rig surface_policy)
     return dims
 
 

@@ -28,15 +28,17 @@ from rowbeam.model.surface_policy import LABEL_TRANSPARENT_BOUNCES, TRANSMISSION
 POLICY_AOV = "rowbeam_policy"
 GLASS_NODES = ("ShaderNodeBsdfGlass", "ShaderNodeBsdfRefraction")
 HOLDOUT_PROPERTY = "rowbeam_holdout"          # 1.0 on objects the label render shows instead of holding out
+HOLDOUT_STOP_PROPERTY = "rowbeam_holdout_stop"  # 1.0 on holdouts that end a layer peel (holdout "no_label")
 GROUP_OUTPUTS = ("rowbeam_opacity", "rowbeam_decided")
 
 
 class _Tree:
     """Node-tree edits recorded in a ScenePatch (new nodes removed, changed links and values restored)."""
 
-    def __init__(self, patch, tree, groups: dict | None = None):
+    def __init__(self, patch, tree, groups: dict | None = None, continuous: bool = False):
         self.patch, self.tree = patch, tree
         self.groups = {} if groups is None else groups       # group tree name -> (opacity, decided) of its output
+        self.continuous = continuous     # layer peel: opacities stay continuous, nothing is rewired to binary
 
     def node(self, kind: str, **values):
         n = self.tree.nodes.new(kind)
@@ -144,6 +146,8 @@ def _principled(t: _Tree, node, policy: SurfacePolicy):
     if glass and policy.transmission == "see_through":
         _see_through(t, node)
         return 0.0, 1.0
+    if t.continuous:
+        return alpha, 1.0 if glass else 0.0
     opaque, decided = _step(t, alpha, policy.alpha_threshold), _not_opaque(t, alpha)
     if isinstance(opaque, float):
         if opaque != alpha:
@@ -157,6 +161,8 @@ def _mix(t: _Tree, node, clear: int, policy: SurfacePolicy):
     """(opacity, decided) of a Mix Shader with a Transparent BSDF input, its factor rewired to binary opacity."""
     fac = _source(node.inputs[0])
     opacity = fac if clear == 1 else (1.0 - fac if isinstance(fac, float) else t.math("SUBTRACT", 1.0, fac))
+    if t.continuous:
+        return opacity, 0.0
     opaque, decided = _step(t, opacity, policy.alpha_threshold), _not_opaque(t, opacity)
     new_fac = opaque if clear == 1 else (1.0 - opaque if isinstance(opaque, float) else t.math("SUBTRACT", 1.0, opaque))
     if isinstance(new_fac, float):
@@ -203,7 +209,7 @@ def _group(t: _Tree, node, policy: SurfacePolicy):
     user) and a socket value leaves it through the extra outputs GROUP_OUTPUTS."""
     tree = node.node_tree
     if tree.name not in t.groups:
-        inner = _Tree(t.patch, tree, t.groups)
+        inner = _Tree(t.patch, tree, t.groups, t.continuous)
         out = next((n for n in tree.nodes if n.bl_idname == "NodeGroupOutput" and n.is_active_output), None)
         target = _by_id(out.inputs, _shader_output(node).identifier) if out is not None else None
         found = _surface(inner, target, policy) if target is not None else (1.0, 0.0)
@@ -320,17 +326,81 @@ def apply_surface_policy(patch, scene, view_layer, objects, policy: SurfacePolic
     return decided
 
 
-def _show_holdouts(patch, view_layer, objects) -> set:
-    """Turn off object and collection holdouts for the label render; mark those objects (HOLDOUT_PROPERTY).
-    Returns the marked objects."""
-    held = [o for o in objects if getattr(o, "is_holdout", False)]
+def peel_material(patch, mat, policy: SurfacePolicy, normal_aov: str, layer: int, groups: dict) -> None:
+    """Layer-peel state of one material: the label ray passes the first `layer` surface points it crosses (Light
+    Path Transparent Depth < layer: a Transparent BSDF) and stops at the next one (a Diffuse BSDF); the POLICY_AOV
+    holds that point's continuous opacity under the policy (alpha, Mix Shader share; glass 1 or 0 by
+    `transmission`, a volume-only boundary 0 or 1 by `volumes`; a culled back face 0). Under holdout "no_label" a
+    held-out object (HOLDOUT_STOP_PROPERTY) or a material with a Holdout shader always stops the ray without data:
+    the stack ends there, as the label does."""
+    tree = mat.node_tree
+    out = tree.get_output_node("CYCLES") if tree else None
+    if out is None:
+        return
+    t = _Tree(patch, tree, groups, continuous=True)
+    if policy.holdout == "no_label" and any(n.bl_idname == "ShaderNodeHoldout" for n in _upstream(out.inputs["Surface"])):
+        t.link(t.node("ShaderNodeHoldout").outputs[0], out.inputs["Surface"])
+        return
+    vol_opacity, _ = _volume(t, out, policy)
+    opacity, _ = _surface(t, out.inputs["Surface"], policy)
+    opacity = opacity if vol_opacity is None else vol_opacity
+    if policy.backface == "cull_if_material_culls" and mat.use_backface_culling:
+        front = t.math("SUBTRACT", 1.0, t.node("ShaderNodeNewGeometry").outputs["Backfacing"])
+        opacity = _times(t, opacity, front)
+    depth = t.node("ShaderNodeLightPath").outputs["Transparent Depth"]
+    stop = t.math("SUBTRACT", 1.0, t.math("LESS_THAN", depth, layer - 0.5))
+    held = t.node("ShaderNodeAttribute", attribute_type="OBJECT", attribute_name=HOLDOUT_STOP_PROPERTY)
+    stop = t.math("MAXIMUM", stop, held.outputs["Fac"])        # a held-out object ends the stack (no data)
+    mix, clear = t.node("ShaderNodeMixShader"), t.node("ShaderNodeBsdfTransparent")
+    t.tree.links.new(stop, mix.inputs[0])
+    t.tree.links.new(clear.outputs[0], mix.inputs[1])
+    t.tree.links.new(t.node("ShaderNodeBsdfDiffuse").outputs[0], mix.inputs[2])
+    t.link(mix.outputs[0], out.inputs["Surface"])
+    _gate_aov(t, normal_aov, stop)
+    aov = t.node("ShaderNodeOutputAOV", aov_name=POLICY_AOV)
+    tree.links.new(t.math("MULTIPLY", stop, opacity) if not isinstance(opacity, float) or opacity != 1.0 else stop,
+                   aov.inputs["Value"])
+
+
+def apply_layer_peel(patch, view_layer, objects, policy: SurfacePolicy, normal_aov: str, layer: int) -> None:
+    """Label-render state of layer `layer` (0 = the first surface point crossed) of the surface-layer stack: every
+    material of `objects` peeled (`peel_material`), holdouts as the policy says, the POLICY_AOV added."""
+    scene = view_layer.id_data
+    patch.set(view_layer, "pass_alpha_threshold", 0.5)     # passed points have alpha 0, the stopping one 1
+    patch.set(scene.cycles, "transparent_max_bounces", LABEL_TRANSPARENT_BOUNCES)
+    if policy.holdout == "surface":
+        _show_holdouts(patch, view_layer, objects)
+    else:
+        for o in _held_out(view_layer, objects)[0]:
+            patch.set_item(o, HOLDOUT_STOP_PROPERTY, 1.0)
+    groups = {}
+    for m in label_materials(objects):
+        peel_material(patch, m, policy, normal_aov, layer, groups)
+    if POLICY_AOV not in view_layer.aovs:
+        aov = view_layer.aovs.add()
+        aov.name, aov.type = POLICY_AOV, "VALUE"
+        patch.on_restore(lambda: view_layer.aovs.remove(view_layer.aovs[POLICY_AOV]))
+
+
+def _held_out(view_layer, objects) -> tuple[list, list]:
+    """(objects held out by their own Holdout or a holdout layer collection, those layer collections)."""
+    held, collections = [o for o in objects if getattr(o, "is_holdout", False)], []
     stack = [view_layer.layer_collection]
     while stack:
         lc = stack.pop()
         if lc.holdout:
-            patch.set(lc, "holdout", False)
+            collections.append(lc)
             held += list(lc.collection.all_objects)
         stack.extend(lc.children)
+    return held, collections
+
+
+def _show_holdouts(patch, view_layer, objects) -> set:
+    """Turn off object and collection holdouts for the label render; mark those objects (HOLDOUT_PROPERTY).
+    Returns the marked objects."""
+    held, collections = _held_out(view_layer, objects)
+    for lc in collections:
+        patch.set(lc, "holdout", False)
     for o in held:
         if o.is_holdout:
             patch.set(o, "is_holdout", False)
@@ -364,5 +434,5 @@ def label_materials(objects) -> list:
     return list(seen.values())
 
 
-__all__ = ["HOLDOUT_PROPERTY", "POLICY_AOV", "apply_surface_policy", "label_materials", "patch_material",
-           "unseen_materials"]
+__all__ = ["HOLDOUT_PROPERTY", "POLICY_AOV", "apply_layer_peel", "apply_surface_policy", "label_materials",
+           "patch_material", "peel_material", "unseen_materials"]

@@ -10,6 +10,7 @@ Four fronto-parallel objects, each in its own quarter of the image (camera-frame
 - `gn_grid`: a 1 m grid made by a Geometry Nodes modifier without any material, centred at (0.03, 0.025, 6);
 - `hair`: a Curves object without a material, 16 straight hairs of radius 1 cm along camera y in the plane z = 5,
   within the square of half size 0.3 m centred at (0, 1.0, 5).
+`alpha_layers` builds a second scene: two partially transparent quads at 4 m and 6 m before the wall (LAYERED).
 """
 from __future__ import annotations
 
@@ -140,6 +141,28 @@ def surfaces(scale: int = 4):
         ("wall", calibration._static_plane(T, (0, 0, WALL_Z), (0, 0, -1.0)))],
         notes={"objects": OBJECTS, "decal_alpha": DECAL_ALPHA})
     return truth, rig(cam.name)
+
+
+LAYERED = {   # name: (object id, camera-frame centre (m), half size (m), alpha); edges half-way between pixel centres
+    "wall": (0x7101, (0.0, 0.0, WALL_Z), 30.0, 1.0),
+    "near_veil": (0x7102, (-0.5, 0.0, 4.0), 0.51, 0.3),        # at scale 4: columns 110..160, rows 65..115
+    "far_veil": (0x7103, (0.6, 0.0, 6.0), 0.915, 0.4),         # columns 150..210, rows 60..120
+}
+
+
+def alpha_layers(scale: int = 4):
+    """Two partially transparent Principled quads in front of the wall (LAYERED): where both cover a pixel its
+    surface-layer stack is (near 4 m 0.3, far 6 m 0.4, wall 8 m 1). Returns (truth, rig) like `surfaces`."""
+    _, cam, T, K, size = calibration._base(scale)
+    for name, (object_id, centre, half, alpha) in LAYERED.items():
+        quad = common.tag(common.add_quad(name, half, half, calibration._plane_facing(T, centre, (0, 0, -1.0))),
+                          object_id, name)
+        _principled(quad, (0.6, 0.6, 0.6) if alpha == 1.0 else (0.8, 0.2, 0.1), alpha)
+    light = bpy.data.objects.new("sun", bpy.data.lights.new("sun", "SUN"))
+    bpy.context.scene.collection.objects.link(light)
+    truth = calibration.Truth(K, size, lambda t: T, [
+        ("wall", calibration._static_plane(T, (0, 0, WALL_Z), (0, 0, -1.0)))], notes={"objects": LAYERED})
+    return truth, common.camera_rig("camera_front", cam.name, rgb_samples=4)
 
 
 def rig(camera_name: str = "camera_front", policy: dict | None = None, rgb_samples: int = 16) -> dict:

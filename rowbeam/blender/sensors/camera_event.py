@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +19,9 @@ from rowbeam.model.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
 from rowbeam.blender.cycles import cycles_setup as cs
 from rowbeam.blender.sensors.camera_labels import derive_labels, merge_stats
 from rowbeam.blender.cycles.cycles_timing import label_shutter, rgb_shutter
-from rowbeam.blender.cycles.label_materials import apply_surface_policy, label_materials, unseen_materials
+from rowbeam.blender.cycles.label_materials import (
+    apply_layer_peel, apply_surface_policy, label_materials, unseen_materials,
+)
 from rowbeam.blender.cycles.lens_camera import (
     LENS_CAMERA_METHOD,
     OSL_NEWTON_STEPS,
@@ -62,7 +65,8 @@ class CameraEventOutput:
     @property
     def dims(self) -> dict:
         W, H = self.camera_params.resolution_x, self.camera_params.resolution_y
-        dims = {"W": W, "H": H, "Wp": (W + 7) // 8, "Hc": 3 * H, "Wcp": (3 * W + 7) // 8}
+        dims = {"W": W, "H": H, "Wp": (W + 7) // 8, "Hc": 3 * H, "Wcp": (3 * W + 7) // 8,
+                "L": self.arrays["layer_opacity"].shape[2] if "layer_opacity" in self.arrays else 0}
         for name, dim in (("amodal_masks", "O"), ("amodal_masks_canvas", "T"), ("object_row_T_world_object", "M")):
             dims[dim] = self.arrays[name].shape[0] if name in self.arrays else 0
         return dims
@@ -167,6 +171,17 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         ctx.progress.stage(f"verify ({sensor.verify_rows} exact rows)")
         verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H, rays)
         seconds["verify"] = time.perf_counter() - t0
+    if sensor.surface_policy.layers:
+        def layer_state(q, layer):
+            if lens is not None:
+                custom_camera_device(q, scene, ctx.device)
+            rcam = setup_label_render(q, ctx, sensor, W, H, lens, layer)
+            cs.apply_shutter(q, scene, clock, shutter, sensor.motion_steps, moving + [rcam], static)
+            _deform_motion_steps(q, scene, deform_steps)
+        t0 = time.perf_counter()
+        ctx.progress.stage(f"surface layers ({sensor.surface_policy.layers} label renders)")
+        arrays.update(_surface_layers(ctx, sensor, layer_state, row_poses, K, rays))
+        seconds["surface_layers"] = time.perf_counter() - t0
     object_block, assets = None, {}
     if sensor.object_labels:
         from rowbeam.blender.objects.object_labels import EventInputs, compute_object_labels
@@ -224,10 +239,34 @@ def label_bands(W: int, H: int, band_pixels: int | None = None) -> list:
     return [(a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
 
 
-def _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0):
+def _surface_layers(ctx, sensor, state, row_poses, K, rays=None) -> dict:
+    """{layer_camera_z, layer_instance_id, layer_opacity}: (H, W, L) float32 m / uint32 / float32 in [0, 1] from
+    one peel render per layer (L = surface_policy.layers); state(p, layer) sets that render's label state in the
+    ScenePatch p. Where the ray crossed fewer than l + 1 surface points: NaN, 0, NaN."""
+    H, W = len(row_poses), ctx.image_size(sensor)[0]
+    L = sensor.surface_policy.layers
+    out = {"layer_camera_z": np.full((H, W, L), np.nan, np.float32),
+           "layer_instance_id": np.zeros((H, W, L), np.uint32), "layer_opacity": np.full((H, W, L), np.nan, np.float32)}
+    job = None
+    if rays is not None:
+        job = Future()
+        job.set_result((rays, 0.0, 0.0))
+    for layer in range(L):
+        with ScenePatch() as p:
+            state(p, layer)
+            labels, _ = _render_and_derive(ctx, sensor, row_poses, K, job, W, H, {}, time.perf_counter(), True)
+        hit = labels["valid"] == 1
+        out["layer_camera_z"][..., layer] = np.where(hit, labels["camera_z"], np.nan)
+        out["layer_instance_id"][..., layer] = np.where(hit, labels["instance_id"], 0)
+        out["layer_opacity"][..., layer] = np.where(hit, np.clip(labels.get("_opacity", 1.0), 0.0, 1.0), np.nan)
+    return out
+
+
+def _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0, opacity=False):
     """Label render (state already set) and derivation, in `label_bands`; returns derive_labels' (arrays, stats).
     rays_job: None (Blender camera) or start_pixel_rays' Future, joined after the first band's render.
-    seconds gets label_render and derive (summed over bands) and unproject_wait (time the join waited)."""
+    seconds gets label_render and derive (summed over bands) and unproject_wait (time the join waited).
+    opacity: the policy AOV is a peel render's layer opacity, returned as float32 `_opacity` (not policy_mask)."""
     scene = ctx.scene
     rays = None
     bands = label_bands(W, H)
@@ -251,7 +290,8 @@ def _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0):
         band, band_stats = derive_labels(passes, row_poses[first:stop], K, ctx.lut, first_row=first,
                                          rays=None if rays is None else rays[first:stop])
         if "policy" in passes:
-            band["policy_mask"] = (passes["policy"] > 0).astype(np.uint8)
+            band["_opacity" if opacity else "policy_mask"] = (passes["policy"].astype(np.float32) if opacity
+                                                              else (passes["policy"] > 0).astype(np.uint8))
         del passes                      # peak memory: not held through the next band, verify and writing
         if len(bands) == 1:
             labels, stats = band, band_stats
@@ -280,15 +320,18 @@ def _deform_motion_steps(patch: ScenePatch, scene, deform_steps: list) -> None:
         patch.set(scene.objects[row["name"]].cycles, "motion_steps", row["motion_steps"])
 
 
-def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int, height: int, lens=None):
+def setup_label_render(patch: ScenePatch, ctx, sensor: CameraSensor, width: int, height: int, lens=None,
+                       layer: int | None = None):
     """Label-render state (exact data passes only: no lighting or bounces, true-normal AOV, render indices);
-    returns the render camera."""
+    returns the render camera. layer: None (the policy's label) or the surface-layer stack's layer to peel."""
     ctx.base_settings(patch, width, height)
     cs.label_settings(patch, ctx.scene, ctx.view_layer)
     if not FULL_SHADING:
         cs.data_pass_settings(patch, ctx.scene, ctx.view_layer)
     cs.add_true_normal_aov(patch, ctx.render_objects())
-    if APPLY_SURFACE_POLICY:
+    if layer is not None:
+        apply_layer_peel(patch, ctx.view_layer, ctx.render_objects(), sensor.surface_policy, cs.TRUE_NORMAL_AOV, layer)
+    elif APPLY_SURFACE_POLICY:
         apply_surface_policy(patch, ctx.scene, ctx.view_layer, ctx.render_objects(),
                              sensor.surface_policy, cs.TRUE_NORMAL_AOV)
     cs.set_render_indices(patch, ctx.scene, ctx.table)

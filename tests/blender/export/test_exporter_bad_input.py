@@ -111,6 +111,7 @@ IN_PROCESS = {
     "stored_rig_id_group", "stored_rig_not_json", "stored_rig_huge", "resolution_3x1_px",
     "camera_alpha_threshold_above_one", "lidar_surface_policy_unknown_field",
     "camera_clock_drift_beyond_1000_ppm", "camera_clock_resolution_zero", "camera_clock_rounding_unknown",
+    "camera_layers_nine", "lidar_layers_refused",
 }
 
 
@@ -174,6 +175,10 @@ RIG_CASES = [
      ["sensors[0].clock.resolution_ns", "minimum of 1"]),
     ("camera_clock_rounding_unknown", _camera(_set(clock={"rounding": "even"})), [],
      ["sensors[0].clock.rounding", "'even'"]),
+    ("camera_layers_nine", _camera(_set(surface_policy={"layers": 9})), [],
+     ["sensors[0].surface_policy.layers", "maximum of 8"]),
+    ("lidar_layers_refused", _lidar(_set(surface_policy={"layers": 2})), [],
+     ["rig.json", "sensors[1].surface_policy.layers", "camera only"]),
 ]
 
 # (case id, rig-file bytes or None (the valid rig), extra args, fragments); {tmp} in args is the case folder
