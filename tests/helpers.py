@@ -5,6 +5,8 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from rowbeam.bundle.reader import open_event
@@ -137,3 +139,24 @@ def snapshot(*roots) -> dict:
                 out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest() if stat.S_ISREG(st.st_mode)
                                else stat.S_IFMT(st.st_mode))
     return out
+
+
+def build_blend(code: str, blend, *args) -> None:
+    """Run scene-building Python `code` in a fresh interpreter at the repository root (sys.argv[1] = blend path,
+    then args); asserts it succeeded."""
+    r = subprocess.run([sys.executable, "-c", code, str(blend), *map(str, args)], cwd=_REPO, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def export_first_event(blend, rig, out, *extra) -> str:
+    """render_export.py of event 0 (one event) of `blend` with `rig` into `out` (extra: more CLI arguments);
+    asserts it published. Returns the exporter's stderr."""
+    r = subprocess.run([sys.executable, str(_REPO / "render_export.py"), str(blend), "--rig", str(rig), "--out",
+                        str(out), "--first-event", "0", "--count", "1", *extra], cwd=_REPO, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stderr
+
+
+_REPO = Path(__file__).resolve().parents[1]

@@ -1,37 +1,37 @@
-"""The surface-layer stack (rig surface_policy.layers; rowbeam/blender/cycles/label_materials.py peel renders) on
-the closed-form surface scene (tests/blender/sensors/test_surface_policy.py: a wall at z = 8 behind a decal of
-alpha 0.3 at z = 5, a volume-only cube centred at z = 5 (edge 1.2), a leaf card at z = 4 with alpha
-max(0, 1 - r / 0.7 m), a glass pane at z = 3 and a Geometry Nodes grid at z = 6), 3 layers, default policy."""
+"""The surface-layer stack (rig surface_policy.layers; rowbeam/blender/cycles/label_materials.py peel renders),
+against closed forms on three scenes: the surface scene (tests/blender/sensors/test_surface_policy.py: a wall at
+z = 8 behind a decal of alpha 0.3 at z = 5, a volume-only cube centred at z = 5 (edge 1.2), a leaf card at z = 4
+with alpha max(0, 1 - r / 0.7 m), a glass pane at z = 3 and a Geometry Nodes grid at z = 6); two veils of alpha
+0.3 (z = 4) and 0.4 (z = 6) over the wall (surface_scenes.alpha_layers); the policy-option scene with holdouts and
+a culled back face (tests/blender/sensors/test_surface_policy_options.py)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from tests.blender.sensors.test_surface_policy import K, OBJECTS, SIZE, _card_coords, card_mask
-from tests.conftest import REPO
-from tests.helpers import load_event
+from tests.helpers import build_blend, export_first_event, load_event
 
 LAYERS = 3
 
 
 def _export(d, builder: str, policy: dict):
     """Build surface_scenes.`builder` at scale 4 into d / s.blend, export event 0 of its camera with `policy`;
-    returns (manifest, arrays, object id per layer (H, W, L), object id of the label (H, W), qa report, event dir)."""
+    returns _load's answer."""
     code = ("import sys, json\nfrom rowbeam.blender.scenes import surface_scenes, common\n"
             f"_, rig = surface_scenes.{builder}(scale=4)\ncommon.save(sys.argv[1], rig)\n"
             "rig = surface_scenes.rig(policy=json.loads(sys.argv[2]))\nrig['sensors'] = rig['sensors'][:1]\n"
             "open(sys.argv[1][:-6] + '.rig.json', 'w').write(json.dumps(rig))\n")
-    blend = d / "s.blend"
-    subprocess.run([sys.executable, "-c", code, str(blend), json.dumps(policy)], cwd=REPO, check=True,
-                   capture_output=True)
-    r = subprocess.run([sys.executable, str(REPO / "render_export.py"), str(blend), "--rig", str(d / "s.rig.json"),
-                        "--out", str(d / "b"), "--first-event", "0", "--count", "1"], cwd=REPO, capture_output=True,
-                       text=True)
-    assert r.returncode == 0, r.stderr
+    build_blend(code, d / "s.blend", json.dumps(policy))
+    return _load(d)
+
+
+def _load(d):
+    """Export event 0 of d / s.blend with d / s.rig.json into d / b; returns (manifest, arrays, object id per layer
+    (H, W, L), object id of the label (H, W), qa report, event folder)."""
+    export_first_event(d / "s.blend", d / "s.rig.json", d / "b")
     event = d / "b" / "events" / "camera_front" / "000000"
     manifest, a = load_event(event)
     ids = {o["render_index"]: o["id"] for o in manifest["objects"]}
@@ -184,21 +184,9 @@ open(sys.argv[1][:-6] + '.rig.json', 'w').write(json.dumps(rig))
 
 def _export_options(d, policy: dict):
     """The policy-option scene (holdout object, culled back face, node-group cards) plus a quad whose material is a
-    Holdout shader (HOLDOUT_SHADER), exported with `policy`; returns what _export returns."""
-    blend = d / "s.blend"
-    r = subprocess.run([sys.executable, "-c", _OPTION_SCENE, str(blend), json.dumps(policy),
-                        json.dumps(HOLDOUT_SHADER)], cwd=REPO, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, str(REPO / "render_export.py"), str(blend), "--rig", str(d / "s.rig.json"),
-                        "--out", str(d / "b"), "--first-event", "0", "--count", "1"], cwd=REPO, capture_output=True,
-                       text=True)
-    assert r.returncode == 0, r.stderr
-    event = d / "b" / "events" / "camera_front" / "000000"
-    manifest, a = load_event(event)
-    ids = {o["render_index"]: o["id"] for o in manifest["objects"]}
-    to_id = np.vectorize(lambda i: ids.get(int(i), 0))
-    return manifest, a, to_id(a["layer_instance_id"]), to_id(a["instance_id"]), \
-        json.loads((event / "qa_report.json").read_text()), event
+    Holdout shader (HOLDOUT_SHADER), exported with `policy`; returns _load's answer."""
+    build_blend(_OPTION_SCENE, d / "s.blend", json.dumps(policy), json.dumps(HOLDOUT_SHADER))
+    return _load(d)
 
 
 @pytest.mark.parametrize("options", [False, True], ids=["default", "holdout_surface_backface_cull"])

@@ -8,8 +8,6 @@ pixel-centre ray u = cx + f x / z, so ids and depth are compared pixel for pixel
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,8 +17,7 @@ from rowbeam.check.coverage_checks import check_label_coverage, coverage_disagre
 from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy, parse_surface_policy, policy_from_manifest
 from rowbeam.util.errors import RowbeamError
 
-from tests.conftest import REPO
-from tests.helpers import failures, load_event, rehash
+from tests.helpers import build_blend, export_first_event, failures, load_event, rehash
 
 K = np.array([[200.0, 0, 160.0], [0, 200.0, 90.0], [0, 0, 1]])
 SIZE = (320, 180)
@@ -146,17 +143,12 @@ def exported(tmp_path_factory):
             "import bpy\nfor vl in bpy.context.scene.view_layers:\n    vl.pass_alpha_threshold = 0.0\n"
             "common.save(sys.argv[1][:-6] + '_vl0.blend')\n")
     blend = d / "s.blend"
-    subprocess.run([sys.executable, "-c", code, str(blend), json.dumps(POLICIES)], cwd=REPO, check=True,
-                   capture_output=True)
+    build_blend(code, blend, json.dumps(POLICIES))
     out = {}
     for name, scene in [(name, blend) for name in POLICIES] + [("view_layer_0", d / "s_vl0.blend")]:
         out[name] = d / name
         rig = d / f"s.{'default' if name == 'view_layer_0' else name}.rig.json"
-        r = subprocess.run([sys.executable, str(REPO / "render_export.py"), str(scene), "--rig", str(rig),
-                            "--out", str(out[name]), "--first-event", "0", "--count", "1",
-                            *([] if name in POLICIES else ["--sensors", "camera_front"])],
-                           cwd=REPO, capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        export_first_event(scene, rig, out[name], *([] if name in POLICIES else ["--sensors", "camera_front"]))
     return out
 
 

@@ -8,8 +8,6 @@ alpha-cut cards whose shaders live in node groups (z = 4) and a quad whose mater
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,8 +16,7 @@ from rowbeam.model.surface_policy import SurfacePolicy, parse_surface_policy, po
 from rowbeam.util.errors import RowbeamError
 
 from tests.blender.sensors.test_surface_policy import card_mask, on_edge
-from tests.conftest import REPO
-from tests.helpers import load_event
+from tests.helpers import build_blend, export_first_event, load_event
 
 OBJECTS = {"holdout_card": (0x7102, (-2.0, -1.0, 5.0), 0.6125), "back_card": (0x7103, (2.0, -1.0, 5.0), 0.6125),
            "group_leaf": (0x7104, (-1.6, 0.88, 4.0), 0.7), "mix_leaf": (0x7105, (1.2, 0.66, 4.0), 0.5),
@@ -48,15 +45,10 @@ def exported(tmp_path_factory):
             "rig['sensors'][0]['surface_policy'] = json.loads(sys.argv[2])\n"
             "open(sys.argv[1][:-6] + '.options.rig.json', 'w').write(json.dumps(rig))\n")
     blend = d / "p.blend"
-    subprocess.run([sys.executable, "-c", code, str(blend), json.dumps(OPTIONS)], cwd=REPO, check=True,
-                   capture_output=True)
+    build_blend(code, blend, json.dumps(OPTIONS))
     out = {}
     for name, rig in (("default", d / "p.rig.json"), ("options", d / "p.options.rig.json")):
-        r = subprocess.run([sys.executable, str(REPO / "render_export.py"), str(blend), "--rig", str(rig),
-                            "--out", str(d / name), "--first-event", "0", "--count", "1"],
-                           cwd=REPO, capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        out[name] = (d / name, r.stderr)
+        out[name] = (d / name, export_first_event(blend, rig, d / name))
     return out
 
 
