@@ -141,6 +141,13 @@ def snapshot(*roots) -> dict:
     return out
 
 
+def scene_script(module: str, builder: str, then: str = "") -> str:
+    """Python for build_blend: build rowbeam.blender.scenes.`module`.`builder`(scale=4), save it with its rig to
+    sys.argv[1], then run `then` (names in scope: sys, json, common, the module, rig)."""
+    return (f"import sys, json\nfrom rowbeam.blender.scenes import {module}, common\n"
+            f"_, rig = {module}.{builder}(scale=4)\ncommon.save(sys.argv[1], rig)\n{then}")
+
+
 def build_blend(code: str, blend, *args) -> None:
     """Run scene-building Python `code` in a fresh interpreter at the repository root (sys.argv[1] = blend path,
     then args); asserts it succeeded."""

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.blender.sensors.test_surface_policy import K, OBJECTS, SIZE, _card_coords, card_mask
-from tests.helpers import build_blend, export_first_event, load_event
+from tests.helpers import build_blend, export_first_event, load_event, scene_script
 
 LAYERS = 3
 
@@ -20,11 +20,10 @@ LAYERS = 3
 def _export(d, builder: str, policy: dict, camera: dict | None = None):
     """Build surface_scenes.`builder` at scale 4 into d / s.blend, export event 0 of its camera with `policy` (and
     the rig fields `camera`); returns _load's answer."""
-    code = ("import sys, json\nfrom rowbeam.blender.scenes import surface_scenes, common\n"
-            f"_, rig = surface_scenes.{builder}(scale=4)\ncommon.save(sys.argv[1], rig)\n"
-            "rig = surface_scenes.rig(policy=json.loads(sys.argv[2]))\nrig['sensors'] = rig['sensors'][:1]\n"
-            "rig['sensors'][0].update(json.loads(sys.argv[3]))\n"
-            "open(sys.argv[1][:-6] + '.rig.json', 'w').write(json.dumps(rig))\n")
+    code = scene_script("surface_scenes", builder,
+                        "rig = surface_scenes.rig(policy=json.loads(sys.argv[2]))\nrig['sensors'] = rig['sensors'][:1]\n"
+                        "rig['sensors'][0].update(json.loads(sys.argv[3]))\n"
+                        "open(sys.argv[1][:-6] + '.rig.json', 'w').write(json.dumps(rig))\n")
     build_blend(code, d / "s.blend", json.dumps(policy), json.dumps(camera or {}))
     return _load(d)
 

@@ -17,7 +17,7 @@ from rowbeam.check.coverage_checks import check_label_coverage, coverage_disagre
 from rowbeam.model.surface_policy import DEFAULT_POLICY, SurfacePolicy, parse_surface_policy, policy_from_manifest
 from rowbeam.util.errors import RowbeamError
 
-from tests.helpers import build_blend, export_first_event, failures, load_event, rehash
+from tests.helpers import build_blend, export_first_event, failures, load_event, rehash, scene_script
 
 K = np.array([[200.0, 0, 160.0], [0, 200.0, 90.0], [0, 0, 1]])
 SIZE = (320, 180)
@@ -135,13 +135,12 @@ def exported(tmp_path_factory):
     """{policy name: bundle folder} of the surface scene, event 0 of every sensor; "view_layer_0": the camera of the
     default policy on the same scene saved with its view layer Alpha Threshold at 0."""
     d = tmp_path_factory.mktemp("surfaces")
-    code = ("import sys, json\nfrom rowbeam.blender.scenes import surface_scenes, common\n"
-            "_, rig = surface_scenes.surfaces(scale=4)\ncommon.save(sys.argv[1], rig)\n"
-            "for name, policy in json.loads(sys.argv[2]).items():\n"
-            "    rig = surface_scenes.rig(policy=policy)\n"
-            "    open(sys.argv[1][:-6] + '.' + name + '.rig.json', 'w').write(json.dumps(rig))\n"
-            "import bpy\nfor vl in bpy.context.scene.view_layers:\n    vl.pass_alpha_threshold = 0.0\n"
-            "common.save(sys.argv[1][:-6] + '_vl0.blend')\n")
+    code = scene_script("surface_scenes", "surfaces",
+                        "for name, policy in json.loads(sys.argv[2]).items():\n"
+                        "    rig = surface_scenes.rig(policy=policy)\n"
+                        "    open(sys.argv[1][:-6] + '.' + name + '.rig.json', 'w').write(json.dumps(rig))\n"
+                        "import bpy\nfor vl in bpy.context.scene.view_layers:\n    vl.pass_alpha_threshold = 0.0\n"
+                        "common.save(sys.argv[1][:-6] + '_vl0.blend')\n")
     blend = d / "s.blend"
     build_blend(code, blend, json.dumps(POLICIES))
     out = {}

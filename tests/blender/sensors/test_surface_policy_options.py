@@ -16,7 +16,7 @@ from rowbeam.model.surface_policy import SurfacePolicy, parse_surface_policy, po
 from rowbeam.util.errors import RowbeamError
 
 from tests.blender.sensors.test_surface_policy import card_mask, on_edge
-from tests.helpers import build_blend, export_first_event, load_event
+from tests.helpers import build_blend, export_first_event, load_event, scene_script
 
 OBJECTS = {"holdout_card": (0x7102, (-2.0, -1.0, 5.0), 0.6125), "back_card": (0x7103, (2.0, -1.0, 5.0), 0.6125),
            "group_leaf": (0x7104, (-1.6, 0.88, 4.0), 0.7), "mix_leaf": (0x7105, (1.2, 0.66, 4.0), 0.5),
@@ -40,10 +40,9 @@ def test_options_parse_round_trip_and_refuse_unknown_values():
 def exported(tmp_path_factory):
     """{"default" | "options": (bundle folder, exporter stderr)} of event 0 of the camera."""
     d = tmp_path_factory.mktemp("policy_options")
-    code = ("import sys, json\nfrom rowbeam.blender.scenes import policy_option_scenes, common\n"
-            "_, rig = policy_option_scenes.policy_options(scale=4)\ncommon.save(sys.argv[1], rig)\n"
-            "rig['sensors'][0]['surface_policy'] = json.loads(sys.argv[2])\n"
-            "open(sys.argv[1][:-6] + '.options.rig.json', 'w').write(json.dumps(rig))\n")
+    code = scene_script("policy_option_scenes", "policy_options",
+                        "rig['sensors'][0]['surface_policy'] = json.loads(sys.argv[2])\n"
+                        "open(sys.argv[1][:-6] + '.options.rig.json', 'w').write(json.dumps(rig))\n")
     blend = d / "p.blend"
     build_blend(code, blend, json.dumps(OPTIONS))
     out = {}
