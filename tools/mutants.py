@@ -664,6 +664,11 @@ MUTANTS += [
       "if policy.holdout == \"no_label\" and any(n.bl_idname == \"ShaderNodeHoldout\"",
       "if False and any(n.bl_idname == \"ShaderNodeHoldout\"",
       (LAYERS_EXPORT, "-k", "holdouts and default"), "a Holdout shader does not end the stack (label and stack disagree)"),
+    M("objects-unoccluded-ignores-policy", "objects", "rowbeam/blender/objects/object_labels.py",
+      "if decided is not None and np.any(decided[sl]):",
+      "if False:",
+      ("tests/blender/sensors/test_surface_policy.py", "-k", "object_masks"),
+      "an alpha-cut card's label (its alpha mask) taken as its amodal mask (the geometry)"),
 ]
 
 # Mutants left alive on purpose, each with the reason it cannot be killed (an equivalent mutant): id -> reason.

@@ -66,7 +66,9 @@ RASTER_RULE = ("a rigid (not deforming), always-shown object whose (canvas rows 
 UNOCCLUDED_RULE = ("an object whose padded projected box (mesh-box corners at 5 canvas-row times, padded 2 px + half the "
                    "largest motion between samples) lies inside the image and whose box pixels that show another "
                    "surface in the label render all have camera_z > 1.01 * (its farthest sampled camera z) + 0.01 m "
-                   "takes amodal = modal from the label render (nothing can be in front of it)")
+                   "and none of which the surface policy decided (policy_mask: the modal mask there follows alpha, "
+                   "glass or volumes, the amodal mask the geometry) takes amodal = modal from the label render "
+                   "(nothing can be in front of it)")
 
 LENS_METHOD = ("rasterised_through_lens: every object with a mesh is rasterised per canvas pixel (a rigid one "
                "from its asset): the pixel centre is unprojected through the lens (rowbeam.model.lens.unproject, float64 "
@@ -295,11 +297,12 @@ def hull_box(corners, T_co, K, W: int, H: int, near: float):
     return x0, x1, int(c[0]), int(c[-1]) + 1
 
 
-def unoccluded_inside(boxes: dict, depths: dict, render_index: dict, instance_id, camera_z) -> set:
+def unoccluded_inside(boxes: dict, depths: dict, render_index: dict, instance_id, camera_z, decided=None) -> set:
     """Objects no other object can cover: the padded canvas box lies inside the image and every pixel of it
     that shows another surface in the label render shows it beyond the object's farthest sampled camera z
     (+ 1 cm + 1 %). Where the object has silhouette it would then win the depth test, so its amodal mask is
-    its modal mask and it needs no render of its own."""
+    its modal mask and it needs no render of its own. decided: (H, W) policy_mask or None; a box with a pixel the
+    surface policy decided is left out (an alpha-cut card's label is its mask, its amodal mask its geometry)."""
     out = set()
     inst = np.asarray(instance_id)                                      # (H, W) image
     H, W = inst.shape
@@ -309,6 +312,8 @@ def unoccluded_inside(boxes: dict, depths: dict, render_index: dict, instance_id
             continue
         zmax = depths[k][1]
         sl = (slice(y0 - H, y1 - H), slice(x0 - W, x1 - W))
+        if decided is not None and np.any(decided[sl]):
+            continue
         other = inst[sl] != render_index[k]
         if np.all(z[sl][other] > zmax * 1.01 + 0.01):
             out.add(k)
@@ -382,7 +387,8 @@ class EventInputs:
     timing: the event's rolling-shutter timing model; K (3, 3) image intrinsics (px); params: the camera's
     Blender parameters (rowbeam.model.camera_model); row_poses (H, 4, 4) world <- OpenCV camera per image row;
     ref_pose (4, 4) world <- camera at the reference time; instance_id (H, W) render index per pixel (0:
-    background); camera_z (H, W) m; lens: the rowbeam.model.lens.Lens it renders through, else None (pinhole)."""
+    background); camera_z (H, W) m; lens: the rowbeam.model.lens.Lens it renders through, else None (pinhole);
+    policy_mask: (H, W) uint8, 1 where the surface policy decided the label, else None."""
     timing: object
     K: object
     params: object
@@ -391,6 +397,7 @@ class EventInputs:
     instance_id: object
     camera_z: object
     lens: object = None
+    policy_mask: object = None
 
 
 @dataclass
@@ -604,7 +611,7 @@ def _stage_boxes(st: _Stage) -> None:
     depths = dict(zip(keys, depth_list, strict=True))
     if SHORTCUT_UNOCCLUDED:
         st.from_modal = unoccluded_inside(st.boxes, depths, {k: st.table[k].render_index for k in st.boxes},
-                                          ev.instance_id, ev.camera_z)
+                                          ev.instance_id, ev.camera_z, ev.policy_mask)
 
 
 def _stage_rasterise(st: _Stage) -> None:

@@ -188,7 +188,8 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
 
         ctx.progress.stage("object labels")
         obj_arrays, object_block, assets, obj_seconds = compute_object_labels(ctx, sensor, EventInputs(
-            timing, K, params, row_poses, ref_pose, labels["instance_id"], labels["camera_z"], lens))
+            timing, K, params, row_poses, ref_pose, labels["instance_id"], labels["camera_z"], lens,
+            labels.get("policy_mask")))
         arrays.update(obj_arrays)
         seconds.update(obj_seconds)
     method = {

@@ -274,6 +274,29 @@ def test_planted_label_hole_fails_label_coverage(exported, tmp_path):
     assert {f["check"] for f in fails} == {"label_coverage"}      # every other invariant holds on the hole
 
 
+def test_object_masks_are_geometry_where_the_policy_decided(tmp_path):
+    """With object labels, the leaf card (nothing in front of it, so a candidate for amodal = modal) keeps its whole
+    4900 px card as amodal mask while its label is the 973 px disc of alpha >= 0.5; the decal (passed at 0.5) has
+    its 2401 px square and no visible pixel; the event publishes with objects:rasterisation passing (taking the
+    card's label as its amodal mask quarantined it: 3927 px off the rasterised asset)."""
+    code = scene_script("surface_scenes", "surfaces",
+                        "rig = surface_scenes.rig()\nrig['sensors'] = rig['sensors'][:1]\n"
+                        "rig['sensors'][0]['object_labels'] = True\n"
+                        "open(sys.argv[1][:-6] + '.rig.json', 'w').write(json.dumps(rig))\n")
+    build_blend(code, tmp_path / "s.blend")
+    export_first_event(tmp_path / "s.blend", tmp_path / "s.rig.json", tmp_path / "b")
+    event = tmp_path / "b" / "events" / "camera_front" / "000000"
+    manifest, a = load_event(event)
+    masks = np.unpackbits(a["amodal_masks"], axis=-1, bitorder="big")[..., :SIZE[0]].astype(bool)
+    objects = {o["name"]: o for o in manifest["object_labels"]["objects"]}
+    card, decal = objects["leaf_card"], objects["decal"]
+    assert masks[card["mask_index"]].sum() == 70 * 70 and (a["instance_id"] == card["instance_id"]).sum() == 973
+    assert (masks[decal["mask_index"]] == card_mask(*OBJECTS["decal"][1:], 0.0)).all()
+    assert (a["instance_id"] == decal["instance_id"]).sum() == 0
+    report = json.loads((event / "qa_report.json").read_text())
+    assert {c["check"]: c["status"] for c in report["checks"]}["objects:rasterisation"] == "pass"
+
+
 def test_report_overlay_marks_policy_pixels_and_holes():
     from rowbeam.report.overlays import HOLE_COLOUR, surface_policy_overlay
 
