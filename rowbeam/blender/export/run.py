@@ -130,14 +130,16 @@ class ExportContext:
 
     def shutter_objects(self) -> tuple[list, list]:
         """(render objects that may move: motion blur, render objects certainly static: motion blur off) --
-        static in the object table (matrix_world and evaluated mesh constant over the range) and nothing
-        animates their transform (pose_eval.certainly_static)."""
+        static in the object table (matrix_world and evaluated mesh constant over the range), nothing
+        animates their transform (pose_eval.certainly_static) and none of their instances moves."""
         from rowbeam.blender.compat.pose_eval import certainly_static
 
         moving, static = [], []
+        carriers = {self.instances.instancer[e.render_index] for e in self.instances.entries if e.motion != "static"}
         for e in self.table:
             obj = self.scene.objects[e.obj_name]
-            (static if e.motion == "static" and certainly_static(obj) else moving).append(obj)
+            still = e.motion == "static" and e.obj_name not in carriers and certainly_static(obj)
+            (static if still else moving).append(obj)
         return moving, static
 
     def base_settings(self, patch: ScenePatch, width: int, height: int) -> None:

@@ -113,13 +113,10 @@ def collect_instances(scene, view_layer) -> list[dict]:
 
 def _without_own_geometry(found: list[dict]) -> list[dict]:
     """Drop what is an object's own evaluated geometry rather than an instance: Blender lists a non-mesh component
-    of an object's Geometry Nodes output (a point cloud, curves) as one instance of the object itself. It stays that
-    object (one id, its pixels resolve to it); several such entries are instances the node tree makes."""
-    own: dict = {}
-    for d in found:
-        if d["proto"] == d["instancer"]:
-            own[d["instancer"]] = own.get(d["instancer"], 0) + 1
-    return [d for d in found if not (d["proto"] == d["instancer"] and own[d["instancer"]] == 1)]
+    of an object's Geometry Nodes output (a point cloud, curves) as an instance of the object itself at a persistent
+    path of length 1. It stays that object (one id, its pixels resolve to it); instances the node tree makes sit
+    one level deeper (a single one too)."""
+    return [d for d in found if not (d["proto"] == d["instancer"] and len(d["path"]) <= 1)]
 
 
 def build_instances(scene, view_layer, table: list, ontology, parents: dict) -> InstanceSet:
@@ -345,4 +342,63 @@ def instance_geometry(scene, view_layer, insts: InstanceSet) -> dict:
             meshes[key] = triangles_of(inst.object)
         if meshes[key] is not None:
             out[ri] = (np.array(inst.matrix_world, dtype=np.float64), *meshes[key])
+    return out
+
+
+FOLLOW_SAMPLES = 5                # times (first .. last, evenly) at which an instance is compared with its instancer
+INSTANCE_MOTION_RULE = (
+    "world <- instance at time t: M_instancer(t) @ M_instancer(t_s)^-1 @ M_instance(t_s) when the instance's matrix "
+    f"relative to its instancer is the same at {FOLLOW_SAMPLES} times spread over the rows (atol 1e-6; the instancer "
+    "alone moves, evaluated like any object); else the instance's own matrix after a frame_set at every time")
+
+
+def _instances_now(want: dict) -> dict:
+    """{render index: world matrix (4, 4)} of the wanted instances ({(instancer, path): render index}) in the
+    evaluated scene now."""
+    import bpy
+
+    out = {}
+    for inst in bpy.context.evaluated_depsgraph_get().object_instances:
+        if inst.is_instance and inst.show_self:
+            ri = want.get((inst.parent.original.name, _trim(inst.persistent_id)))
+            if ri is not None:
+                out[ri] = np.array(inst.matrix_world, dtype=np.float64)
+    return out
+
+
+def instance_matrices(scene, clock, insts: InstanceSet, indices: list, times_ns: list) -> np.ndarray:
+    """(len(indices), len(times_ns), 4, 4) float64 world matrices (scale kept) of the instances with these render
+    indices at each time (INSTANCE_MOTION_RULE); NaN where an instance is not rendered at a time. Leaves the
+    scene's time where it was."""
+    from rowbeam.blender.compat.scene_clock import objects_world_matrices, set_time
+
+    frame, sub = scene.frame_current, scene.frame_subframe
+    want = {(insts.instancer[ri], insts.path[ri]): ri for ri in indices}
+    parents = sorted({insts.instancer[ri] for ri in indices})
+    P = objects_world_matrices(scene, clock, [scene.objects[n] for n in parents], times_ns)
+    slot = {n: i for i, n in enumerate(parents)}
+    out = np.full((len(indices), len(times_ns), 4, 4), np.nan)
+    pos = {ri: i for i, ri in enumerate(indices)}
+    picks = np.unique(np.linspace(0, len(times_ns) - 1, FOLLOW_SAMPLES).round().astype(int)) if times_ns else []
+    rel: dict = {}
+    for s in picks:
+        set_time(scene, clock, times_ns[s])
+        now = _instances_now(want)
+        for ri in indices:
+            p = P[slot[insts.instancer[ri]], s]
+            rel.setdefault(ri, []).append(np.linalg.inv(p) @ now[ri] if ri in now else None)
+    follow = [ri for ri in indices if all(r is not None and np.allclose(r, rel[ri][0], rtol=0, atol=1e-6)
+                                          for r in rel[ri])]
+    for i, ri in enumerate(indices):
+        if ri in follow:
+            out[i] = np.einsum("tij,jk->tik", P[slot[insts.instancer[ri]]], rel[ri][0])
+    follow = set(follow)
+    rest = [ri for ri in indices if ri not in follow]
+    if rest:
+        sub_want = {k: v for k, v in want.items() if v in rest}
+        for j, t in enumerate(times_ns):
+            set_time(scene, clock, t)
+            for ri, M in _instances_now(sub_want).items():
+                out[pos[ri], j] = M
+    scene.frame_set(frame, subframe=sub)
     return out

@@ -43,7 +43,7 @@ from rowbeam.blender.cycles import cycles_setup as cs
 from rowbeam.blender.cycles.cycles_timing import label_shutter, timed_rows_shutter
 from rowbeam.blender.cycles.osl_camera import CLIP_M
 from rowbeam.blender.cycles.render_camera import use_render_camera
-from rowbeam.blender.objects.instances import instance_geometry
+from rowbeam.blender.objects.instances import instance_geometry, instance_matrices
 from rowbeam.blender.objects.meshes import triangles_of
 from rowbeam.blender.compat.scene_clock import objects_world_matrices, set_time
 from rowbeam.blender.compat.scene_patch import ScenePatch
@@ -491,6 +491,7 @@ def _new_stage(ctx, sensor, ev: EventInputs) -> _Stage:
     extra = list(insts.entries) if insts else []
     table = list(ctx.table) + extra
     moving = [k for k, e in enumerate(ctx.table) if e.motion == "moving"]
+    moving += [len(ctx.table) + i for i, e in enumerate(extra) if e.motion == "moving"]
     return _Stage(ctx=ctx, sensor=sensor, ev=ev, cam=ctx.scene.objects[sensor.object],
                   W=ev.params.resolution_x, H=ev.params.resolution_y, times=canvas_row_times(ev.timing),
                   t_ref=ev.timing.reference_time_ns(), table=table,
@@ -534,17 +535,17 @@ def _stage_assets(st: _Stage) -> None:
 
 def _stage_instance_assets(st: _Stage) -> set:
     """Assets of the instances (keys k >= n_objects) at the reference time, like objects' (a static instance is
-    rigid: its pose is its world matrix's rigid part, its scale baked into the asset); returns the instancers'
-    names. A moving instance or one without mesh geometry is listed in st.skipped."""
+    rigid: its pose is its world matrix's rigid part, its scale baked into the asset; a moving one's rows follow
+    instances.INSTANCE_MOTION_RULE); returns the instancers' names. An instance without mesh geometry at the
+    reference time is listed in st.skipped."""
     insts = st.ctx.instances
     if not insts:
         return set()
     geom = instance_geometry(st.ctx.scene, st.ctx.view_layer, insts)
     for k in range(st.n_objects, len(st.table)):
         e = st.table[k]
-        if e.motion != "static" or e.render_index not in geom:
-            st.skip(k, "instance " + ("moving: no object labels yet" if e.motion != "static" else
-                                      "without mesh geometry at the reference time: no object labels"))
+        if e.render_index not in geom:
+            st.skip(k, "instance without mesh geometry at the reference time: no object labels")
             continue
         M, V_local, F = geom[e.render_index]
         T_wo, V, notes = asset_for(M, V_local, F, e.obj_name)
@@ -565,16 +566,19 @@ def _stage_canvas_poses(st: _Stage) -> None:
     need = [c for c in range(Hc) if not H <= c < 2 * H]
     st.cam_rows = np.empty((Hc, 4, 4))
     st.cam_rows[H:2 * H] = st.ev.row_poses
-    mov_objs = [st.objs[k] for k in st.moving]
+    mov_keys = [k for k in st.moving if k < st.n_objects]
+    mov_objs = [st.objs[k] for k in mov_keys]
     M_extra = objects_world_matrices(scene, clock, [st.cam] + mov_objs, [times[c] for c in need])
     st.cam_rows[need] = [world_from_opencv_camera(m) for m in M_extra[0]]
     st.obj_rows = np.empty((len(st.moving), Hc, 4, 4))
-    if st.moving:
+    if mov_objs:
         M_in = objects_world_matrices(scene, clock, mov_objs, [times[c] for c in range(H, 2 * H)])
-        st.obj_rows[:, need] = M_extra[1:]
-        st.obj_rows[:, H:2 * H] = M_in
+        st.obj_rows[:len(mov_keys), need] = M_extra[1:]
+        st.obj_rows[:len(mov_keys), H:2 * H] = M_in
+    _stage_instance_rows(st, len(mov_keys))
     M_obj = objects_world_matrices(scene, clock, st.objs[:st.n_objects], [times[c] for c in st.sample_rows])
-    M_inst = np.array([np.broadcast_to(st.inst_matrix.get(k, np.eye(4)), (len(st.sample_rows), 4, 4))
+    M_inst = np.array([st.obj_rows[st.row_of_moving[k]][st.sample_rows] if k in st.row_of_moving else
+                       np.broadcast_to(st.inst_matrix.get(k, np.eye(4)), (len(st.sample_rows), 4, 4))
                        for k in range(st.n_objects, len(st.table))]).reshape(-1, len(st.sample_rows), 4, 4)
     st.M_samples = np.concatenate([np.asarray(M_obj).reshape(-1, len(st.sample_rows), 4, 4), M_inst])
     states = []
@@ -586,6 +590,19 @@ def _stage_canvas_poses(st: _Stage) -> None:
             st.hidden_notes[k] = ("hidden (hide_render) during part of the canvas rows' times: Blender takes render "
                                   "visibility at the shutter centre only, so every label shows it in all rows or in "
                                   "none")
+
+
+def _stage_instance_rows(st: _Stage, first: int) -> None:
+    """st.obj_rows[first:] = the moving instances' world matrices at every canvas row (INSTANCE_MOTION_RULE); an
+    instance missing at some row (not rendered then) keeps its reference matrix there."""
+    keys = st.moving[first:]
+    if not keys:
+        return
+    rows = instance_matrices(st.ctx.scene, st.ctx.clock, st.ctx.instances, [st.table[k].render_index for k in keys],
+                             list(st.times))
+    for i, k in enumerate(keys):
+        ref = st.inst_matrix.get(k, np.eye(4))
+        st.obj_rows[first + i] = np.where(np.isnan(rows[i]), ref, rows[i])
 
 
 def _stage_boxes(st: _Stage) -> None:
@@ -841,7 +858,8 @@ def _object_poses(st: _Stage, k: int, centroid_row):
     if k not in st.row_of_moving:
         return T_wo_ref, T_wo_ref
     Tm = st.obj_rows[st.row_of_moving[k]]
-    T_ref_w = rigid_part(np.array(_matrix_at(st.ctx.scene, st.ctx.clock, st.objs[k], st.t_ref)))
+    M_ref = st.inst_matrix[k] if k >= st.n_objects else _matrix_at(st.ctx.scene, st.ctx.clock, st.objs[k], st.t_ref)
+    T_ref_w = rigid_part(np.array(M_ref))
     T_c = rigid_part(Tm[st.H + centroid_row]) if centroid_row is not None else None
     return T_ref_w, T_c
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import numpy as np
+
 from rowbeam.util.errors import RowbeamError
 from rowbeam.model.class_rules import ObjectTags, classify
 from rowbeam.model.ontology import VOID_ID, Ontology
@@ -123,20 +125,35 @@ def renderable_objects(scene, view_layer) -> list:
 
 
 def _mesh_signature(obj, depsgraph) -> tuple:
-    """(vertex count, triangle count, sum of local coordinates) of the evaluated object's mesh."""
+    """(vertex count, triangle count, sha256 of the float32 local vertex coordinates) of the evaluated object's
+    mesh: any moved vertex changes it."""
     ev = obj.evaluated_get(depsgraph)
     mesh = ev.to_mesh()
     try:
         mesh.calc_loop_triangles()
-        return len(mesh.vertices), len(mesh.loop_triangles), sum(sum(v.co) for v in mesh.vertices)
+        co = np.empty(3 * len(mesh.vertices), dtype=np.float32)
+        mesh.vertices.foreach_get("co", co)
+        return len(mesh.vertices), len(mesh.loop_triangles), hashlib.sha256(co.tobytes()).hexdigest()
     finally:
         ev.to_mesh_clear()
 
 
+def _deform_modified(obj, scene) -> bool:
+    """Blender's is_deform_modified without Geometry Nodes: Blender counts every Geometry Nodes modifier as
+    deforming, static or not; such objects are decided by their evaluated mesh over the range instead."""
+    if not obj.is_deform_modified(scene, "RENDER"):
+        return False
+    enabled = [m for m in obj.modifiers if m.show_render]
+    shape_keys = getattr(getattr(obj, "data", None), "shape_keys", None)
+    animated_keys = shape_keys is not None and shape_keys.animation_data is not None
+    return animated_keys or not enabled or any(m.type != "NODES" for m in enabled)
+
+
 def moving_objects(scene, objects) -> set[str]:
     """Names of objects that move or deform: matrix_world differs between any two frames of the
-    scene's range (every frame and half frame), a modifier deforms them, or the evaluated mesh of an
-    object with modifiers or animated shape keys changes (e.g. a Build or geometry-nodes modifier).
+    scene's range (every frame and half frame), a modifier other than Geometry Nodes deforms them, or the
+    evaluated mesh of an object with modifiers changes (e.g. a Build or a time-dependent Geometry Nodes
+    modifier; a static Geometry Nodes object is static).
 
     matrix_world of plain objects (`pose_eval.plain_reason`) is evaluated directly at every sample time,
     bit-identical to frame_set (none at all for `certainly_static` ones); frame_set runs only for the rest
@@ -145,7 +162,7 @@ def moving_objects(scene, objects) -> set[str]:
 
     from rowbeam.blender.compat import pose_eval, scene_clock
 
-    moving = {o.name for o in objects if o.is_deform_modified(scene, "RENDER")}
+    moving = {o.name for o in objects if _deform_modified(o, scene)}
     direct = not scene_clock.FORCE_FRAME_SET and scene.render.frame_map_old == scene.render.frame_map_new
     plain = [o for o in objects if direct and o.name not in moving and pose_eval.plain_reason([o]) is None]
     plain_names = {o.name for o in plain}
