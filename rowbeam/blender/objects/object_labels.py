@@ -516,14 +516,15 @@ def _stage_assets(st: _Stage) -> None:
                     + ("; its instances are objects of their own" if o.name in instancers else ""))
             continue
         T_wo, V, notes = asset_for(np.array(o.matrix_world, dtype=np.float64), mesh[0], mesh[1], e.obj_name)
-        if o.is_deform_modified(scene, "RENDER"):
+        deforming = e.motion != "static" and o.is_deform_modified(scene, "RENDER")     # a static one keeps its mesh
+        if deforming:
             notes.append("deforming: asset is the mesh at reference_time_ns; masks rasterised from the evaluated mesh "
                          "at each canvas row's time (row_mesh)")
         data = ply_bytes(V, mesh[1])
         sha = hashlib.sha256(data).hexdigest()
         st.assets[sha] = data
         st.entries[k] = {"T_wo_ref": T_wo, "V": V, "F": mesh[1], "notes": notes, "sha": sha,
-                         "checkable": not o.is_deform_modified(scene, "RENDER"),
+                         "checkable": not deforming,
                          "aabb": (V.min(axis=0), V.max(axis=0))}
     labelled = _stage_instance_assets(st)
     for o in scene.objects:

@@ -94,6 +94,11 @@ def test_static_geometry_nodes_object_is_static(movers):
     assert objs["still_gn"]["motion"] == "static"
     assert objs["ground"]["motion"] == "static"
     assert objs["mover_gn"]["motion"] == "moving"
+    lab = next(o for o in m["object_labels"]["objects"] if o["name"] == "still_gn")
+    assert not any("deforming" in n for n in lab.get("notes", [])), lab
+    # quad of half side 1 m at camera (3, 0, 15): u 46.67..53.33, v 19.17..25.83 -> centres u 47..53, v 20..25
+    assert lab["bbox_modal"] == lab["bbox_amodal_unclipped"] == [47, 20, 7, 6], lab
+    assert lab["px_count_visib"] == lab["px_count_all"] == 42
 
 
 def test_moving_instances_per_row_poses_masks_and_pixels_vs_closed_form(movers):
