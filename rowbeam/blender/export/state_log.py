@@ -29,6 +29,7 @@ from rowbeam.blender.compat.scene_clock import objects_world_matrices
 from rowbeam.bundle.files import load_json
 from rowbeam.bundle.schema import MAX_USER_JSON_BYTES
 from rowbeam.model.command_track import COMMAND_PROPERTY, SEMANTICS, parse_command_track, parse_command_track_text
+from rowbeam.blender.objects.instances import instance_matrices
 
 
 def check_state_log_config(scene, rig) -> None:
@@ -63,14 +64,14 @@ def load_command_tracks(scene, rig, rig_dir) -> list[dict]:
 
 def plan_bodies(ctx, rig, sensors) -> list[tuple[str, str, float, str | None]]:
     """[(object name, role, rate_hz, 64-bit id or None)]: ego, the objects of `sensors` (every rig sensor, so
-    associations find both partners' poses), moving objects (each once)."""
+    associations find both partners' poses), moving objects and moving instances (object-table names; each once)."""
     cfg = rig.state_log
     bodies, seen = [], set()
     for name, role, rate, oid in ([(cfg["ego_object"], "ego", cfg["ego_rate_hz"], None)]
                                   + [(s.object, "sensor", cfg["ego_rate_hz"], None) for s in sensors
                                      if ctx.scene.objects.get(s.object) is not None]
-                                  + [(e.obj_name, "object", cfg["objects_rate_hz"], str(e.id)) for e in ctx.table
-                                     if e.motion != "static"]):
+                                  + [(e.obj_name, "object", cfg["objects_rate_hz"], str(e.id))
+                                     for e in list(ctx.table) + list(ctx.instances.entries) if e.motion != "static"]):
         if name not in seen:
             seen.add(name)
             bodies.append((name, role, rate, oid))
@@ -79,15 +80,13 @@ def plan_bodies(ctx, rig, sensors) -> list[tuple[str, str, float, str | None]]:
 
 def sample_body_tracks(ctx, bodies, start_ns: int, end_ns: int) -> dict:
     """{name: (t_ns, T (N,4,4), v (N,3), w (N,3))} sampled per rate group."""
-    scene, clock = ctx.scene, ctx.clock
     out = {}
     for rate in sorted({b[2] for b in bodies}):
         names = [b[0] for b in bodies if b[2] == rate]
-        objs = [scene.objects[n] for n in names]
         t = sample_times_ns(rate, start_ns, end_ns)
-        M = objects_world_matrices(scene, clock, objs, t.tolist())
-        before = objects_world_matrices(scene, clock, objs, [int(x) - VELOCITY_STEP_NS for x in t])
-        after = objects_world_matrices(scene, clock, objs, [int(x) + VELOCITY_STEP_NS for x in t])
+        M = _body_matrices(ctx, names, t.tolist())
+        before = _body_matrices(ctx, names, [int(x) - VELOCITY_STEP_NS for x in t])
+        after = _body_matrices(ctx, names, [int(x) + VELOCITY_STEP_NS for x in t])
         h2 = 2 * VELOCITY_STEP_NS * 1e-9
         for i, n in enumerate(names):
             T = np.stack([rigid_part(m) for m in M[i]])
@@ -95,6 +94,22 @@ def sample_body_tracks(ctx, bodies, start_ns: int, end_ns: int) -> dict:
             Ra = np.stack([rigid_part(m)[:3, :3] for m in after[i]])
             v = (after[i][:, :3, 3] - before[i][:, :3, 3]) / h2
             out[n] = (t, T, v, angular_velocity(Rb, Ra, h2))
+    return out
+
+
+def _body_matrices(ctx, names: list, times_ns: list) -> np.ndarray:
+    """(len(names), N, 4, 4) matrix_world of scene objects and instances (object-table names of ctx.instances:
+    instances.instance_matrices) at each time."""
+    index = {e.obj_name: e.render_index for e in ctx.instances.entries}
+    objs = [n for n in names if n not in index]
+    out = np.empty((len(names), len(times_ns), 4, 4))
+    if objs:
+        out[[names.index(n) for n in objs]] = objects_world_matrices(ctx.scene, ctx.clock,
+                                                                     [ctx.scene.objects[n] for n in objs], times_ns)
+    insts = [n for n in names if n in index]
+    if insts:
+        out[[names.index(n) for n in insts]] = instance_matrices(ctx.scene, ctx.clock, ctx.instances,
+                                                                 [index[n] for n in insts], times_ns)
     return out
 
 

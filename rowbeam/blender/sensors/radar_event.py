@@ -8,7 +8,8 @@ pass and true-normal AOV with the exact mount pose at each chirp's time (`lidar_
 Radial velocity (m/s, positive = receding) of a return P on object o at chirp time t:
     v_r = (Mdot_o(t) M_o(t)^-1 P - odot(t)) . d_world(t)
 with Mdot the central difference of matrix_world over t +- VELOCITY_STEP_NS (rigid and affine motion
-exactly up to O(step^2) curvature; objects marked static have Mdot = 0), odot the mount origin's
+exactly up to O(step^2) curvature; objects marked static have Mdot = 0; a moving instance's matrix by
+instances.INSTANCE_MOTION_RULE), odot the mount origin's
 velocity by the same difference, d_world the beam direction at t. Never a difference of ranges.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from rowbeam.blender.sensors.lidar_layout import sweep_layout
 from rowbeam.blender.sensors.lidar_osl import beam_camera_source
 from rowbeam.blender.compat.scene_clock import objects_world_matrices, pose_method, rigid_poses, set_time
 from rowbeam.blender.export.verify import verify_rows
+from rowbeam.blender.objects.instances import instance_lookup, instance_matrices
 
 VELOCITY_STEP_NS = 2_000_000          # +-2 ms: float32 matrix_world and subframe rounding vs curvature
 RADAR_METHOD = ("cycles_osl_beam_camera: one Cycles render through the generated OSL beam camera (image rows = chirps, "
@@ -51,16 +53,23 @@ def radar_shader_source(sensor: RadarSensor, layout, render=None) -> str:
                               np.radians(sensor.azimuths_deg).tolist(), 0.0)
 
 
-def chirp_motion(ctx, sensor: RadarSensor, timing, objects) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(M, Mdot) of [mount] + objects at every chirp: (1+O, K, 4, 4) matrix_world and its time derivative (per s),
-    and (K, 4, 4) rigid mount poses."""
+def chirp_motion(ctx, sensor: RadarSensor, timing, objects, instances=()) -> tuple[np.ndarray, np.ndarray,
+                                                                                     np.ndarray]:
+    """(M, Mdot) of [mount] + objects + instances (render indices of ctx.instances) at every chirp:
+    (1+O+I, K, 4, 4) matrix_world and its time derivative (per s), and (K, 4, 4) rigid mount poses."""
     scene, clock = ctx.scene, ctx.clock
     mount = scene.objects[sensor.object]
     times = [timing.chirp_time_exact(j) for j in range(sensor.chirps)]
     bodies = [mount] + list(objects)
-    M = objects_world_matrices(scene, clock, bodies, times)
-    before = objects_world_matrices(scene, clock, bodies, [t - VELOCITY_STEP_NS for t in times])
-    after = objects_world_matrices(scene, clock, bodies, [t + VELOCITY_STEP_NS for t in times])
+
+    def at(ts):
+        M = objects_world_matrices(scene, clock, bodies, ts)
+        if not instances:
+            return M
+        return np.concatenate([M, instance_matrices(scene, clock, ctx.instances, list(instances), ts)])
+
+    M = at(times)
+    before, after = at([t - VELOCITY_STEP_NS for t in times]), at([t + VELOCITY_STEP_NS for t in times])
     Mdot = (after - before) / (2 * VELOCITY_STEP_NS * 1e-9)
     return M, Mdot, rigid_poses(scene, clock, mount, times)
 
@@ -93,11 +102,13 @@ def export_radar_event(ctx, sensor: RadarSensor, index: int) -> SensorEventOutpu
     layout = sweep_layout(K, timing.firing_period_ns, [0] * B)
     seconds = {}
     moving = [e for e in ctx.table if e.motion != "static"]
+    moving_inst = [e.render_index for e in ctx.instances.entries if e.motion != "static"]
     body_of_index = {e.render_index: None for e in ctx.table}
     body_of_index.update({e.render_index: i + 1 for i, e in enumerate(moving)})
+    body_of_index.update({ri: 1 + len(moving) + i for i, ri in enumerate(moving_inst)})
 
     t0 = time.perf_counter()
-    M, Mdot, poses = chirp_motion(ctx, sensor, timing, [scene.objects[e.obj_name] for e in moving])
+    M, Mdot, poses = chirp_motion(ctx, sensor, timing, [scene.objects[e.obj_name] for e in moving], moving_inst)
     ref_pose = rigid_poses(scene, clock, scene.objects[sensor.object], [timing.reference_time_ns()])[0]
     seconds["poses"] = time.perf_counter() - t0
 
@@ -189,13 +200,14 @@ def _verify(ctx, sensor: RadarSensor, timing, labels: dict, poses: np.ndarray, t
     for j in chirps:
         set_time(scene, ctx.clock, timing.chirp_time_exact(j))
         depsgraph = bpy.context.evaluated_depsgraph_get()
+        instance_of = instance_lookup(ctx.instances) if ctx.instances else (lambda obj, M: None)
         R, o = poses[j, :3, :3], poses[j, :3, 3]
         c_worst, c_mismatch, hits, misses = 0.0, 0, [], []
         for b in range(sensor.beams):
-            hit, loc, _, _, obj, _ = scene.ray_cast(depsgraph, o.tolist(), (R @ directions[b]).tolist())
+            hit, loc, _, _, obj, M = scene.ray_cast(depsgraph, o.tolist(), (R @ directions[b]).tolist())
             rng = float(np.linalg.norm(np.array(loc) - o)) if hit else np.inf
             ok = hit and sensor.min_range_m <= rng <= sensor.max_range_m
-            expected = name_to_index.get(obj.name, -1) if ok else 0
+            expected = (instance_of(obj, M) or name_to_index.get(obj.name, -1)) if ok else 0
             if labels["_not_cast"][j, b]:
                 continue
             compared += 1
