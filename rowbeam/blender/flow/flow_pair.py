@@ -32,6 +32,7 @@ from rowbeam.blender.flow.mesh_motion import (
     uses_mesh_path,
 )
 from rowbeam.blender.compat.scene_clock import objects_world_matrices, pose_method, set_time
+from rowbeam.blender.objects.instances import instance_matrices
 
 NEEDED = ("camera_z", "instance_id", "row_T_world_camera")
 # a pair's payloads, in the order of its manifest's modalities
@@ -70,8 +71,8 @@ def load_event(event_dir: Path, names=NEEDED) -> tuple[dict, dict]:
 def _object_luts(ctx, rigid, deforming, t_src, t_dst):
     """(render index -> rigid slot (-1 none), -> deforming slot (-1 none), -> undefined) and the reason per
     object name for the objects whose correspondence is undefined because they are hidden at one endpoint.
-    Instances (rowbeam.blender.objects.instances): a static one is static scene geometry; a moving one's
-    correspondence is undefined (its material points are not tracked)."""
+    Instances (rowbeam.blender.objects.instances): a static one is static scene geometry; a moving one is rigid
+    (slots after the rigid objects', in ctx.instances.entries order: its instanced geometry moves with its matrix)."""
     instances = ctx.instances.entries if ctx.instances else []
     size = max([e.render_index for e in ctx.table] + [e.render_index for e in instances] + [0]) + 1
     slot = np.full(size, -1, np.int64)
@@ -93,10 +94,8 @@ def _object_luts(ctx, rigid, deforming, t_src, t_dst):
             slot[e.render_index] = rigid.index(e.obj_name)
         if e.obj_name in deforming:
             dslot[e.render_index] = deforming.index(e.obj_name)
-    for e in instances:
-        if e.motion != "static":
-            undefined[e.render_index] = 1
-            reasons[e.obj_name] = "moving instance: its material points are not tracked"
+    for i, e in enumerate(e for e in instances if e.motion != "static"):
+        slot[e.render_index] = len(rigid) + i
     return slot, dslot, undefined, reasons
 
 
@@ -139,8 +138,7 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path, early=None) -> tuple[di
     rigid = [n for n in moving if n not in deforming]
     slot, dslot, undefined, reasons = _object_luts(ctx, rigid, deforming, timings[0].reference_time_ns(),
                                                    timings[1].reference_time_ns())
-    mats = [objects_world_matrices(scene, ctx.clock, [scene.objects[n] for n in rigid], times) if rigid
-            else np.empty((0, len(times), 4, 4)) for times in row_times]
+    mats = [_rigid_row_matrices(ctx, rigid, times) for times in row_times]
     lenses = [lens_from_calibration(m["calibration"]) for m in (m0, m1)]
     index_of = {e.obj_name: e.render_index for e in ctx.table}
     wanted = _initial_mesh_rows(deforming, index_of, (a0["instance_id"], a1["instance_id"]))
@@ -215,6 +213,18 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path, early=None) -> tuple[di
         "seconds": {"poses": round(poses_s, 3), "flow": round(flow_s, 3)},
     }
     return arrays, method, ((m0, a0), (m1, a1))
+
+
+def _rigid_row_matrices(ctx, rigid: list, times: list) -> np.ndarray:
+    """(rigid objects + moving instances, rows, 4, 4) world matrices at each row's time: objects by
+    scene_clock.objects_world_matrices, moving instances by instances.instance_matrices (INSTANCE_MOTION_RULE)."""
+    scene = ctx.scene
+    out = objects_world_matrices(scene, ctx.clock, [scene.objects[n] for n in rigid], times) if rigid \
+        else np.empty((0, len(times), 4, 4))
+    moving = [e.render_index for e in ctx.instances.entries if e.motion != "static"] if ctx.instances else []
+    if moving:
+        out = np.concatenate([out, instance_matrices(scene, ctx.clock, ctx.instances, moving, times)])
+    return out
 
 
 def _direction_arrays(direction: str, result) -> dict:
