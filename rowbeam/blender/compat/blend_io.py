@@ -25,6 +25,21 @@ def open_blend(path) -> None:
         raise RowbeamError(f"{path}: Blender could not open it ({str(exc).strip().splitlines()[-1]})") from None
 
 
+def check_linked_libraries() -> None:
+    """Refuse (one line naming the file) a .blend whose linked library files are missing: Blender opens it anyway
+    with empty placeholders, whose objects and instances would silently vanish from every label. Paths are
+    resolved like Blender's (relative to the linking file, nested libraries to theirs); packed libraries pass."""
+    import os
+
+    for lib in bpy.data.libraries:
+        if lib.packed_file is not None:
+            continue
+        path = os.path.normpath(bpy.path.abspath(lib.filepath, library=lib.parent))
+        if not os.path.isfile(path):
+            raise RowbeamError(f"linked library {lib.filepath!r} ({path}) is missing; restore it or relink "
+                               f"library {lib.name!r}")
+
+
 def git_revision() -> str:
     """Revision of the rowbeam source: git when run from a checkout, else the one recorded at build time."""
     if not (REPO_ROOT / ".git").exists():

@@ -36,7 +36,7 @@ from rowbeam.util.worker_threads import WORKERS, openexr_threads
 from rowbeam.version import ROWBEAM_VERSION
 from rowbeam.blender.compat import blender_compat
 from rowbeam.blender.cycles import cycles_setup as cs
-from rowbeam.blender.compat.blend_io import git_revision, open_blend
+from rowbeam.blender.compat.blend_io import check_linked_libraries, git_revision, open_blend
 from rowbeam.blender.export.bundle import BundleWriter, event_location, flow_location, write_error
 from rowbeam.blender.sensors.camera_labels import semantic_lut
 from rowbeam.blender.flow.flow_pair import NEEDED, compute_flow_pair, endpoint, flow_manifest, load_event
@@ -223,6 +223,7 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     blend_path = bpy.data.filepath
     if not blend_path:
         raise RowbeamError("the scene has never been saved; save the .blend before exporting")
+    check_linked_libraries()                                          # a missing one empties its instances
     with watchdog(f"tracing the external files of {blend_path}"):
         check_external_files(blend_path)                              # a FIFO texture would block the render
     scene = bpy.context.scene
