@@ -35,6 +35,7 @@ _FILE_MARKS = {
     "test_concurrency.py": ("slow",),
     "test_memory.py": ("slow",),
     "test_label_speed.py": ("slow",),
+    "test_foreign_files.py": ("slow",),
 }
 _TEST_MARKS = {"test_report_opens_in_headless_chromium": ("browser",)}
 _SOURCE_CACHE: dict = {}

@@ -136,6 +136,15 @@ def _warn_unseen_materials(ctx) -> None:
               "the surface policy; labels follow Cycles' own alpha threshold there", file=sys.stderr)
 
 
+def _note_engine(scene) -> None:
+    """One note on stderr when the scene is set up for another render engine (EEVEE, Workbench): every rowbeam
+    render uses Cycles (the .blend is not changed)."""
+    engine = scene.render.engine
+    if engine != "CYCLES":
+        print(f"rowbeam: note: scene {scene.name!r} is set up for {engine}; rowbeam renders it with Cycles (labels and "
+              "RGB; materials as Cycles shades them, the .blend unchanged)", file=sys.stderr)
+
+
 def _export(args, blend_positional: bool, console) -> int:
     """Plan and run the export; rowbeam's lines go to `console`, user errors to stderr (one line, exit 2)."""
     try:
@@ -158,6 +167,7 @@ def _export(args, blend_positional: bool, console) -> int:
             plan = plan_export(request)
             _warn_unclassified(plan.context.table)
             _warn_unseen_materials(plan.context)
+            _note_engine(plan.context.scene)
             flows = sum(j.is_flow for j in plan.jobs)
             console.say(f"rowbeam: {len(plan.jobs) - flows} event(s), {flows} flow pair(s) -> {plan.writer.root} "
                         f"(device {plan.context.device})")
