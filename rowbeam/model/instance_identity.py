@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+MAX_INSTANCES = 1_000_000        # declared bound on the rendered instances of one instancer (export --max-instances)
+
 INSTANCE_ID_RULE = ("id = little-endian uint64 of sha256(b'rowbeam-instance\\0' + instancer id as 16 hex digits + "
                     "b'\\0' + persistent path)[:8] (0 -> 1); instancer = DepsgraphObjectInstance.parent (the outermost "
                     "instancing object of the scene), persistent path = DepsgraphObjectInstance.persistent_id "

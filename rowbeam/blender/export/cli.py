@@ -10,6 +10,7 @@ from pathlib import Path
 from rowbeam.util.command_line import Parser, error_line, fail
 from rowbeam.util.errors import RowbeamError, quiet_numpy_float_warnings
 from rowbeam.util.interrupt import defer, deferred, guard
+from rowbeam.model.instance_identity import MAX_INSTANCES
 from rowbeam.model.timing import MAX_EVENT_INDEX
 
 from rowbeam.blender.export.console import export_console
@@ -44,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser, blend_positional: bool = True) -> 
     p.add_argument("--lineage-group", help="lineage group (with --scenario; default: the scenario)")
     p.add_argument("--split", help="dataset split of these events (a dataset plan assigns it before rendering); "
                    "written into every manifest's lineage")
+    p.add_argument("--max-instances", type=_bounded_int(MAX_INSTANCES), default=MAX_INSTANCES, metavar="N",
+                   help=f"refuse a scene where one instancer makes more than N rendered instances (default and "
+                   f"most {MAX_INSTANCES})")
     talk = p.add_mutually_exclusive_group()
     talk.add_argument("-q", "--quiet", action="store_true", help="print errors only (no progress, no summary)")
     talk.add_argument("-v", "--verbose", action="store_true",
@@ -162,7 +166,7 @@ def _export(args, blend_positional: bool, console) -> int:
             sensors=parse_sensors(args.sensors),
             first_event=args.first_event, count=args.count, device=args.device, flow=args.flow,
             flow_pairs=parse_pairs(args.flow_pairs), lineage=parse_lineage(args.scenario, args.lineage_group),
-            split=args.split)
+            split=args.split, max_instances=args.max_instances)
         with deferred():        # a signal stops the export between events, never inside a Cycles callback
             plan = plan_export(request)
             _warn_unclassified(plan.context.table)

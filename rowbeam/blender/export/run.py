@@ -48,7 +48,7 @@ from rowbeam.blender.export.manifest import (
     write_payloads,
 )
 from rowbeam.blender.objects.object_labels import check_object_scales, write_assets
-from rowbeam.blender.objects.instances import InstanceSet, build_instances
+from rowbeam.blender.objects.instances import InstanceSet, build_instances, shown_instances
 from rowbeam.blender.objects.object_table import build_object_table, collection_parents
 from rowbeam.util.progress import Progress
 from rowbeam.blender.export.run_temp import run_temp
@@ -76,6 +76,7 @@ class ExportRequest:
     flow_pairs: list | None = None     # explicit (source index, destination index) pairs for every camera
     lineage: dict | None = None        # {scenario, lineage_group} from a dataset plan: overrides rig and scene
     split: str | None = None           # dataset split assigned before rendering (a dataset plan); into every manifest
+    max_instances: int | None = None   # refuse an instancer with more rendered instances (None: MAX_INSTANCES)
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def plan_export(request: ExportRequest) -> ExportPlan:
     view_layer = bpy.context.view_layer
     clock = scene_clock(scene)
     table = build_object_table(scene, view_layer, ontology)
-    instances = build_instances(scene, view_layer, table, ontology, collection_parents(scene))
+    instances = build_instances(scene, view_layer, table, ontology, collection_parents(scene), request.max_instances)
     check_object_scales(scene, table, sensors)                        # object labels: no mirroring scale
     jobs = []
     for s in sensors:
@@ -537,7 +538,8 @@ def _export_event(plan: ExportPlan, job: Job):
     core = exporter.core(out, sensor, index)
     manifest = assemble_manifest(
         core, sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
-        sensor=sensor, modalities=modalities, objects=ctx.table + ctx.instances.entries, ontology=ctx.ontology,
+        sensor=sensor, modalities=modalities, ontology=ctx.ontology,
+        objects=ctx.table + shown_instances(ctx.instances, out.arrays.get("instance_id")),
         build=_build_info(plan, out.render_device), lineage=_lineage_info(plan), run=_run_info(out.seconds, t0),
         state=plan.state, time=time_block(plan.rig.timebase(sensor.id), sensor, core))
     return _check_and_publish(plan, staged, job.location, manifest)

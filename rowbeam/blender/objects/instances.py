@@ -32,14 +32,13 @@ from rowbeam.blender.objects.object_table import (
     parse_object_id,
 )
 from rowbeam.blender.objects.meshes import triangles_of
-from rowbeam.model.instance_identity import instance_id, path_text
+from rowbeam.model.instance_identity import MAX_INSTANCES, instance_id, path_text
 from rowbeam.model.ontology import VOID_ID
 from rowbeam.util.errors import RowbeamError
 
 INSTANCE_RANDOM_AOV = "rowbeam_instance_random"
 INSTANCE_CLASS_PROPERTY = "rowbeam_instance_class"     # on an instancer: the class of all its instances
 UNUSED_PATH = 2**31 - 1
-MAX_INSTANCES = 1_000_000        # declared bound on instances per export (the object table lists each)
 PIXEL_RULE = ("Cycles Object Index pass (pass_index of the instanced object; of the instancer for geometry-nodes "
               "instances) and AOV rowbeam_instance_random = Object Info Random = float32(random_id) * 2^-32 "
               "(random_id = DepsgraphObjectInstance.random_id, unsigned): a pixel is the instance whose pair it holds")
@@ -88,13 +87,15 @@ def _visible_instancer(obj, view_layer) -> bool:
     return not obj.hide_render and obj.visible_get(view_layer=view_layer)
 
 
-def collect_instances(scene, view_layer) -> list[dict]:
+def collect_instances(scene, view_layer, bound: int | None = None) -> list[dict]:
     """One dict per rendered instance of the evaluated scene: instancer and instanced object names (originals),
-    persistent path, random_id, world matrix (4, 4) and the instanced geometry's material names."""
+    persistent path, random_id, world matrix (4, 4) and the instanced geometry's material names. RowbeamError (one
+    line naming it) when one instancer makes more than `bound` (default MAX_INSTANCES) instances."""
     import bpy
 
+    bound = MAX_INSTANCES if bound is None else bound
     dg = bpy.context.evaluated_depsgraph_get()
-    out = []
+    out, per = [], {}
     for inst in dg.object_instances:
         if not inst.is_instance or not inst.show_self or inst.object.type not in RENDERABLE_TYPES:
             continue
@@ -105,9 +106,10 @@ def collect_instances(scene, view_layer) -> list[dict]:
                     "random_id": int(inst.random_id) & 0xFFFFFFFF,
                     "matrix": np.array(inst.matrix_world, dtype=np.float64),
                     "materials": [s.material.original.name for s in inst.object.material_slots if s.material]})
-        if len(out) > MAX_INSTANCES:
-            raise RowbeamError(f"scene has more than {MAX_INSTANCES} rendered instances (the declared bound); "
-                               "realize or hide some instancers")
+        per[parent.name] = per.get(parent.name, 0) + 1
+        if per[parent.name] > bound:
+            raise RowbeamError(f"instancer {parent.name!r} makes more than {bound} rendered instances (the declared "
+                               "bound, --max-instances); raise the bound, or realize or hide its instances")
     return _without_own_geometry(out)
 
 
@@ -119,12 +121,12 @@ def _without_own_geometry(found: list[dict]) -> list[dict]:
     return [d for d in found if not (d["proto"] == d["instancer"] and len(d["path"]) <= 1)]
 
 
-def build_instances(scene, view_layer, table: list, ontology, parents: dict) -> InstanceSet:
+def build_instances(scene, view_layer, table: list, ontology, parents: dict, bound: int | None = None) -> InstanceSet:
     """The InstanceSet of the scene at its current frame: ids (INSTANCE_ID_RULE), classes (_instance_class),
     motion (moving_instances), render indices after the table's, in id order; RowbeamError (one line) on a
-    duplicate id, more than MAX_INSTANCES instances or too many render indices."""
+    duplicate id, an instancer with more than `bound` instances (collect_instances) or too many render indices."""
     rows, seen = [], {e.id: e.obj_name for e in table}
-    now = collect_instances(scene, view_layer)
+    now = collect_instances(scene, view_layer, bound)
     moving = moving_instances(scene, view_layer) if now else set()
     for d in now:
         instancer = scene.objects[d["instancer"]]
@@ -402,3 +404,13 @@ def instance_matrices(scene, clock, insts: InstanceSet, indices: list, times_ns:
                 out[pos[ri], j] = M
     scene.frame_set(frame, subframe=sub)
     return out
+
+
+def shown_instances(insts: InstanceSet, instance_id) -> list:
+    """The object-table rows of the instances an event shows: whose render index is in its instance_id payload
+    (pixels, beams, chirps; None: none). An event's manifest lists these only; the others carry no per-instance
+    record in it (a 10^4-instance scatter lists the few hundred a camera sees)."""
+    if not insts or instance_id is None:
+        return []
+    seen = set(np.unique(np.asarray(instance_id)).tolist())
+    return [e for e in insts.entries if e.render_index in seen]

@@ -43,7 +43,7 @@ from rowbeam.blender.cycles import cycles_setup as cs
 from rowbeam.blender.cycles.cycles_timing import label_shutter, timed_rows_shutter
 from rowbeam.blender.cycles.osl_camera import CLIP_M
 from rowbeam.blender.cycles.render_camera import use_render_camera
-from rowbeam.blender.objects.instances import instance_geometry, instance_matrices
+from rowbeam.blender.objects.instances import instance_geometry, instance_matrices, shown_instances
 from rowbeam.blender.objects.meshes import triangles_of
 from rowbeam.blender.compat.scene_clock import objects_world_matrices, set_time
 from rowbeam.blender.compat.scene_patch import ScenePatch
@@ -486,9 +486,10 @@ def compute_object_labels(ctx, sensor, ev: EventInputs):
 
 
 def _new_stage(ctx, sensor, ev: EventInputs) -> _Stage:
-    """The stage of an event: the object table's objects (keys 0 .. N-1), then its instances (st.objs[k] None)."""
+    """The stage of an event: the object table's objects (keys 0 .. N-1), then the instances the event shows (a
+    visible pixel; st.objs[k] None): an instance without one gets no label and no payload."""
     insts = getattr(ctx, "instances", None)
-    extra = list(insts.entries) if insts else []
+    extra = shown_instances(insts, ev.instance_id) if insts else []
     table = list(ctx.table) + extra
     moving = [k for k, e in enumerate(ctx.table) if e.motion == "moving"]
     moving += [len(ctx.table) + i for i, e in enumerate(extra) if e.motion == "moving"]
