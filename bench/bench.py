@@ -154,17 +154,51 @@ def write_results(argv: list) -> None:
     run = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": _machine(), "revision": rev, "arguments": " ".join(argv) or "(defaults)",
            "load_start": LOAD_AT_START, "load_end": round(os.getloadavg()[0], 2), "figures": FIGURES}
-    rows = [f"| {f['name']} | {f['value']:.3f} {f['unit']} | {f['target'] or '—'} | "
-            f"{'—' if f['met'] is None else ('met' if f['met'] else 'NOT MET')} | {f['note']} |" for f in FIGURES]
+    rows = [_result_row(f) for f in FIGURES]
     RESULTS.write_text(
         "# rowbeam bench results\n\nWritten by `make bench` (bench/bench.py); every run is also appended to "
         "bench/results.jsonl. Ratios are measured side by side in one run.\n\n"
         f"- date: {run['date']}\n- machine: {run['machine']}\n- revision: {rev}\n- arguments: {run['arguments']}\n"
         f"- load (1-min average) at start / end: {run['load_start']} / {run['load_end']}\n\n"
-        "| figure | measured | target | verdict | note |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+        "| figure | measured | target | verdict | note |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+        + _earlier_figures({f["name"] for f in FIGURES}))
     with HISTORY.open("a") as f:
         f.write(json.dumps(run, default=str) + "\n")
     print(f"bench results: {RESULTS}")
+
+
+def _result_row(f: dict, run: dict | None = None) -> str:
+    """One figure as a row of results.md (with `run`: its run's date, revision and arguments in the note)."""
+    note = f"{f['note']}; " if f["note"] and run else f["note"]
+    if run:
+        note += f"{run['date']}, {run['revision']}, {run['arguments']}"
+    return (f"| {f['name']} | {f['value']:.3f} {f['unit']} | {f['target'] or '—'} | "
+            f"{'—' if f['met'] is None else ('met' if f['met'] else 'NOT MET')} | {note} |")
+
+
+def _earlier_figures(measured: set) -> str:
+    """results.md's second table: the latest earlier value (bench/results.jsonl) of each figure this run did not
+    measure (a run of some sections keeps the others' figures in view), with its run's date and revision."""
+    import json
+
+    latest = {}
+    try:
+        lines = HISTORY.read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        try:
+            run = json.loads(line)
+        except ValueError:
+            continue
+        for f in run.get("figures", []):
+            if f["name"] not in measured:
+                latest[f["name"]] = (f, run)
+    if not latest:
+        return ""
+    return ("\nEarlier runs: the latest value of each figure this run did not measure (bench/results.jsonl).\n\n"
+            "| figure | measured | target | verdict | note; run |\n|---|---|---|---|---|\n"
+            + "\n".join(_result_row(f, run) for f, run in latest.values()) + "\n")
 
 
 def fit_exponent(xs, ys) -> float:
@@ -882,6 +916,9 @@ def _main() -> int:
     parser.add_argument("--report-only", action="store_true",
                         help="only (d) check / raw decode and (Q) report / check, side by side, with and without "
                              "object labels")
+    parser.add_argument("--big-instances", type=int, default=10_000, help="instances of the big scatter (section big)")
+    parser.add_argument("--big-faces", type=int, default=1_000_000, help="faces of the big mesh (section big)")
+    parser.add_argument("--big-scale", type=int, default=4, help="big scenes at 1/S of 1280x720 (default 4: 320x180)")
     parser.add_argument("--only", default="", help=f"comma-separated sections to run (default all): "
                         f"{','.join(SECTIONS)}")
     args = parser.parse_args()
@@ -988,6 +1025,9 @@ def _main() -> int:
     if "surfaces" in r:
         from bench_surfaces import print_surfaces
         print_surfaces(r["surfaces"])
+    if "big" in r:
+        from bench_big import print_big
+        print_big(r["big"], figure)
     print(f"peak RSS of the bench process                    {peak_mb:8.0f} MB")
     _report_issue12(args, cam, lidar, flow, r.get("multi"), r.get("poses"),
                     {**r.get("scale", {}), **({"rgb": r["rgb"]} if "rgb" in r else {})})
@@ -999,7 +1039,7 @@ def _main() -> int:
 
 # `make bench ONLY=camera,scale` (bench.py --only ...) runs these sections alone, in this order.
 SECTIONS = ("camera", "multi", "scale", "rgb", "lidar", "flow", "poses", "radar", "objects", "lens", "lens_objects",
-            "surfaces", "report")
+            "surfaces", "report", "big")
 
 
 def _sections(only: str) -> list:
@@ -1038,6 +1078,9 @@ def _run_section(name: str, work: Path, args):
     if name == "surfaces":
         from bench_surfaces import surface_policy_benchmark
         return surface_policy_benchmark(work, args.repeat)
+    if name == "big":
+        from bench_big import big_benchmark
+        return big_benchmark(work, args.big_instances, args.big_faces, args.big_scale)
     return checker_benchmark(work, args.repeat)       # (d) and (Q) side by side, with and without object labels
 
 
