@@ -19,6 +19,7 @@ import numpy as np
 from rowbeam.util.errors import RowbeamError
 
 CHUNK = 4_000_000          # (row, triangle) pairs per vectorised step
+CULL_MIN_TRIANGLES = 20_000   # larger meshes at one pose: each step of rows keeps the triangles that can reach it
 ROW_SLACK_PX = 1e-3        # rows farther than this outside a row's projected vertex v-range are skipped (margin <= 0)
 
 
@@ -108,6 +109,8 @@ def rasterize_rows_box(vertices, triangles, K, T_camera_object, rows, width: int
         if per_row:
             uv = uv[sel]
     spans = []                                                               # (row, first column, stop column)
+    reach = None if uv is None or per_row or tris.shape[0] <= CULL_MIN_TRIANGLES else _v_reach(uv[None][:, tris],
+                                                                                                margin_px)
     F = tris.shape[0] * ((4 if np.isfinite(far) else 2) if clip else 1)
     step = max(1, CHUNK // F)
     for r0 in range(0, R, step):
@@ -118,8 +121,11 @@ def rasterize_rows_box(vertices, triangles, K, T_camera_object, rows, width: int
             ct = np.where(valid[..., None, None], ct, 1.0)                  # placeholders: finite, z = 1
             p = project(ct)                                                  # (r|1, 4F, 3, 2)
         else:
-            p = (uv[r0:r1] if per_row else uv[None])[:, tris]                # (r|1, F, 3, 2)
             valid = None
+            if reach is not None:                      # a large mesh at one pose: the triangles reaching these rows
+                p = uv[None][:, tris[_reaching(reach, rows[r0:r1])]]           # (1, F', 3, 2)
+            else:
+                p = (uv[r0:r1] if per_row else uv[None])[:, tris]            # (r|1, F, 3, 2)
         x0, y0 = p[..., 0, 0], p[..., 0, 1]
         x1, y1 = p[..., 1, 0], p[..., 1, 1]
         x2, y2 = p[..., 2, 0], p[..., 2, 1]
@@ -158,6 +164,37 @@ def rasterize_rows_box(vertices, triangles, K, T_camera_object, rows, width: int
     diff = (np.bincount((ri - r_lo) * w + (start - c_lo), minlength=n)
             - np.bincount((ri - r_lo) * w + (stop - c_lo), minlength=n)).reshape(r_hi - r_lo, w)
     return r_lo, c_lo, np.cumsum(diff[:, :-1], axis=1) > 0
+
+
+def _v_reach(p, margin_px: float):
+    """(lo, hi) (r|1, F): the v-extent (px, + ROW_SLACK_PX, relative slack too) of the region rasterize_rows_box
+    tests for each projected triangle p (r|1, F, 3, 2): the triangle, grown by margin_px > 0 (each edge moved out:
+    the triangle scaled about its incentre by 1 + margin / inradius). Zero-area triangles cover nothing (its
+    s == 0) and get NaN (never reached). A pixel centre of row v can be covered only where lo <= v <= hi, so
+    dropping the other triangles changes no coverage."""
+    x, y = p[..., 0], p[..., 1]                                              # (r|1, F, 3)
+    area = (x[..., 1] - x[..., 0]) * (y[..., 2] - y[..., 0]) - (y[..., 1] - y[..., 0]) * (x[..., 2] - x[..., 0])
+    lo, hi = y.min(-1), y.max(-1)
+    if margin_px > 0:
+        side = np.hypot(np.roll(x, -1, -1) - np.roll(x, 1, -1), np.roll(y, -1, -1) - np.roll(y, 1, -1))  # opposite
+        perimeter = side.sum(-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            centre = (side * y).sum(-1) / perimeter                           # incentre v
+            grow = 1.0 + margin_px * perimeter / np.abs(area)                 # (r + m) / r, r = |area| / perimeter
+            lo, hi = centre + (lo - centre) * grow, centre + (hi - centre) * grow
+    wide = ~(np.isfinite(lo) & np.isfinite(hi))                              # a near-zero inradius: every row
+    lo, hi = np.where(wide, 0.0, lo), np.where(wide, 0.0, hi)
+    slack = ROW_SLACK_PX + 1e-9 * np.maximum(np.abs(lo), np.abs(hi))
+    lo, hi = np.where(wide, -np.inf, lo - slack), np.where(wide, np.inf, hi + slack)
+    gone = area == 0
+    return np.where(gone, np.nan, lo), np.where(gone, np.nan, hi)
+
+
+def _reaching(reach, rows) -> np.ndarray:
+    """Indices of the triangles whose v-reach (lo, hi) (r|1, F) holds some row of `rows` (r,) (px)."""
+    lo, hi = reach
+    ys = np.asarray(rows, dtype=np.float64)[:, None]
+    return np.flatnonzero(((ys >= lo) & (ys <= hi)).any(axis=0))
 
 
 PAIR_CHUNK = 4_000_000     # (pixel, triangle) point tests per vectorised step of rasterize_rays

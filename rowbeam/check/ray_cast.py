@@ -14,6 +14,8 @@ import numpy as np
 from rowbeam.model.lens import Lens, pixel_rays
 
 CHUNK = 400_000          # (ray, triangle) pairs per vectorised step
+CULL_MIN_TRIANGLES = 20_000   # larger meshes: each ray is tested against the triangles near its line only
+CULL_SLACK = 1e-6         # relative slack of that cull (>> the float64 cancellation of |w|^2 - (w.d)^2)
 PROBE_PX = 0.02            # a pixel is judged only when its centre and the 4 points PROBE_PX away agree
 
 
@@ -31,10 +33,17 @@ def ray_hits(vertices, triangles, K, T_camera_object, uv, near: float = 0.0, far
     origin = -np.einsum("nji,nj->ni", R, t)                                        # camera centre, object frame
     direction = np.einsum("nji,nj->ni", R, d_cam)                                  # R^T d: camera z of a hit = s
     tri = np.asarray(vertices, dtype=np.float64)[np.asarray(triangles, dtype=np.int64).reshape(-1, 3)]
+    if len(tri) > CULL_MIN_TRIANGLES:
+        return _culled_hits(tri, origin, direction, near, far)
+    return _hits(tri, origin, direction, near, far)
+
+
+def _hits(tri, origin, direction, near: float, far: float) -> np.ndarray:
+    """Möller–Trumbore of every ray (origin, direction (N, 3), object frame) against every triangle (F, 3, 3)."""
     p0, e1, e2 = tri[:, 0], tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]          # (F, 3)
-    hit = np.zeros(len(uv), dtype=bool)
+    hit = np.zeros(len(origin), dtype=bool)
     step = max(1, CHUNK // max(1, len(tri)))
-    for a in range(0, len(uv), step):
+    for a in range(0, len(origin), step):
         o, d = origin[a:a + step, None], direction[a:a + step, None]             # (n, 1, 3)
         pvec = np.cross(d, e2)                                                     # (n, F, 3)
         det = np.einsum("nfk,fk->nf", pvec, e1)
@@ -47,6 +56,26 @@ def ray_hits(vertices, triangles, K, T_camera_object, uv, near: float = 0.0, far
             s = np.einsum("fk,nfk->nf", e2, qvec) * inv                            # ray parameter = camera z
         inside = (det != 0) & (b1 >= 0) & (b2 >= 0) & (b1 + b2 <= 1) & (s >= near) & (s <= far)
         hit[a:a + step] = inside.any(axis=1)
+    return hit
+
+
+def _culled_hits(tri, origin, direction, near: float, far: float) -> np.ndarray:
+    """`_hits` for a large mesh: each ray is tested only against the triangles whose bounding sphere (centroid,
+    farthest vertex) its line passes within CULL_SLACK (relative) of; a point of a triangle lies in its sphere, so
+    the culled triangles cannot be hit and the result is `_hits`'s."""
+    centre = tri.mean(axis=1)                                                      # (F, 3)
+    radius = np.sqrt(((tri - centre[:, None]) ** 2).sum(-1).max(-1))              # (F,)
+    hit = np.zeros(len(origin), dtype=bool)
+    for n in range(len(origin)):
+        d = direction[n]
+        w = centre - origin[n]
+        dist2 = np.einsum("fk,fk->f", w, w)
+        slack = radius + CULL_SLACK * (np.sqrt(dist2) + radius)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            along = w @ d / np.sqrt(d @ d)
+            keep = np.flatnonzero(dist2 - along * along <= slack * slack)         # NaN ray: none
+        if keep.size:
+            hit[n] = _hits(tri[keep], origin[n:n + 1], direction[n:n + 1], near, far)[0]
     return hit
 
 
