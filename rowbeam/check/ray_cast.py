@@ -54,7 +54,7 @@ def _hits(tri, origin, direction, near: float, far: float) -> np.ndarray:
             qvec = np.cross(tvec, e1)
             b2 = np.einsum("nk,nfk->nf", d[:, 0], qvec) * inv
             s = np.einsum("fk,nfk->nf", e2, qvec) * inv                            # ray parameter = camera z
-        inside = (det != 0) & (b1 >= 0) & (b2 >= 0) & (b1 + b2 <= 1) & (s >= near) & (s <= far)
+            inside = (det != 0) & (b1 >= 0) & (b2 >= 0) & (b1 + b2 <= 1) & (s >= near) & (s <= far)
         hit[a:a + step] = inside.any(axis=1)
     return hit
 

@@ -49,25 +49,6 @@ def _point_mesh(name: str, pts_world: np.ndarray):
     return obj
 
 
-def _instance_on_points(obj, proto) -> None:
-    """Geometry nodes on `obj`: `proto`'s geometry instanced on every vertex (Mesh to Points, Instance on Points)."""
-    import bpy
-
-    tree = bpy.data.node_groups.new("scatter", "GeometryNodeTree")
-    tree.interface.new_socket("Geometry", in_out="INPUT", socket_type="NodeSocketGeometry")
-    tree.interface.new_socket("Geometry", in_out="OUTPUT", socket_type="NodeSocketGeometry")
-    n = tree.nodes
-    gin, gout = n.new("NodeGroupInput"), n.new("NodeGroupOutput")
-    m2p, iop, info = n.new("GeometryNodeMeshToPoints"), n.new("GeometryNodeInstanceOnPoints"), \
-        n.new("GeometryNodeObjectInfo")
-    info.inputs["Object"].default_value = proto
-    tree.links.new(gin.outputs[0], m2p.inputs["Mesh"])
-    tree.links.new(m2p.outputs[0], iop.inputs["Points"])
-    tree.links.new(info.outputs["Geometry"], iop.inputs["Instance"])
-    tree.links.new(iop.outputs[0], gout.inputs[0])
-    obj.modifiers.new("scatter", "NODES").node_group = tree
-
-
 def instance_scatter(count: int = 10_000, scale: int = 4, object_labels: bool = True):
     """The scatter scene (module docstring); returns ({"visible_instances", "hidden_instances", "K", "size"}, rig)."""
     cam, T, K, size = _base(scale)
@@ -82,7 +63,7 @@ def instance_scatter(count: int = 10_000, scale: int = 4, object_labels: bool = 
     world = (T[:3, :3] @ pts.T).T + T[:3, 3]
     scatter = _point_mesh("scatter", world)
     common.tag(scatter, 0xBE02, "vehicle")
-    _instance_on_points(scatter, crate)
+    common.instance_on_points(scatter, crate)
     rig = common.camera_rig("camera_front", cam.name, rgb_samples=0, verify_rows=2, object_labels=object_labels)
     return {"visible_instances": len(front), "hidden_instances": len(behind), "K": K, "size": size}, rig
 

@@ -160,6 +160,24 @@ def frame_with_normal(centre, normal) -> np.ndarray:
     return M
 
 
+def instance_on_points(obj, proto, name: str = "scatter") -> None:
+    """Geometry nodes on mesh object `obj` (modifier and node group `name`): `proto`'s geometry instanced on every
+    vertex of `obj` (Mesh to Points, Instance on Points, Object Info)."""
+    tree = bpy.data.node_groups.new(name, "GeometryNodeTree")
+    tree.interface.new_socket("Geometry", in_out="INPUT", socket_type="NodeSocketGeometry")
+    tree.interface.new_socket("Geometry", in_out="OUTPUT", socket_type="NodeSocketGeometry")
+    n = tree.nodes
+    gin, gout = n.new("NodeGroupInput"), n.new("NodeGroupOutput")
+    m2p, iop, info = n.new("GeometryNodeMeshToPoints"), n.new("GeometryNodeInstanceOnPoints"), \
+        n.new("GeometryNodeObjectInfo")
+    info.inputs["Object"].default_value = proto
+    tree.links.new(gin.outputs[0], m2p.inputs["Mesh"])
+    tree.links.new(m2p.outputs[0], iop.inputs["Points"])
+    tree.links.new(info.outputs["Geometry"], iop.inputs["Instance"])
+    tree.links.new(iop.outputs[0], gout.inputs[0])
+    obj.modifiers.new(name, "NODES").node_group = tree
+
+
 def add_empty(name: str, location=(0, 0, 0), rotation=(0, 0, 0)):
     obj = bpy.data.objects.new(name, None)
     bpy.context.scene.collection.objects.link(obj)

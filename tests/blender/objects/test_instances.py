@@ -51,19 +51,7 @@ def _scatter(T, K, f):
     bpy.context.scene.collection.objects.link(obj)
     obj.matrix_world = common.Matrix((T @ _translation(0, 0, Z_TREE)).tolist())
     common.tag(obj, 0xB002, "vegetation")
-    tree_nodes = bpy.data.node_groups.new("scatter", "GeometryNodeTree")
-    tree_nodes.interface.new_socket("Geometry", in_out="INPUT", socket_type="NodeSocketGeometry")
-    tree_nodes.interface.new_socket("Geometry", in_out="OUTPUT", socket_type="NodeSocketGeometry")
-    n = tree_nodes.nodes
-    gin, gout = n.new("NodeGroupInput"), n.new("NodeGroupOutput")
-    m2p, iop, info = n.new("GeometryNodeMeshToPoints"), n.new("GeometryNodeInstanceOnPoints"), \
-        n.new("GeometryNodeObjectInfo")
-    info.inputs["Object"].default_value = tree
-    tree_nodes.links.new(gin.outputs[0], m2p.inputs["Mesh"])
-    tree_nodes.links.new(m2p.outputs[0], iop.inputs["Points"])
-    tree_nodes.links.new(info.outputs["Geometry"], iop.inputs["Instance"])
-    tree_nodes.links.new(iop.outputs[0], gout.inputs[0])
-    obj.modifiers.new("scatter", "NODES").node_group = tree_nodes
+    common.instance_on_points(obj, tree)
     return obj
 
 

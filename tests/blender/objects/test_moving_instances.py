@@ -21,25 +21,6 @@ Y = {"mover_c": -1.2, "mover_gn": 1.2}            # camera y: rows 13.5..19.5 an
 HALF = 0.6                                        # m: half side of both squares (3 px at f 50, z 10)
 
 
-def _gn_single(obj, proto):
-    """Geometry nodes on `obj` (one vertex at its origin): instance `proto`'s geometry on that point."""
-    import bpy
-
-    tree = bpy.data.node_groups.new("one_instance", "GeometryNodeTree")
-    tree.interface.new_socket("Geometry", in_out="INPUT", socket_type="NodeSocketGeometry")
-    tree.interface.new_socket("Geometry", in_out="OUTPUT", socket_type="NodeSocketGeometry")
-    n = tree.nodes
-    gin, gout = n.new("NodeGroupInput"), n.new("NodeGroupOutput")
-    m2p, iop, info = n.new("GeometryNodeMeshToPoints"), n.new("GeometryNodeInstanceOnPoints"), \
-        n.new("GeometryNodeObjectInfo")
-    info.inputs["Object"].default_value = proto
-    tree.links.new(gin.outputs[0], m2p.inputs["Mesh"])
-    tree.links.new(m2p.outputs[0], iop.inputs["Points"])
-    tree.links.new(info.outputs["Geometry"], iop.inputs["Instance"])
-    tree.links.new(iop.outputs[0], gout.inputs[0])
-    obj.modifiers.new("one_instance", "NODES").node_group = tree
-
-
 def moving_instances(scale: int = 16):
     """Two 1.2 m squares at camera z 10 moving along camera x at 150 m/s: `mover_c` a collection instance (its
     empty instancer moves), `mover_gn` a geometry-nodes instance (its instancer moves); a static geometry-nodes
@@ -68,7 +49,7 @@ def moving_instances(scale: int = 16):
     bpy.context.scene.collection.objects.link(gn)
     gn.matrix_world = common.Matrix((T @ _translation(X0["mover_gn"], Y["mover_gn"], Z)).tolist())
     common.tag(gn, 0xF004, "vehicle")
-    _gn_single(gn, proto)
+    common.instance_on_points(gn, proto, "one_instance")   # one vertex at its origin: one instance
     p0 = np.array(gn.matrix_world.translation)
     common.key_locations(gn, [(1, tuple(p0)), (2, tuple(p0 + v_world / calibration.FPS))])
     still = common.add_quad("still_gn", 1.0, 1.0, T @ _translation(3.0, 0.0, 15.0))
