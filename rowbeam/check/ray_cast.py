@@ -15,6 +15,7 @@ from rowbeam.model.lens import Lens, pixel_rays
 
 CHUNK = 400_000          # (ray, triangle) pairs per vectorised step
 CULL_MIN_TRIANGLES = 20_000   # larger meshes: each ray is tested against the triangles near its line only
+CULL_GROUP = 5            # rays culled together (the 5 probes of a pixel share one origin)
 CULL_SLACK = 1e-6         # relative slack of that cull (>> the float64 cancellation of |w|^2 - (w.d)^2)
 PROBE_PX = 0.02            # a pixel is judged only when its centre and the 4 points PROBE_PX away agree
 
@@ -60,23 +61,39 @@ def _hits(tri, origin, direction, near: float, far: float) -> np.ndarray:
 
 
 def _culled_hits(tri, origin, direction, near: float, far: float) -> np.ndarray:
-    """`_hits` for a large mesh: each ray is tested only against the triangles whose bounding sphere (centroid,
-    farthest vertex) its line passes within CULL_SLACK (relative) of; a point of a triangle lies in its sphere, so
-    the culled triangles cannot be hit and the result is `_hits`'s."""
+    """`_hits` for a large mesh. Rays are taken in groups (consecutive rays from one origin, at most CULL_GROUP: the
+    probes of a pixel); a group is tested only against the triangles whose bounding sphere (centroid c, farthest
+    vertex r) lies within r + |c - o| sin(alpha) of the group's axis (its first ray; alpha its widest ray's angle to
+    it), plus CULL_SLACK (relative). A ray that meets a sphere passes within r of c, and its line is within alpha
+    of the axis, so the culled triangles cannot be hit and the result is `_hits`'s. A ray without a direction (NaN)
+    hits nothing, as in `_hits`."""
     centre = tri.mean(axis=1)                                                      # (F, 3)
     radius = np.sqrt(((tri - centre[:, None]) ** 2).sum(-1).max(-1))              # (F,)
     hit = np.zeros(len(origin), dtype=bool)
-    for n in range(len(origin)):
-        d = direction[n]
-        w = centre - origin[n]
-        dist2 = np.einsum("fk,fk->f", w, w)
-        slack = radius + CULL_SLACK * (np.sqrt(dist2) + radius)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            along = w @ d / np.sqrt(d @ d)
-            keep = np.flatnonzero(dist2 - along * along <= slack * slack)         # NaN ray: none
+    unit = direction / np.linalg.norm(direction, axis=1, keepdims=True)            # (N, 3); NaN: no ray
+    rays = np.flatnonzero(np.isfinite(unit).all(axis=1))
+    for group in _groups(origin, rays):
+        axis = unit[group[0]]
+        sin_alpha = np.linalg.norm(np.cross(unit[group], axis), axis=1).max()       # line angles: sign-free
+        w = centre - origin[group[0]]
+        dist = np.sqrt(np.einsum("fk,fk->f", w, w))
+        along = w @ axis
+        slack = radius + dist * sin_alpha + CULL_SLACK * (dist + radius)
+        keep = np.flatnonzero(dist * dist - along * along <= slack * slack)
         if keep.size:
-            hit[n] = _hits(tri[keep], origin[n:n + 1], direction[n:n + 1], near, far)[0]
+            hit[group] = _hits(tri[keep], origin[group], direction[group], near, far)
     return hit
+
+
+def _groups(origin, rays) -> list:
+    """Runs of consecutive indices `rays` whose origins are equal, at most CULL_GROUP long."""
+    out, run = [], []
+    for n in rays:
+        if run and (len(run) == CULL_GROUP or not np.array_equal(origin[n], origin[run[0]])):
+            out.append(np.array(run))
+            run = []
+        run.append(n)
+    return out + ([np.array(run)] if run else [])
 
 
 def robust_hits(vertices, triangles, K, T_camera_object, uv, near: float = 0.0, far: float = np.inf):

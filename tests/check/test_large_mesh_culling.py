@@ -1,8 +1,10 @@
 """Large meshes (more than CULL_MIN_TRIANGLES): the rasteriser keeps, per step of rows, only the triangles whose
-(margin-grown) v-extent reaches them, and the ray cast tests each ray only against the triangles whose bounding
-sphere its line meets. Both culls are exact: coverage and hits equal the unculled computation bit for bit, for
-margins 0, inward and outward (the grown region of a triangle is its scaling about the incentre), near/far clipping
-and rays through vertices, edges and misses, on a noisy heightfield with zero-area and sliver triangles."""
+(margin-grown) v-extent reaches them, and the ray cast tests each group of rays only against the triangles whose
+bounding sphere the group's lines can meet. Both culls are exact: coverage and hits equal the unculled computation
+bit for bit, for margins 0, inward and outward (the grown region of a triangle is its scaling about the incentre),
+near/far clipping, and rays through vertices, edges and misses (in groups of 5 from one origin, close together as
+a pixel's probes or far apart; some without a direction), on a noisy heightfield with zero-area and sliver
+triangles."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,15 +47,17 @@ def test_rasterise_cull_is_exact(margin, monkeypatch):
 
 
 def test_ray_cast_cull_is_exact():
-    V, F = heightfield(90)
+    V, F = heightfield(60)
     rng = np.random.default_rng(3)
     tri = V[F]
     targets = np.concatenate([V[rng.integers(0, len(V), 150)], tri[rng.integers(0, len(tri), 150), :2].mean(1),
                               rng.uniform([-13, -8, 25], [13, 8, 35], (150, 3))])
-    origin = rng.normal(0, 0.01, (len(targets), 3))
+    near_targets = targets[:, None] + rng.normal(0, 0.01, (len(targets), 5, 3))   # a pixel's probes: one origin
+    targets = np.concatenate([targets, near_targets.reshape(-1, 3)])               # first: 5 apart in each group
+    origin = np.repeat(rng.normal(0, 0.01, (len(targets) // 5, 3)), 5, axis=0)    # groups of 5 rays
     d = targets - origin
     d = d / d[:, 2:]                                         # z = 1: the ray parameter is camera z
-    d[::11] = np.nan                                         # no lens ray: hits nothing
+    d[::11] = np.nan                                         # no lens ray: hits nothing (its group's others may)
     for near, far in ((0.0, np.inf), (29.5, 30.5)):
         full = rc._hits(tri, origin, d, near, far)
         assert np.array_equal(rc._culled_hits(tri, origin, d, near, far), full)
