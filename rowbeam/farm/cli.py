@@ -50,6 +50,8 @@ def add_farm_arguments(p: argparse.ArgumentParser) -> None:
                      help="local: worker processes at once")
     run.add_argument("--retries", type=int, default=2, help="retries of a failed or killed shard (default 2)")
     run.add_argument("--shards", help="comma-separated shard ids to (re)run, even when done")
+    run.add_argument("--fresh-process", action="store_true", help="one export process per shard (bpy imported and "
+                     "the .blend opened for each) instead of persistent workers")
     run.add_argument("--cpus", type=int, help="slurm: --cpus-per-task")
     run.add_argument("--mem", help="slurm: --mem (e.g. 4G)")
     run.add_argument("--gpus", type=int, help="slurm: --gpus")
@@ -63,12 +65,19 @@ def add_farm_arguments(p: argparse.ArgumentParser) -> None:
     st.add_argument("plan", help="plan folder")
     st.add_argument("--json", action="store_true", help="print the status as JSON")
     st.set_defaults(handler=_status)
-    wk = sub.add_parser("worker", help="run one shard (what every engine runs)",
-                        description="One shard on one worker: `rowbeam farm worker DIR SHARD` (every engine runs this "
-                        "same command).")
+    wk = sub.add_parser("worker", help="run one shard, or many in one Blender session (what every engine runs)",
+                        description="One shard in a fresh export process: `rowbeam farm worker DIR SHARD`; many "
+                        "shards through one Blender session: `rowbeam farm worker DIR --serve` (what the engines run).")
     wk.add_argument("plan", help="plan folder (holds plan.json)")
     wk.add_argument("shard", nargs="?", help="shard id (e.g. 00003)")
-    wk.add_argument("--index", type=int, help="shard by position in the plan (a Slurm array index)")
+    wk.add_argument("--index", type=int, help="shard by position in the plan (a Slurm array index); with --serve the "
+                    "shard to start from")
+    wk.add_argument("--serve", action="store_true", help="persistent worker: claim and run every pending shard (or "
+                    "those of --shards) through one Blender session")
+    wk.add_argument("--shards", help="--serve: comma-separated shard ids to serve (default: every shard)")
+    wk.add_argument("--since", type=float, default=0.0, help="--serve: the farm run's start (unix s); shards "
+                    "finished since then are skipped")
+    wk.add_argument("--retries", type=int, default=2, help="--serve: retries of a failed shard in this run")
     wk.set_defaults(handler=_worker)
 
 
@@ -113,13 +122,15 @@ def _run(args) -> int:
             say("rowbeam farm: every shard is done")
             return 0
         say(f"rowbeam farm: {len(ids)} shard(s) on {args.engine}")
+        persistent = not args.fresh_process
         if args.engine == "local":
-            result = engines.run_local(plan, plan_dir, ids, args.workers, args.retries, say)
+            local = engines.run_local_persistent if persistent else engines.run_local
+            result = local(plan, plan_dir, ids, args.workers, args.retries, say)
         elif args.engine == "slurm":
             result = engines.run_slurm(plan, plan_dir, ids, args.retries, say, args.cpus, args.mem, args.gpus,
-                                       args.time_limit, args.partition, wait=not args.no_wait)
+                                       args.time_limit, args.partition, wait=not args.no_wait, persistent=persistent)
         else:
-            result = engines.run_ray(plan, plan_dir, ids, args.retries, say, args.ray_address)
+            result = engines.run_ray(plan, plan_dir, ids, args.retries, say, args.ray_address, persistent=persistent)
     except RowbeamError as exc:
         return _fail(prog, exc)
     failed = [i for i, rc in result.items() if rc != 0]

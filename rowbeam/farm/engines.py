@@ -1,10 +1,13 @@
-"""Farm engines: each runs `rowbeam farm worker DIR SHARD` once per shard and retries a failed one.
+"""Farm engines: each runs persistent workers (`rowbeam farm worker DIR --serve`: many shards through one Blender
+session, rowbeam/farm/persistent.py) -- or, with `fresh_process`, `rowbeam farm worker DIR SHARD` once per shard --
+and retries a failed or killed one.
 
-local  a pool of worker processes on this machine (the default);
-slurm  one `sbatch` job array (array index -> shard), the job script retries a task in place; indices that
-       still failed can be resubmitted (`--array-indices`);
-ray    one Ray task per shard (`max_retries`: a killed worker process is retried by Ray), on an existing
-       cluster (`--ray-address`).
+local  a pool of worker processes on this machine (the default); a killed worker is restarted;
+slurm  one `sbatch` job array (array index -> the shard its worker starts from), the job script retries a task in
+       place; indices that still failed can be resubmitted (`--array-indices`);
+ray    one Ray task per shard (the shard its worker starts from; `max_retries`: a killed worker process is
+       retried by Ray), on an existing cluster (`--ray-address`).
+A persistent worker that finds every shard finished or held by another worker exits at once (without Blender).
 An engine that cannot be reached (no sbatch, no Ray cluster) is refused in one line before anything runs.
 """
 from __future__ import annotations
@@ -19,13 +22,30 @@ from pathlib import Path
 
 from rowbeam.util.errors import RowbeamError
 
-from .worker import EXIT_REFUSED, child_env, mark_died, read_status
+from .worker import EXIT_REFUSED, EXIT_RETRY, child_env, mark_died, read_status
 
 WORKER = ["-m", "rowbeam", "farm", "worker"]
 
 
 def worker_argv(plan_dir: Path, shard_id: str) -> list:
     return [sys.executable, *WORKER, str(plan_dir), shard_id]
+
+
+def serve_argv(plan_dir: Path, shard_ids: list, since: float, retries: int) -> list:
+    """A persistent worker over `shard_ids` for the farm run `since` (add `--index I` for where it starts)."""
+    return [sys.executable, *WORKER, str(plan_dir), "--serve", "--shards", ",".join(shard_ids), "--since",
+            repr(since), "--retries", str(retries)]
+
+
+def final_codes(plan_dir: Path, shard_ids: list) -> dict:
+    """{shard: 0 done or quarantined, 2 refused, the killed worker's exit status when it died, else 3}."""
+    out = {}
+    for i in shard_ids:
+        st = read_status(plan_dir, i) or {}
+        state = st.get("state")
+        out[i] = (0 if state in ("done", "quarantined") else EXIT_REFUSED if state == "refused"
+                  else st.get("worker_exit_code", EXIT_RETRY) if state == "died" else EXIT_RETRY)
+    return out
 
 
 def pending_shards(plan: dict, plan_dir: Path, only: list | None = None) -> list[str]:
@@ -56,6 +76,39 @@ def run_local(plan: dict, plan_dir: Path, shard_ids: list, workers: int, retries
         return dict(zip(shard_ids, pool.map(one, shard_ids), strict=True))
 
 
+def _record_death(plan_dir: Path, shard_ids: list, pid: int, rc: int, say) -> None:
+    """A persistent worker `pid` ended with `rc` < 0 (killed): its running shard is recorded as died."""
+    for i in shard_ids:
+        st = read_status(plan_dir, i) or {}
+        if st.get("state") == "running" and st.get("pid") == pid:
+            died = mark_died(plan_dir, i, rc)
+            say(f"rowbeam farm: shard {i} attempt {died.get('attempts', '?')}: died (killed by "
+                f"{died.get('killed_by', rc)})")
+
+
+def run_local_persistent(plan: dict, plan_dir: Path, shard_ids: list, workers: int, retries: int, say) -> dict:
+    """`workers` persistent workers over `shard_ids` at once; a worker that was killed (or crashed) is restarted
+    while its run has shards left; each relays its workers' lines. {shard: final exit status}."""
+    since = round(time.time(), 3)
+
+    def slot(k: int) -> None:
+        for _ in range((max(0, retries) + 1) * len(shard_ids)):
+            argv = serve_argv(plan_dir, shard_ids, since, retries) + ["--index", str(index[shard_ids[k]])]
+            proc = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+            for line in proc.stdout:
+                say(line.rstrip("\n"))
+            rc = proc.wait()
+            if rc in (0, EXIT_REFUSED, EXIT_RETRY) or rc >= 128:     # finished, or interrupted on purpose
+                return
+            _record_death(plan_dir, shard_ids, proc.pid, rc, say)
+
+    index = {s["id"]: i for i, s in enumerate(plan["shards"])}
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        list(pool.map(slot, range(min(max(1, workers), len(shard_ids)))))
+    return final_codes(plan_dir, shard_ids)
+
+
 # ------------------------------------------------------------------------------------------------- Slurm
 
 SLURM_SCRIPT = """#!/bin/bash
@@ -74,11 +127,12 @@ exit "$rc"
 
 
 def slurm_script(plan_dir: Path, retries: int, cpus: int | None, mem: str | None, gpus: int | None,
-                 time_limit: str | None, partition: str | None) -> str:
-    """The job-array script (array indices given to sbatch): resources as #SBATCH directives."""
+                 time_limit: str | None, partition: str | None, serve: list | None = None) -> str:
+    """The job-array script (array indices given to sbatch): resources as #SBATCH directives. `serve`: the
+    persistent worker's argv (serve_argv) instead of one fresh worker per array index."""
     directives = [f"#SBATCH --{k}={v}" for k, v in (("cpus-per-task", cpus), ("mem", mem), ("gpus", gpus),
                                                      ("time", time_limit), ("partition", partition)) if v]
-    worker = shlex.join([sys.executable, *WORKER, str(plan_dir.resolve())])
+    worker = shlex.join(serve or [sys.executable, *WORKER, str(plan_dir.resolve())])
     env = child_env()
     return SLURM_SCRIPT.format(name=f"rowbeam-{plan_dir.name}"[:64], log_dir=str((plan_dir / "logs").resolve()),
                                directives="\n".join(directives), retries=retries,
@@ -86,9 +140,10 @@ def slurm_script(plan_dir: Path, retries: int, cpus: int | None, mem: str | None
 
 
 def run_slurm(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, cpus=None, mem=None, gpus=None,
-              time_limit=None, partition=None, wait: bool = True, poll_s: float = 1.0) -> dict:
-    """Submit one job array over `shard_ids` (their plan positions), wait for it to leave the queue
-    (squeue; sacct needs slurmdbd), then read each shard's status. {shard: 0 done/quarantined, 1 not}."""
+              time_limit=None, partition=None, wait: bool = True, poll_s: float = 1.0, persistent: bool = True) -> dict:
+    """Submit one job array over `shard_ids` (their plan positions; with `persistent` each task is a persistent
+    worker over all of them, starting from its own), wait for it to leave the queue (squeue; sacct needs slurmdbd),
+    then read each shard's status. {shard: 0 done/quarantined, 1 not}."""
     sbatch = shutil.which("sbatch")
     if sbatch is None or shutil.which("squeue") is None:
         raise RowbeamError("engine slurm: sbatch/squeue not found on PATH (install Slurm's client or use "
@@ -97,7 +152,8 @@ def run_slurm(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, cp
     script = plan_dir / "farm" / "slurm_job.sh"
     script.parent.mkdir(parents=True, exist_ok=True)
     (plan_dir / "logs").mkdir(exist_ok=True)
-    script.write_text(slurm_script(plan_dir, retries, cpus, mem, gpus, time_limit, partition))
+    serve = serve_argv(plan_dir.resolve(), shard_ids, round(time.time(), 3), retries) if persistent else None
+    script.write_text(slurm_script(plan_dir, retries, cpus, mem, gpus, time_limit, partition, serve))
     array = ",".join(str(index[i]) for i in shard_ids)
     proc = subprocess.run([sbatch, "--parsable", f"--array={array}", str(script)], capture_output=True, text=True,
                           cwd=plan_dir)
@@ -126,9 +182,10 @@ def run_slurm(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, cp
 
 
 def run_ray(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, address: str | None = None,
-            cpus_per_task: float = 1.0) -> dict:
-    """One Ray task per shard on the cluster at `address` (a task runs the worker with sys.executable;
-    Ray retries a task whose process died up to `retries` times, the task itself retries a failed worker)."""
+            cpus_per_task: float = 1.0, persistent: bool = True) -> dict:
+    """One Ray task per shard on the cluster at `address` (a task runs the worker with sys.executable -- with
+    `persistent` a persistent worker over every shard, starting from its own; Ray retries a task whose process
+    died up to `retries` times, the task itself retries a failed worker)."""
     try:
         import ray
     except ImportError:
@@ -153,7 +210,10 @@ def run_ray(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, addr
                     break
             return rc
 
-        refs = {i: task.remote(worker_argv(plan_dir.resolve(), i), env) for i in shard_ids}
+        index = {s["id"]: k for k, s in enumerate(plan["shards"])}
+        serve = serve_argv(plan_dir.resolve(), shard_ids, round(time.time(), 3), retries)
+        refs = {i: task.remote(serve + ["--index", str(index[i])] if persistent else worker_argv(plan_dir.resolve(), i),
+                               env) for i in shard_ids}
         result = {}
         for i, ref in refs.items():
             try:
@@ -161,6 +221,8 @@ def run_ray(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, addr
             except Exception as exc:       # the task's process died more often than max_retries
                 say(f"rowbeam farm: shard {i}: Ray task failed ({type(exc).__name__})")
                 result[i] = 1
+        for i, rc in final_codes(plan_dir, shard_ids).items():     # a persistent task may have run any shard
+            result[i] = rc if persistent else result[i]
             say(f"rowbeam farm: shard {i}: {(read_status(plan_dir, i) or {}).get('state', '?')}")
         return result
     finally:

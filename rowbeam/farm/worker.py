@@ -104,11 +104,11 @@ def _die_with_parent(parent_pid: int):
     return arm
 
 
-def spawn_child(argv: list, cwd, stdout) -> subprocess.Popen:
-    """Start a worker's child process (stderr into `stdout`) that dies with the worker (Linux: parent-death
-    signal; elsewhere a plain child)."""
+def spawn_child(argv: list, cwd, stdout, stdin=None, stderr=subprocess.STDOUT) -> subprocess.Popen:
+    """Start a worker's child process (stderr into `stdout` unless given) that dies with the worker (Linux:
+    parent-death signal; elsewhere a plain child)."""
     preexec = _die_with_parent(os.getpid()) if sys.platform.startswith("linux") else None
-    return subprocess.Popen(argv, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT, env=child_env(),
+    return subprocess.Popen(argv, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, env=child_env(),
                             preexec_fn=preexec)
 
 
@@ -129,13 +129,26 @@ def mark_died(plan_dir: Path, shard_id: str, worker_rc: int) -> dict | None:
     return read_status(plan_dir, shard_id)
 
 
-def run_shard(plan_dir, shard_id: str) -> int:
+def fresh_process(shard: dict, plan_dir: Path, log_file, started) -> int:
+    """Run a shard's export command in a new child process (output into `log_file`); `started(pid)` once it runs.
+    Returns its exit status (negative: killed by that signal)."""
+    child = spawn_child(python_argv(shard["argv"]), cwd=plan_dir, stdout=log_file)
+    started(child.pid)
+    return child.wait()
+
+
+def run_shard(plan_dir, shard_id: str, runner=fresh_process, since: float = 0.0) -> int:
+    """Run one shard with `runner(shard, plan_dir, log_file, started)` (default: a fresh export process; a
+    persistent worker passes its Blender session) and record its status. `since`: the farm run this attempt
+    belongs to (its start, unix s): `run_attempt` counts the attempts since then."""
     plan, plan_dir = load_plan(plan_dir)
     shard = shard_by_id(plan, shard_id)
     previous = read_status(plan_dir, shard_id) or {}
     attempt = int(previous.get("attempts", 0)) + 1
+    run_attempt = int(previous.get("run_attempt", 0)) + 1 if previous.get("since") == since else 1
     base = {"scenario": shard["scenario"], "sensor": shard["sensor"], "events": shard["count"], "attempts": attempt,
-            "host": platform.node(), "pid": os.getpid(), "command": shard["command"]}
+            "since": since, "run_attempt": run_attempt, "host": platform.node(), "pid": os.getpid(),
+            "command": shard["command"]}
     try:
         verify_inputs(plan, shard["scenario"])
     except RowbeamError as exc:
@@ -143,34 +156,43 @@ def run_shard(plan_dir, shard_id: str) -> int:
         print(f"rowbeam farm worker: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     t0 = time.time()
-    _write_status(plan_dir, shard_id, {**base, "state": "running", "started_unix": round(t0, 3)})
+    running = {**base, "state": "running", "started_unix": round(t0, 3)}
+    _write_status(plan_dir, shard_id, running)
     log = plan_dir / "logs" / f"{shard_id}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"--- attempt {attempt} pid {os.getpid()} host {platform.node()}: {shard['command']}\n".encode())
         f.flush()
-        child = spawn_child(python_argv(shard["argv"]), cwd=plan_dir, stdout=f)
-        _write_status(plan_dir, shard_id, {**base, "state": "running", "started_unix": round(t0, 3),
-                                           "child_pid": child.pid})
-        rc = child.wait()
+        rc = runner(shard, plan_dir, f, lambda pid: _write_status(plan_dir, shard_id, {**running, "child_pid": pid}))
     seconds = time.time() - t0
     outcome = shard_outcome(plan_dir, plan, shard)
     state = ("failed" if outcome["missing"] or rc not in (0, 1)
              else "quarantined" if outcome["quarantined"] else "done")
     tail = log.read_text(errors="replace").strip().splitlines()[-1:] if state == "failed" else []
+    session = getattr(runner, "details", None)        # a persistent worker's session: {reused_blend, seconds}
     _write_status(plan_dir, shard_id, {**base, "state": state, "exit_code": rc, "started_unix": round(t0, 3),
-                                       "seconds": round(seconds, 3), **outcome,
+                                       "seconds": round(seconds, 3), **outcome, **({"session": session} if session else {}),
                                        **({"error": tail[0][:300]} if tail else {})})
     return 0 if state in ("done", "quarantined") else (EXIT_REFUSED if rc == 2 else EXIT_RETRY)
 
 
 def run(args) -> int:
-    """`rowbeam farm worker PLAN [SHARD] [--index I]` with parsed arguments (rowbeam.farm.cli declares them)."""
+    """`rowbeam farm worker PLAN [SHARD] [--index I] [--serve ...]` with parsed arguments (rowbeam.farm.cli declares
+    them): one shard in a fresh export process, or with --serve many through one Blender session (persistent.py)."""
     try:
+        plan, _ = load_plan(args.plan)
+        if args.index is not None and not 0 <= args.index < len(plan["shards"]):
+            raise RowbeamError(f"--index {args.index}: the plan has shards 0 .. {len(plan['shards']) - 1}")
+        if getattr(args, "serve", False):
+            from .persistent import run as serve
+
+            unknown = sorted(set(args.shards.split(",") if args.shards else []) - {s["id"] for s in plan["shards"]})
+            if unknown:
+                raise RowbeamError(f"--shards: {unknown[0]!r} is not a shard of the plan")
+            return serve(args)
         if args.shard is None:
-            plan, _ = load_plan(args.plan)
-            if args.index is None or not 0 <= args.index < len(plan["shards"]):
-                raise RowbeamError(f"--index {args.index}: the plan has shards 0 .. {len(plan['shards']) - 1}")
+            if args.index is None:
+                raise RowbeamError(f"give a SHARD, --index (0 .. {len(plan['shards']) - 1}) or --serve")
             args.shard = plan["shards"][args.index]["id"]
         return run_shard(args.plan, args.shard)
     except RowbeamError as exc:
