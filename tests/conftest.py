@@ -30,6 +30,7 @@ _BPY_SIGNS = _CYCLES_SIGNS + ("bpy", "scenes.", "common.save", "rowbeam.blender"
                               "\"scenes\"", "blender_binary")
 _FILE_MARKS = {
     "test_farm_engines.py": ("engines", "slow"),
+    "test_persistent_worker.py": ("engines", "slow"),
     "test_extension.py": ("slow",),
     "test_crash_recovery.py": ("slow",),
     "test_concurrency.py": ("slow",),

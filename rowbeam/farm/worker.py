@@ -158,12 +158,17 @@ def run_shard(plan_dir, shard_id: str, runner=fresh_process, since: float = 0.0)
     t0 = time.time()
     running = {**base, "state": "running", "started_unix": round(t0, 3)}
     _write_status(plan_dir, shard_id, running)
+
+    def started(pid: int) -> None:
+        base["child_pid"] = pid
+        _write_status(plan_dir, shard_id, {**running, "child_pid": pid})
+
     log = plan_dir / "logs" / f"{shard_id}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"--- attempt {attempt} pid {os.getpid()} host {platform.node()}: {shard['command']}\n".encode())
         f.flush()
-        rc = runner(shard, plan_dir, f, lambda pid: _write_status(plan_dir, shard_id, {**running, "child_pid": pid}))
+        rc = runner(shard, plan_dir, f, started)
     seconds = time.time() - t0
     outcome = shard_outcome(plan_dir, plan, shard)
     state = ("failed" if outcome["missing"] or rc not in (0, 1)
