@@ -139,9 +139,12 @@ def _machine() -> str:
     return f"{model}, {len(os.sched_getaffinity(0))} cores, {mem:.0f} GiB"
 
 
-def write_results(argv: list) -> None:
-    """Write this run's figures to bench/results.md (the latest run: date, machine, load, revision, each figure
-    with its target and met / not met) and append them to bench/results.jsonl (every run, one JSON line)."""
+def write_results(argv: list, results: Path | None = None, title: str = "rowbeam bench results",
+                  command: str = "`make bench` (bench/bench.py)") -> None:
+    """Append this run's figures to results.jsonl beside `results` (every run, one JSON line: date, machine, load,
+    revision, the results file's name, each figure with its target and met / not met), then write `results`
+    (default bench/results.md): the latest measurement of every figure in that history, with its run's date, load
+    and revision, so a run of some sections keeps the others' latest figures."""
     import datetime
     import json
     import os
@@ -149,56 +152,39 @@ def write_results(argv: list) -> None:
 
     if not FIGURES:
         return
+    results = results or RESULTS
     rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip() or "unknown"
     run = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": _machine(), "revision": rev, "arguments": " ".join(argv) or "(defaults)",
-           "load_start": LOAD_AT_START, "load_end": round(os.getloadavg()[0], 2), "figures": FIGURES}
-    rows = [_result_row(f) for f in FIGURES]
-    RESULTS.write_text(
-        "# rowbeam bench results\n\nWritten by `make bench` (bench/bench.py); every run is also appended to "
-        "bench/results.jsonl. Ratios are measured side by side in one run.\n\n"
-        f"- date: {run['date']}\n- machine: {run['machine']}\n- revision: {rev}\n- arguments: {run['arguments']}\n"
-        f"- load (1-min average) at start / end: {run['load_start']} / {run['load_end']}\n\n"
-        "| figure | measured | target | verdict | note |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
-        + _earlier_figures({f["name"] for f in FIGURES}))
-    with HISTORY.open("a") as f:
+           "load_start": LOAD_AT_START, "load_end": round(os.getloadavg()[0], 2), "results": results.name,
+           "figures": [{**f, "value": None if f["value"] != f["value"] else f["value"]} for f in FIGURES]}
+    history = results.parent / HISTORY.name
+    with history.open("a") as f:
         f.write(json.dumps(run, default=str) + "\n")
-    print(f"bench results: {RESULTS}")
-
-
-def _result_row(f: dict, run: dict | None = None) -> str:
-    """One figure as a row of results.md (with `run`: its run's date, revision and arguments in the note)."""
-    note = f"{f['note']}; " if f["note"] and run else f["note"]
-    if run:
-        note += f"{run['date']}, {run['revision']}, {run['arguments']}"
-    return (f"| {f['name']} | {f['value']:.3f} {f['unit']} | {f['target'] or '—'} | "
-            f"{'—' if f['met'] is None else ('met' if f['met'] else 'NOT MET')} | {note} |")
-
-
-def _earlier_figures(measured: set) -> str:
-    """results.md's second table: the latest earlier value (bench/results.jsonl) of each figure this run did not
-    measure (a run of some sections keeps the others' figures in view), with its run's date and revision."""
-    import json
-
-    latest = {}
-    try:
-        lines = HISTORY.read_text().splitlines()
-    except OSError:
-        return ""
-    for line in lines:
+    latest = {}                                   # figure name -> (figure, its run), the last run that measured it
+    for line in history.read_text().splitlines():
         try:
-            run = json.loads(line)
+            past = json.loads(line)
         except ValueError:
             continue
-        for f in run.get("figures", []):
-            if f["name"] not in measured:
-                latest[f["name"]] = (f, run)
-    if not latest:
-        return ""
-    return ("\nEarlier runs: the latest value of each figure this run did not measure (bench/results.jsonl).\n\n"
-            "| figure | measured | target | verdict | note; run |\n|---|---|---|---|---|\n"
-            + "\n".join(_result_row(f, run) for f, run in latest.values()) + "\n")
+        if past.get("results", RESULTS.name) == results.name:
+            latest.update({f["name"]: (f, past) for f in past["figures"]})
+    results.write_text(
+        f"# {title}\n\nWritten by {command} from bench/{HISTORY.name} (every run, appended): the latest "
+        "measurement of each figure, with its run's date, 1-minute load average at start / end and revision. Ratios "
+        "are measured side by side in one run.\n\n"
+        f"- latest run: {run['date']}, {run['arguments']}\n- machine: {run['machine']}\n\n"
+        "| figure | measured | target | verdict | note | run (UTC, load, revision) |\n|---|---|---|---|---|---|\n"
+        + "\n".join(_result_row(f, past) for f, past in latest.values()) + "\n")
+    print(f"bench results: {results}")
+
+
+def _result_row(f: dict, run: dict) -> str:
+    measured = "unmeasured" if f["value"] is None else f"{f['value']:.3f} {f['unit']}"
+    verdict = "—" if f["met"] is None else ("met" if f["met"] else "NOT MET")
+    return (f"| {f['name']} | {measured} | {f['target'] or '—'} | {verdict} | {f['note']} | "
+            f"{run['date']}, {run.get('load_start', '?')} / {run.get('load_end', '?')}, {run['revision']} |")
 
 
 def fit_exponent(xs, ys) -> float:
@@ -666,18 +652,20 @@ def scale_child(kind: str, value: str, work: Path) -> dict:
 
     if kind == "baseline":
         return _baseline_rss(work)
-    width, height, rgb, sensors, lidar_fields = 1280, 720, 0, ["camera_front"], None
-    if kind == "camera":
+    width, height, rgb, sensors, lidar_fields, extra = 1280, 720, 0, ["camera_front"], None, {}
+    if kind in ("camera", "lens_objects"):
         size, _, spp = value.partition(":")
         width, height = map(int, size.split("x"))
         rgb = int(spp or 0)
     elif kind == "lidar":
         width, height, sensors, lidar_fields = 64, 36, ["lidar_top"], {"preset": f"uniform_{int(value)}"}
+    if kind == "lens_objects":
+        extra = {"object_labels": True, "lens": LENS_BENCH["opencv"]}
     running_example.build(width, height)
     if kind == "objects":
         _add_objects(int(value))
-    blend = common.save(work / "scale.blend", running_example.rig(rgb_samples=rgb, object_labels=False,
-                                                                  lidar_fields=lidar_fields))
+    blend = common.save(work / "scale.blend", running_example.rig(rgb_samples=rgb, lidar_fields=lidar_fields,
+                                                                  **{"object_labels": False, **extra}))
     p = plan_export(ExportRequest(out=work / "bundle", blend=blend, rig=blend.with_suffix(".rig.json"), sensors=sensors,
                                   first_event=SWEEP if kind == "lidar" else EVENT, count=1, device="cpu"))
     wall, cpu, summary = cpu_timed(lambda: run_export(p))
@@ -760,7 +748,7 @@ def _scene_object_count() -> int:
     return sum(1 for i in depsgraph.object_instances if i.object.type == "MESH")
 
 
-def scale_benchmark(work: Path, sizes, channels, object_counts, rgb_samples) -> dict:
+def scale_benchmark(work: Path, sizes, channels, object_counts, rgb_samples, lens_object_sizes=()) -> dict:
     """Run each scale measurement in a child process; returns {kind: [(value, result)]}."""
     import json
     import subprocess
@@ -781,10 +769,21 @@ def scale_benchmark(work: Path, sizes, channels, object_counts, rgb_samples) -> 
             "camera": [(v, child("camera", v)) for v in sizes],
             "rgb": [(n, child("camera", f"1280x720:{n}")) for n in rgb_samples],
             "lidar": [(c, child("lidar", str(c))) for c in channels],
-            "objects": [(n, child("objects", str(n))) for n in object_counts]}
+            "objects": [(n, child("objects", str(n))) for n in object_counts],
+            "lens_objects": [(v, child("lens_objects", v)) for v in lens_object_sizes]}
+
+
+# Peak RSS targets (MB) of one labels-only event in a fresh process: {(kind, size): target}
+PEAK_RSS_TARGETS_MB = {("lens_objects", "1336x1000"): 1200, ("camera", "3840x2160"): 2000}
 
 
 def report_scale(scale: dict) -> None:
+    for size, r in scale.get("lens_objects", []):
+        target = PEAK_RSS_TARGETS_MB.get(("lens_objects", size))
+        print(f"Camera event {size} through the opencv lens with object labels (labels only, fresh process): export "
+              f"{r['wall_s']:.2f} s wall, {r['cpu_s']:.2f} s CPU, peak RSS {r['peak_rss_mb']:.0f} MB; {r['seconds']}")
+        figure(f"peak RSS {size} lens + object labels", r["peak_rss_mb"], "MB", target and f"<= {target}",
+               f"{r['objects']} objects; {r['cpu_s']:.0f} CPU s")
     for _, r in scale.get("baseline", []):
         print(f"Baseline peak RSS (fresh process): bpy + rowbeam imported {r['import_mb']:.0f} MB; after an empty-scene "
               f"Cycles render {r['empty_render_mb']:.0f} MB; after building the running example "
@@ -798,7 +797,7 @@ def report_scale(scale: dict) -> None:
         for size, r in cam:
             w, h = map(int, size.split("x"))
             px.append(w * h)
-            limit_mb = (0.5e9 + 150 * w * h) / 1e6
+            limit_mb = min((0.5e9 + 150 * w * h) / 1e6, PEAK_RSS_TARGETS_MB.get(("camera", size), np.inf))
             print(f"    {size:>10}: export {r['wall_s']:7.2f} s wall, {r['cpu_s']:7.2f} s CPU; process incl. start-up "
                   f"{r['process_wall_s']:7.2f} s; peak RSS {r['peak_rss_mb']:6.0f} MB (target <= {limit_mb:.0f} MB)")
             figure(f"camera peak RSS {size}", r["peak_rss_mb"], "MB", f"<= {limit_mb:.0f}")
@@ -909,6 +908,8 @@ def _main() -> int:
     parser.add_argument("--scale-sizes", default="1280x720,1920x1080,3840x2160")
     parser.add_argument("--lidar-channels", default="32,64,128")
     parser.add_argument("--object-counts", default="200,2000")
+    parser.add_argument("--lens-object-sizes", default="1336x1000",
+                        help="image sizes of the peak-RSS figure of a lens + object-label event")
     parser.add_argument("--rgb-samples", default="16,64", help="rgb samples per pixel of the throughput figures")
     parser.add_argument("--child", nargs=3, metavar=("KIND", "VALUE", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--lens-only", action="store_true", help="only the lens-model figure (Lz)")
@@ -1028,6 +1029,9 @@ def _main() -> int:
     if "big" in r:
         from bench_big import print_big
         print_big(r["big"], figure)
+    if "farm" in r:
+        from bench_farm import report_farm
+        report_farm(r["farm"], figure)
     print(f"peak RSS of the bench process                    {peak_mb:8.0f} MB")
     _report_issue12(args, cam, lidar, flow, r.get("multi"), r.get("poses"),
                     {**r.get("scale", {}), **({"rgb": r["rgb"]} if "rgb" in r else {})})
@@ -1039,7 +1043,7 @@ def _main() -> int:
 
 # `make bench ONLY=camera,scale` (bench.py --only ...) runs these sections alone, in this order.
 SECTIONS = ("camera", "multi", "scale", "rgb", "lidar", "flow", "poses", "radar", "objects", "lens", "lens_objects",
-            "surfaces", "report", "big")
+            "surfaces", "report", "big", "farm")
 
 
 def _sections(only: str) -> list:
@@ -1068,7 +1072,7 @@ def _run_section(name: str, work: Path, args):
         return pose_benchmark(work, args.repeat)
     if name == "scale":
         return scale_benchmark(work, [x for x in args.scale_sizes.split(",") if x], ints(args.lidar_channels),
-                               ints(args.object_counts), [])
+                               ints(args.object_counts), [], [x for x in args.lens_object_sizes.split(",") if x])
     if name == "rgb":
         return scale_benchmark(work, [], [], [], ints(args.rgb_samples))["rgb"]
     if name == "lens":
@@ -1081,6 +1085,9 @@ def _run_section(name: str, work: Path, args):
     if name == "big":
         from bench_big import big_benchmark
         return big_benchmark(work, args.big_instances, args.big_faces, args.big_scale)
+    if name == "farm":
+        from bench_farm import farm_benchmark
+        return farm_benchmark(work, args.repeat)
     return checker_benchmark(work, args.repeat)       # (d) and (Q) side by side, with and without object labels
 
 

@@ -10,13 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from rowbeam.farm.dataset import dataset_hash
+from tests.farm.clusters import ray_cluster as ray_cluster_of
+from tests.farm.clusters import slurm_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -295,95 +296,20 @@ def _finalized_hash_matches(p: Path, reference: dict) -> dict:
     return doc
 
 
-def _tool(name: str) -> str | None:
-    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin"]))
-
-
 def _skip_or_fail(reason: str):
     if os.environ.get("CI") == "true":            # CI installs them (.ci/run): there the test must run
         pytest.fail(f"{reason}; CI must provide it")
     pytest.skip(reason)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    """A real single-node Slurm on localhost: munged, slurmctld -D and slurmd -D with a key, sockets, state and a
-    config under a temp dir (ports chosen free), stopped at the end. Yields the environment for sbatch/squeue."""
-    tools = {n: _tool(n) for n in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo")}
-    missing = [n for n, p in tools.items() if p is None]
-    if missing:
-        _skip_or_fail(f"Slurm binaries missing: {', '.join(missing)} (apt-get install -y slurm-wlm munge)")
-    d = tmp_path_factory.mktemp("slurm")
-    for sub in ("munge", "state", "spool"):
-        (d / sub).mkdir()
-    (d / "munge").chmod(0o755)
-    (d / "munge/key").write_bytes(os.urandom(1024))
-    (d / "munge/key").chmod(0o400)
-    host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
-    sock = d / "munge/munge.sock"
-    conf = d / "slurm.conf"
-    conf.write_text(f"""ClusterName=rowbeamtest
-SlurmctldHost={host}(127.0.0.1)
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
-AuthType=auth/munge
-AuthInfo=socket={sock}
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
-SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/builtin
-ReturnToService=2
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-MpiDefault=none
-SlurmdParameters=config_overrides
-NodeName=rowbeamnode NodeHostname={host} NodeAddr=127.0.0.1 CPUs=3 RealMemory=4000 State=UNKNOWN
-PartitionName=rowbeam Nodes=rowbeamnode Default=YES MaxTime=INFINITE State=UP
-""")
-    env = dict(os.environ, SLURM_CONF=str(conf))
-    daemons = []
+    """A real single-node Slurm on localhost (3 CPUs; tests/farm/clusters.py). Yields the environment for sbatch."""
     try:
-        for argv in ([tools["munged"], "-F", "-f", f"--socket={sock}", f"--key-file={d}/munge/key",
-                      f"--log-file={d}/munge/log", f"--pid-file={d}/munge/pid", f"--seed-file={d}/munge/seed"],
-                     [tools["slurmctld"], "-D", "-f", str(conf)],
-                     [tools["slurmd"], "-D", "-N", "rowbeamnode", "-f", str(conf)]):
-            daemons.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            time.sleep(0.5)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            state = subprocess.run([tools["sinfo"], "-h", "-o", "%t"], env=env, capture_output=True, text=True)
-            if state.stdout.strip() == "idle":
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"Slurm did not come up: {(d / 'slurmctld.log').read_text()[-500:]}")
-        yield env
-    finally:
-        for p in reversed(daemons):
-            p.terminate()
-        for p in reversed(daemons):
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        with slurm_cluster(tmp_path_factory.mktemp("slurm") / "cluster", cpus=3) as env:
+            yield env
+    except RuntimeError as exc:
+        _skip_or_fail(str(exc))
 
 
 def test_slurm_job_array_gives_the_single_process_hash_and_resubmits_by_index(scenes, reference, slurm):
@@ -424,38 +350,14 @@ def test_unreachable_engines_are_refused_in_one_line(scenes, runs):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "engine ray: " in r.stderr, r.stderr
 
 
-RAY_HEAD = """
-import sys, ray
-ctx = ray.init(num_cpus=3, _temp_dir=sys.argv[1], include_dashboard=False, logging_level="ERROR")
-print("ADDRESS", ctx.address_info["gcs_address"], flush=True)
-sys.stdin.read()          # until the test closes stdin: then stop this cluster (never `ray stop`)
-ray.shutdown()
-"""
-
-
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    """A real local Ray cluster (3 CPUs, token auth) owned by a child process with its own temp dir; closing
-    its stdin shuts down exactly that cluster. Yields (address, environment)."""
+def ray_cluster():
+    """A real local Ray cluster (3 CPUs, token auth; tests/farm/clusters.py). Yields (address, environment)."""
     try:
-        import ray  # noqa: F401
-    except ImportError:
-        _skip_or_fail("ray is not installed (pip install ray==2.60.0)")
-    d = Path(tempfile.mkdtemp(prefix="rowbeam-ray-"))          # short: Ray's unix sockets live under it
-    env = dict(os.environ, RAY_AUTH_MODE="token")
-    head = subprocess.Popen([sys.executable, "-c", RAY_HEAD, str(d)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        line = head.stdout.readline()
-        assert line.startswith("ADDRESS "), line
-        yield line.split()[1], env
-    finally:
-        head.stdin.close()
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-        shutil.rmtree(d, ignore_errors=True)
+        with ray_cluster_of(cpus=3) as env:
+            yield env["RAY_ADDRESS"], env
+    except RuntimeError as exc:
+        _skip_or_fail(str(exc))
 
 
 def test_ray_tasks_give_the_single_process_hash(scenes, reference, ray_cluster):
