@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rowbeam.model.lens import NEWTON_CHUNK, unproject
 from rowbeam.util.errors import RowbeamError
 
 CHUNK = 4_000_000          # (row, triangle) pairs per vectorised step
@@ -197,7 +198,8 @@ def _reaching(reach, rows) -> np.ndarray:
     return np.flatnonzero(((ys >= lo) & (ys <= hi)).any(axis=0))
 
 
-PAIR_CHUNK = 4_000_000     # (pixel, triangle) point tests per vectorised step of rasterize_rays
+PAIR_CHUNK = 1_000_000     # (pixel, triangle) point tests per vectorised step of rasterize_rays (~150 bytes a test)
+BAND_PX = 1 << 21          # pixels per band of rows in rasterize_rays (its sort keys: ~40 bytes a pixel)
 BOX_EDGES = np.array([(i, i | b) for b in (1, 2, 4) for i in range(8) if not i & b])   # 12 edges of 8 box corners
 BOUNDARY_SAMPLES = 1024    # samples per side of the normalized box (and of the domain circle) in lens_canvas_box
 LENS_BOX_PAD_PX = 2        # pixels added around the projected samples in lens_canvas_box
@@ -298,10 +300,13 @@ def canvas_rays(lens, u0: int, u1: int, v0: int, v1: int, du: float = 0.0, dv: f
     NaN where the pixel has no ray (outside the valid domain, or the inverse misses by more than
     rowbeam.model.lens.MAX_UNPROJECT_RESIDUAL_PX): such pixels are not part of the canvas. du, dv (px): probe points
     offset from the pixel centres instead."""
-    from rowbeam.model.lens import unproject
-    v, u = np.mgrid[v0:v1, u0:u1].astype(np.float64)
-    rays, _, _ = unproject(lens, u + du, v + dv)
-    return rays[..., :2]
+    C = u1 - u0
+    out = np.empty(((v1 - v0) * C, 2))
+    for c0 in range(0, out.shape[0], NEWTON_CHUNK):      # unproject's own chunks: the same pixels solved together
+        k = np.arange(c0, min(c0 + NEWTON_CHUNK, out.shape[0]))
+        v, u = (k // C + v0).astype(np.float64), (k % C + u0).astype(np.float64)
+        out[c0:c0 + len(k)] = unproject(lens, u + du, v + dv)[0][:, :2]
+    return out.reshape(v1 - v0, C, 2)
 
 
 class CanvasRays:
@@ -310,6 +315,7 @@ class CanvasRays:
     returns canvas_rays of that box, (y1 - y0, x1 - x0, 2), NaN where a pixel has no ray."""
 
     TILE = 64
+    TILE_BATCH = 64             # x (unproject chunk / tile) tiles unprojected at once (1 Mpx: ~80 MB while solved)
     MAX_BYTES = 256 * 2**20     # tiles kept at most (float64 x, y: 64 KiB a tile); beyond, tiles not asked are dropped
 
     def __init__(self, lens, W: int, H: int):
@@ -323,15 +329,15 @@ class CanvasRays:
         if (len(self.tiles) + len(missing)) * T * T * 16 > self.MAX_BYTES:
             wanted = set(keys)
             self.tiles = {k: v for k, v in self.tiles.items() if k in wanted}
-        if missing:                                     # one vectorised unprojection for all missing tiles
-            from rowbeam.model.lens import unproject
-            vv, uu = np.mgrid[0:T, 0:T].astype(np.float64)
-            ty, tx = np.array(missing).T
+        vv, uu = np.mgrid[0:T, 0:T].astype(np.float64)
+        batch = self.TILE_BATCH * max(1, NEWTON_CHUNK // (T * T))    # whole unproject chunks: each solved as in one call
+        for b0 in range(0, len(missing), batch):        # vectorised unprojections of the missing tiles
+            ty, tx = np.array(missing[b0:b0 + batch]).T
             u = uu[None] + (tx * T - self.W)[:, None, None]
             v = vv[None] + (ty * T - self.H)[:, None, None]
             rays = unproject(self.lens, u, v)[0][..., :2]
-            for k, r in zip(missing, rays, strict=True):
-                self.tiles[k] = r
+            for k, r in zip(missing[b0:b0 + batch], rays, strict=True):
+                self.tiles[k] = r.copy()
         out = np.empty((y1 - y0, x1 - x0, 2))
         for ty, tx in keys:
             a, b = max(ty * T, y0), min((ty + 1) * T, y1)
@@ -374,57 +380,78 @@ def rasterize_rays(vertices, triangles, rays, T_camera_object, near: float | Non
     A pixel is covered when its ray lies inside the pinhole projection (normalized coordinates, x = X/Z) of a
     triangle clipped to near <= camera z <= far (with `near`; without it every vertex must have z > 0, else
     ValueError). Candidate pixels of a (row, triangle) pair are found from the row's rays sorted by
-    x; each is then tested against the three edges (vectorised, float64)."""
+    x; each is then tested against the three edges (vectorised, float64). Rows are processed in bands of at most
+    BAND_PX pixels (the sort keys and candidate lists are per row), so the extra memory is that of one band."""
     rays = np.asarray(rays, dtype=np.float64)
     R, C = rays.shape[:2]
     out = np.zeros((R, C), dtype=bool)
     tris = np.asarray(triangles, dtype=np.int64).reshape(-1, 3)
-    x, y = rays[..., 0], rays[..., 1]
-    has = np.isfinite(x) & np.isfinite(y)
-    if R == 0 or C == 0 or tris.shape[0] == 0 or not has.any():
+    band = max(1, BAND_PX // max(C, 1))
+    gx0, gx1 = np.inf, -np.inf                              # x range of every ray (one sort-key scale for all bands)
+    for b0 in range(0, R, band):
+        x, y = rays[b0:b0 + band, :, 0], rays[b0:b0 + band, :, 1]
+        xf = x[np.isfinite(x) & np.isfinite(y)]
+        if xf.size:
+            gx0, gx1 = min(gx0, float(xf.min())), max(gx1, float(xf.max()))
+    if R == 0 or C == 0 or tris.shape[0] == 0 or gx0 > gx1:
         return out
     T = np.asarray(T_camera_object, dtype=np.float64)
     V = np.asarray(vertices, dtype=np.float64)
     V = V if V.ndim == 3 else V.reshape(-1, 3)
     P = V @ np.swapaxes(T[..., :3, :3], -1, -2) + T[..., None, :3, 3]             # (R?, V, 3)
-    per_row = P.ndim == 3
     z = P[..., 2]
     if near is None and np.any(z <= 0):
         raise ValueError("a mesh vertex is not in front of the camera (z <= 0)")
-    clip = near is not None and (np.any(z < near) or np.any(z > far))
-    # rays of each row sorted by x; one global key array: row r's keys in [4r, 4r + 1], no-ray pixels at 4r + 2
-    gx0, gx1 = float(x[has].min()), float(x[has].max())
+    clip = (near, far) if near is not None and (np.any(z < near) or np.any(z > far)) else None
+    for b0 in range(0, R, band):
+        _rasterize_band(P[b0:b0 + band] if P.ndim == 3 else P, tris, rays[b0:b0 + band], (gx0, gx1), clip,
+                        out[b0:b0 + band])
+    return out
+
+
+def _projected_triangles(Q, clip):
+    """Triangles Q (r|1, F, 3, 3) camera frame, clipped to `clip` (near, far) or None, in normalized coordinates:
+    (xa, ya (r|1, F', 3), sign of their area, bounding boxes (x_min, x_max, y_min, y_max), usable)."""
+    if clip is not None:
+        ct, valid = clip_triangles(Q, *clip)
+        ct = np.where(valid[..., None, None], ct, 1.0)
+    else:
+        ct, valid = Q, np.ones(Q.shape[:-2], dtype=bool)
+    p = ct[..., :2] / ct[..., 2:3]                                                    # (r|1, F', 3, 2) normalized
+    xa, ya = p[..., 0], p[..., 1]                                                     # (r|1, F', 3)
+    area = ((xa[..., 1] - xa[..., 0]) * (ya[..., 2] - ya[..., 0])
+            - (ya[..., 1] - ya[..., 0]) * (xa[..., 2] - xa[..., 0]))
+    s = np.sign(area)
+    return xa, ya, s, (xa.min(-1), xa.max(-1), ya.min(-1), ya.max(-1)), valid & (s != 0)
+
+
+def _rasterize_band(P, tris, rays, gx: tuple, clip, out) -> None:
+    """rasterize_rays on a band of rows: P (R, V, 3) per row or (V, 3) camera-frame vertices, rays (R, C, 2), gx
+    (x_min, x_max) of every ray of the whole call (the sort keys' scale), clip (near, far) or None; sets `out`
+    (R, C) bool in place."""
+    R = rays.shape[0]
+    x, y = rays[..., 0], rays[..., 1]
+    has = np.isfinite(x) & np.isfinite(y)
+    if not has.any():
+        return
+    per_row = P.ndim == 3
+    # rays of each row sorted by x; one key array for the band: row r's keys in [4r, 4r + 1], no-ray pixels at 4r + 2
+    gx0, gx1 = gx
     span = max(gx1 - gx0, 1e-300)
     xs = np.where(has, (np.where(has, x, gx0) - gx0) / span, 2.0)
     order = np.argsort(xs, axis=1, kind="stable")
     keys = (np.take_along_axis(xs, order, axis=1) + 4.0 * np.arange(R)[:, None]).ravel()
     order = order.ravel()
+    del xs
     with np.errstate(invalid="ignore"):
         row_ylo = np.where(has.any(1), np.nanmin(np.where(has, y, np.inf), axis=1), np.inf)
         row_yhi = np.where(has.any(1), np.nanmax(np.where(has, y, -np.inf), axis=1), -np.inf)
-    F = tris.shape[0] * ((4 if np.isfinite(far) else 2) if clip else 1)
+    F = tris.shape[0] * ((4 if np.isfinite(clip[1]) else 2) if clip is not None else 1)
     step = max(1, CHUNK // F)
-    static = None
+    static = None if per_row else _projected_triangles(P[None][:, tris], clip)
     for r0 in range(0, R, step):
         r1 = min(R, r0 + step)
-        if per_row or static is None:
-            Q = (P[r0:r1] if per_row else P[None])[:, tris]                           # (r|1, F, 3, 3)
-            if clip:
-                ct, valid = clip_triangles(Q, near, far)
-                ct = np.where(valid[..., None, None], ct, 1.0)
-            else:
-                ct, valid = Q, np.ones(Q.shape[:-2], dtype=bool)
-            p = ct[..., :2] / ct[..., 2:3]                                            # (r|1, F', 3, 2) normalized
-            xa, ya = p[..., 0], p[..., 1]                                             # (r|1, F', 3)
-            area = ((xa[..., 1] - xa[..., 0]) * (ya[..., 2] - ya[..., 0])
-                    - (ya[..., 1] - ya[..., 0]) * (xa[..., 2] - xa[..., 0]))
-            s = np.sign(area)
-            bb = (xa.min(-1), xa.max(-1), ya.min(-1), ya.max(-1))
-            usable = valid & (s != 0)
-            if not per_row:
-                static = (xa, ya, s, bb, usable)
-        else:
-            xa, ya, s, bb, usable = static
+        xa, ya, s, bb, usable = static or _projected_triangles(P[r0:r1][:, tris], clip)
         ok = (usable & (bb[3] >= row_ylo[r0:r1, None]) & (bb[2] <= row_yhi[r0:r1, None])
               & (bb[1] >= gx0) & (bb[0] <= gx1))
         ri, fi = np.nonzero(ok)                                                       # ri: row within the chunk
@@ -437,30 +464,38 @@ def rasterize_rays(vertices, triangles, rays, T_camera_object, near: float | Non
         q_hi = np.clip((cx_hi - gx0) / span + eps, -0.5, 1.5) + 4.0 * (ri + r0)
         lo = np.searchsorted(keys, q_lo, side="left")
         n = np.maximum(np.searchsorted(keys, q_hi, side="right") - lo, 0)
-        ends = np.cumsum(n)
-        a = 0
-        while a < len(n):                                                             # batches of <= PAIR_CHUNK tests
-            b = int(np.searchsorted(ends, (ends[a - 1] if a else 0) + PAIR_CHUNK, side="right"))
-            b = max(b, a + 1)
-            nb = n[a:b]
-            N = int(nb.sum())
-            a_prev, a = a, b
-            if N == 0:
-                continue
-            pair = np.repeat(np.arange(a_prev, b), nb)
-            pos = lo[pair] + np.arange(N) - np.repeat(np.cumsum(nb) - nb, nb)
-            col = order[pos]
-            row = ri[pair] + r0
-            px, py = x[row, col], y[row, col]
-            tr, tf = fr[pair], fi[pair]
-            X3, Y3, sg = xa[tr, tf], ya[tr, tf], s[tr, tf]                           # (N, 3)
-            inside = np.ones(N, dtype=bool)
-            for i in range(3):
-                xa_, ya_ = X3[:, i], Y3[:, i]
-                ex, ey = X3[:, (i + 1) % 3] - xa_, Y3[:, (i + 1) % 3] - ya_
-                inside &= sg * (ex * (py - ya_) - ey * (px - xa_)) >= 0
-            out[row[inside], col[inside]] = True
-    return out
+        _test_candidates(x, y, order, (lo, n), (ri + r0, fr, fi), (xa, ya, s), out)
+
+
+def _test_candidates(x, y, order, ranges: tuple, pairs: tuple, tri: tuple, out) -> None:
+    """Edge tests of each (row, triangle) pair's candidate pixels, in batches of <= PAIR_CHUNK: ranges (lo, n) into
+    the sorted keys, pairs (row, triangle row, triangle), tri (xa, ya, area sign); covered pixels set in `out`."""
+    lo, n = ranges
+    rows, fr, fi = pairs
+    xa, ya, s = tri
+    ends = np.cumsum(n)
+    a = 0
+    while a < len(n):                                                                 # batches of <= PAIR_CHUNK tests
+        b = int(np.searchsorted(ends, (ends[a - 1] if a else 0) + PAIR_CHUNK, side="right"))
+        b = max(b, a + 1)
+        nb = n[a:b]
+        N = int(nb.sum())
+        a_prev, a = a, b
+        if N == 0:
+            continue
+        pair = np.repeat(np.arange(a_prev, b), nb)
+        pos = lo[pair] + np.arange(N) - np.repeat(np.cumsum(nb) - nb, nb)
+        col = order[pos]
+        row = rows[pair]
+        px, py = x[row, col], y[row, col]
+        tr, tf = fr[pair], fi[pair]
+        X3, Y3, sg = xa[tr, tf], ya[tr, tf], s[tr, tf]                               # (N, 3)
+        inside = np.ones(N, dtype=bool)
+        for i in range(3):
+            xa_, ya_ = X3[:, i], Y3[:, i]
+            ex, ey = X3[:, (i + 1) % 3] - xa_, Y3[:, (i + 1) % 3] - ya_
+            inside &= sg * (ex * (py - ya_) - ey * (px - xa_)) >= 0
+        out[row[inside], col[inside]] = True
 
 
 # ---- PLY assets (binary_little_endian 1.0: double x y z; list uchar int vertex_indices) ----

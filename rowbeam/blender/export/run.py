@@ -37,6 +37,7 @@ from rowbeam.version import ROWBEAM_VERSION
 from rowbeam.blender.compat import blender_compat
 from rowbeam.blender.cycles import cycles_setup as cs
 from rowbeam.blender.compat.blend_io import check_linked_libraries, git_revision, open_blend
+from rowbeam.blender.export.allocator import release_free_memory
 from rowbeam.blender.export.bundle import BundleWriter, event_location, flow_location, write_error
 from rowbeam.blender.sensors.camera_labels import semantic_lut
 from rowbeam.blender.flow.flow_pair import NEEDED, compute_flow_pair, endpoint, flow_manifest, load_event
@@ -516,6 +517,7 @@ def _check_and_publish(plan: ExportPlan, staged: Path, location: str, manifest: 
                        read_back: dict | None = None):
     plan.context.progress.stage("write and check")
     write_manifest(staged, manifest)
+    release_free_memory()                       # the export's freed arrays, before the check's own peak
     report = check_path(staged / "manifest.json", staged, plan.writer.root, kept, read_back)
     atomic_write_json(staged / "qa_report.json", {"schema": "rowbeam/event_qa@1", "status":
                                                    "fail" if report.failed else "pass", "checks": report.results})

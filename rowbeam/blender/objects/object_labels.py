@@ -427,7 +427,7 @@ class _Stage:
     corners: dict = field(default_factory=dict)      # k -> (8, 3) asset-box corners, object frame
     boxes: dict = field(default_factory=dict)        # k -> canvas box (x0, x1, y0, y1)
     from_modal: set = field(default_factory=set)
-    rasterised: dict = field(default_factory=dict)   # k -> (box, mask)
+    rasterised: dict = field(default_factory=dict)   # k -> (box, mask bit-packed along x: np.packbits axis -1)
     clip: tuple = (0.0, 0.0)                         # (near, far) camera-z clip, m
     K_expected: object = None
     n_objects: int = 0                               # keys k < n_objects are scene objects, the rest instances
@@ -683,7 +683,7 @@ def _rasterise_deforming_entry(st: _Stage, k: int, T_cw_rows, ray_lens, rays_cac
                        "first_canvas_row": box[2], "rows": box[3] - box[2], "units": "m", "frame": "world",
                        "rule": ROW_MESH_RULE}
     st.boxes[k] = box
-    st.rasterised[k] = (box, mask)
+    st.rasterised[k] = (box, np.packbits(mask, axis=-1))
 
 
 def _rasterise_lens_entry(st: _Stage, k: int, T_cw_rows, rays_cache) -> None:
@@ -694,8 +694,8 @@ def _rasterise_lens_entry(st: _Stage, k: int, T_cw_rows, rays_cache) -> None:
         return
     x0, x1, y0, y1 = box
     st.boxes[k] = box
-    st.rasterised[k] = (box, rasterize_rays(ent["V"], ent["F"], rays_cache.get(x0, x1, y0, y1), T_co[y0:y1],
-                                            near=st.clip[0], far=st.clip[1]))
+    st.rasterised[k] = (box, np.packbits(rasterize_rays(ent["V"], ent["F"], rays_cache.get(x0, x1, y0, y1),
+                                                        T_co[y0:y1], near=st.clip[0], far=st.clip[1]), axis=-1))
 
 
 def _rasterise_rigid_entry(st: _Stage, k: int, T_cw_rows) -> None:
@@ -710,8 +710,8 @@ def _rasterise_rigid_entry(st: _Stage, k: int, T_cw_rows) -> None:
     if (y1 - y0) * len(ent["F"]) > RASTER_MAX_PAIRS:
         return
     st.boxes[k] = box
-    st.rasterised[k] = (box, rasterize_rows(ent["V"], ent["F"], K64, T_co[y0:y1], np.arange(y0, y1) - st.H,
-                                            x1 - x0, x0 - st.W, near=st.clip[0], far=st.clip[1]))
+    st.rasterised[k] = (box, np.packbits(rasterize_rows(ent["V"], ent["F"], K64, T_co[y0:y1], np.arange(y0, y1) - st.H,
+                                                        x1 - x0, x0 - st.W, near=st.clip[0], far=st.clip[1]), axis=-1))
 
 
 def _stage_renders(st: _Stage, groups: list):
@@ -745,7 +745,7 @@ def _stage_renders(st: _Stage, groups: list):
                                    f"{(box[3] - box[2], box[1] - box[0])}")
             idx = np.rint(idx).astype(np.int64)
             for k in g:
-                canvas_masks[k] = (box, idx == st.table[k].render_index)
+                canvas_masks[k] = (box, np.packbits(idx == st.table[k].render_index, axis=-1))
     return canvas_masks, render_seconds, K_canvas_err, rendered_px
 
 
@@ -825,6 +825,8 @@ def _window(st: _Stage, canvas_mask, pix) -> dict:
     image part `img_w` of `full`; counts n_all, n_img, n_vis; `added` modal pixels not on the silhouette."""
     W, H = st.W, st.H
     (x0, x1, y0, y1), m = canvas_mask
+    if m.dtype == np.uint8:                                     # kept bit-packed along x until needed
+        m = np.unpackbits(m, axis=-1, count=x1 - x0).view(bool)
     mv, mu = pix // W + H, pix % W + W                         # visible pixels, canvas coordinates
     if pix.size:                                                # window = box plus the visible pixels
         x0w, x1w = min(x0, int(mu.min())), max(x1, int(mu.max()) + 1)

@@ -184,9 +184,11 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         seconds["surface_layers"] = time.perf_counter() - t0
     object_block, assets = None, {}
     if sensor.object_labels:
+        from rowbeam.blender.export.allocator import release_free_memory
         from rowbeam.blender.objects.object_labels import EventInputs, compute_object_labels
 
         ctx.progress.stage("object labels")
+        release_free_memory()                   # the label render's and derivation's freed arrays
         obj_arrays, object_block, assets, obj_seconds = compute_object_labels(ctx, sensor, EventInputs(
             timing, K, params, row_poses, ref_pose, labels["instance_id"], labels["camera_z"], lens,
             labels.get("policy_mask")))
