@@ -156,7 +156,9 @@ def report_farm(r: dict, figure) -> None:
         local = key in ("local", "local_3", "fresh")
         print(f"    {label}: {x['per_shard_s']:.3f} s per shard" + (f", CPU {x['per_shard_cpu_s']:.3f} s" if local
                                                                     else "") + f" ({note})")
-        figure(name + " (wall)", x["per_shard_s"], "s", target, note if local else f"{note}; {CLUSTER_REASON}")
+        load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0))
+        busy = f"; wall seconds under a load of {load:.1f} on {cores} cores" if load > cores else ""
+        figure(name + " (wall)", x["per_shard_s"], "s", target, (note if local else f"{note}; {CLUSTER_REASON}") + busy)
         if local:
             figure(name + " (CPU)", x["per_shard_cpu_s"], "s", target, "CPU s of the worker and its Blender session")
         else:
