@@ -387,12 +387,12 @@ MUTANTS += [
     M("objects-edge-band-10x", "objects", "rowbeam/check/object_checks.py",
       "EDGE_MARGIN_PX = 0.02 ", "EDGE_MARGIN_PX = 0.2 ",
       (PLANT, "-k", "edge_band"), "object edge band widened 10x"),
-    M("objects-raster-band-poses", "objects", "rowbeam/check/rasterize.py",
-      "_rasterize_band(P[b0:b0 + band] if P.ndim == 3", "_rasterize_band(P[:band] if P.ndim == 3",
-      ("tests/check/test_rasterize_bands.py",), "every band of rows rasterised with the first band's per-row poses"),
-    M("objects-canvas-rays-chunk-row", "objects", "rowbeam/check/rasterize.py",
-      "v, u = (k // C + v0).astype(np.float64)", "v, u = (k // C).astype(np.float64)",
-      ("tests/check/test_rasterize_bands.py",), "canvas rays solved chunk by chunk lose the box's first row"),
+    *[M(f"objects-{name}", "objects", "rowbeam/check/rasterize.py", old, new, ("tests/check/test_rasterize_bands.py",),
+        what) for name, old, new, what in (
+        ("raster-band-poses", "_rasterize_band(P[b0:b0 + band] if P.ndim == 3", "_rasterize_band(P[:band] if P.ndim == 3",
+         "every band of rows rasterised with the first band's per-row poses"),
+        ("canvas-rays-chunk-row", "v, u = (k // C + v0).astype(np.float64)", "v, u = (k // C).astype(np.float64)",
+         "canvas rays solved chunk by chunk lose the box's first row"))],
     # -- radar ----------------------------------------------------------------------------------------------------
     M("radar-velocity-positive-only", "radar", "rowbeam/check/radar_checks.py",
       "fast = int(np.count_nonzero(np.abs(arrays[\"radial_velocity\"][valid]) > vmax))",

@@ -38,11 +38,11 @@ def scenes(tmp_path_factory):
     from rowbeam.blender.scenes import calibration, common, lens_scenes
 
     root = tmp_path_factory.mktemp("persistent")
-    _, rig = calibration.fronto_plane(scale=16)
-    rig["sensors"][0]["rgb_samples"] = 0
-    common.save(root / "a.blend", rig)
-    _, rig = lens_scenes.lens_plates("opencv", scale=16)
-    common.save(root / "p.blend", rig)
+    for name, build in (("a", lambda: calibration.fronto_plane(scale=16)),
+                        ("p", lambda: lens_scenes.lens_plates("opencv", scale=16))):
+        rig = build()[1]                                    # each builds the open scene anew
+        rig["sensors"][0]["rgb_samples"] = 0                # labels only (the lens plates' rig already is)
+        common.save(root / f"{name}.blend", rig)
     return root
 
 
