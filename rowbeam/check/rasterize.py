@@ -198,8 +198,8 @@ def _reaching(reach, rows) -> np.ndarray:
     return np.flatnonzero(((ys >= lo) & (ys <= hi)).any(axis=0))
 
 
-PAIR_CHUNK = 1_000_000     # (pixel, triangle) point tests per vectorised step of rasterize_rays (~150 bytes a test)
-BAND_PX = 1 << 21          # pixels per band of rows in rasterize_rays (its sort keys: ~40 bytes a pixel)
+PAIR_CHUNK = 250_000       # (pixel, triangle) point tests per vectorised step of rasterize_rays (~150 bytes a test)
+BAND_PX = 1 << 19          # pixels per band of rows in rasterize_rays (its sort keys: ~40 bytes a pixel)
 BOX_EDGES = np.array([(i, i | b) for b in (1, 2, 4) for i in range(8) if not i & b])   # 12 edges of 8 box corners
 BOUNDARY_SAMPLES = 1024    # samples per side of the normalized box (and of the domain circle) in lens_canvas_box
 LENS_BOX_PAD_PX = 2        # pixels added around the projected samples in lens_canvas_box
