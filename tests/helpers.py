@@ -30,6 +30,34 @@ def rehash(event_dir, name) -> None:
     (event_dir / "manifest.json").write_text(json.dumps(m))
 
 
+def save_payload(event_dir, name, array) -> None:
+    """Replace modality `name`'s file by `array` in the file format and storage its manifest entry declares (the
+    writer the exporter uses), then rehash: a test plants a fault by content, whatever the encoding."""
+    from rowbeam.bundle.arrays import write_exr, write_npy, write_npz
+
+    event_dir = Path(event_dir)
+    entry = json.loads((event_dir / "manifest.json").read_text())["modalities"][name]
+    path = event_dir / entry["uri"]
+    if entry["format"] == "openexr":
+        storage = entry.get("storage") or {}
+        encoding = {k: storage[k] for k in ("compression", "pixel_type") if k in storage}
+        write_exr(path, array, entry["channels"], entry["dtype"], encoding=encoding)
+    elif entry["format"] == "npz":
+        write_npz(path, array)
+    else:
+        write_npy(path, array)
+    rehash(event_dir, name)
+
+
+def load_payload(event_dir, name):
+    """The decoded array of modality `name` of an event folder (no sha256 check: for editing)."""
+    from rowbeam.bundle.reader import read_payload
+
+    event_dir = Path(event_dir)
+    entry = json.loads((event_dir / "manifest.json").read_text())["modalities"][name]
+    return read_payload(event_dir, entry, verify=False)
+
+
 def failures(bundle_dir) -> tuple[dict, list]:
     from rowbeam.check.runner import check_bundle
 

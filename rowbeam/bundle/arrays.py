@@ -1,8 +1,11 @@
-"""Encode and decode payload arrays: OpenEXR (images) and NumPy .npy (int64/float64 tables).
+"""Encode and decode payload arrays: OpenEXR (images), NumPy .npy and deflated .npz (tables, packed masks).
 
 OpenEXR stores FLOAT (float32), HALF and UINT (uint32) channels; a uint8 plane (validity)
-is stored as UINT and decoded back to uint8. Compression is lossless ZIP. Row 0 is the top.
-An array of shape (H, W, C) is stored as C channels named in the manifest's `channels`.
+is stored as UINT and decoded back to uint8. Row 0 is the top. An array of shape (H, W, C) is stored as C
+channels named in the manifest's `channels`. Compression is lossless (EXR_COMPRESSION per modality name,
+else ZIP; a reader takes whatever the file's header says); the one lossy choice is an explicit stored pixel
+type HALF for a declared float32 payload (manifest `storage.lossy`), decoded back to float32.
+An .npz payload is a zip archive holding one deflated member `array.npy` (np.load(path)["array"]).
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import io
 import os
 import sys
 import threading
+import zipfile
 from contextlib import contextmanager
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,21 +26,52 @@ from rowbeam.bundle.files import fsync_path
 
 EXR_PIXEL_TYPE = {"float32": "FLOAT", "float16": "HALF", "uint32": "UINT", "uint8": "UINT"}
 STORED_DTYPE = {"FLOAT": np.float32, "HALF": np.float16, "UINT": np.uint32}
+# Compressions that give back every bit of FLOAT, HALF and UINT channels (NaN payloads, -0, subnormals included;
+# tests/bundle/test_payload_codecs.py). PXR24, B44(A), DWAA/DWAB and LJ2K are lossy and never written.
+LOSSLESS_EXR = {"NONE": OpenEXR.NO_COMPRESSION, "ZIP": OpenEXR.ZIP_COMPRESSION, "ZIPS": OpenEXR.ZIPS_COMPRESSION,
+                "PIZ": OpenEXR.PIZ_COMPRESSION, "RLE": OpenEXR.RLE_COMPRESSION, "ZSTD": OpenEXR.ZSTD_COMPRESSION,
+                "HTJ2K256": OpenEXR.HTJ2K256_COMPRESSION, "HTJ2K32": OpenEXR.HTJ2K32_COMPRESSION}
+# The smallest lossless compression per modality name where it is not ZIP (measured on the running example at
+# 1280x720: docs/format.md, `make bench` section storage); HTJ2K needs an OpenEXR >= 3.4 reader.
+EXR_COMPRESSION = {"rgb": "HTJ2K256", "range": "HTJ2K256", "camera_z": "HTJ2K256", "cos_incidence": "HTJ2K256",
+                   "time_offset_ns": "HTJ2K256"}
+DEFAULT_EXR_COMPRESSION = "ZIP"
+# Declared lossy storage: (declared dtype, stored pixel type) pairs a writer may be asked for and a reader accepts
+# when the manifest entry's storage says so; the decoded array has the declared dtype.
+LOSSY_PIXEL_TYPES = {("float32", "HALF"): "float32 rounded to IEEE half (11 significant bits, |x| <= 65504; "
+                                          "larger values become inf)"}
+LINE_ORDER = "increasing_y (row 0 at top)"
 
 
-def write_exr(path, array: np.ndarray, channels: list[str], dtype: str, attributes=None) -> dict:
-    """Write `array` ((H, W) or (H, W, C)) losslessly; returns the manifest `storage` entry."""
+def exr_compression(name: str) -> str:
+    """The lossless compression written for modality `name` (EXR_COMPRESSION, else DEFAULT_EXR_COMPRESSION)."""
+    return EXR_COMPRESSION.get(name, DEFAULT_EXR_COMPRESSION)
+
+
+def write_exr(path, array: np.ndarray, channels: list[str], dtype: str, attributes=None,
+              encoding: dict | None = None) -> dict:
+    """Write `array` ((H, W) or (H, W, C)); returns the manifest `storage` entry.
+
+    encoding: {"compression": a LOSSLESS_EXR name (default ZIP), "pixel_type": a stored pixel type other than the
+    dtype's own, only a LOSSY_PIXEL_TYPES pair (storage then declares `lossy`)}."""
     a = np.asarray(array)
     planes = [a] if a.ndim == 2 else [a[..., i] for i in range(a.shape[-1])]
     if len(planes) != len(channels):
         raise ValueError(f"{len(planes)} planes but channels {channels}")
-    stored = STORED_DTYPE[EXR_PIXEL_TYPE[dtype]]
+    encoding = encoding or {}
+    compression = encoding.get("compression", DEFAULT_EXR_COMPRESSION)
+    pixel_type = encoding.get("pixel_type", EXR_PIXEL_TYPE[dtype])
+    lossy = LOSSY_PIXEL_TYPES.get((dtype, pixel_type)) if pixel_type != EXR_PIXEL_TYPE[dtype] else None
+    if compression not in LOSSLESS_EXR or (pixel_type != EXR_PIXEL_TYPE[dtype] and lossy is None):
+        raise ValueError(f"unsupported encoding {encoding} for dtype {dtype}")
+    stored = STORED_DTYPE[pixel_type]
     data = {}
     for name, plane in zip(channels, planes, strict=True):
         if dtype == "uint8" and (plane.min(initial=0) < 0 or plane.max(initial=0) > 255):
             raise ValueError("uint8 plane out of range")
-        data[name] = np.ascontiguousarray(plane.astype(stored, copy=False))
-    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+        with np.errstate(over="ignore"):           # declared lossy HALF: beyond 65504 becomes inf
+            data[name] = np.ascontiguousarray(plane.astype(stored, copy=False))
+    header = {"compression": LOSSLESS_EXR[compression], "type": OpenEXR.scanlineimage}
     header.update(attributes or {})
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -44,7 +79,8 @@ def write_exr(path, array: np.ndarray, channels: list[str], dtype: str, attribut
         f.write(str(tmp))
     fsync_path(tmp)
     os.replace(tmp, path)
-    return {"pixel_type": EXR_PIXEL_TYPE[dtype], "compression": "ZIP", "line_order": "increasing_y (row 0 at top)"}
+    storage = {"pixel_type": pixel_type, "compression": compression, "line_order": LINE_ORDER}
+    return {**storage, "lossy": lossy} if lossy else storage
 
 
 def _owned(pixels: np.ndarray) -> np.ndarray:
@@ -137,17 +173,27 @@ def check_exr_header(path, channels: list[str], shape=None) -> tuple[int, int]:
     return h, w
 
 
-def decode_exr_planes(path, channels: list[str], dtype: str, shape=None) -> list[np.ndarray]:
+def stored_pixel_type(dtype: str, storage) -> str:
+    """The pixel type a payload's file must hold: the declared dtype's own, or the LOSSY_PIXEL_TYPES one its
+    manifest `storage` declares (with `lossy`)."""
+    declared = storage.get("pixel_type") if isinstance(storage, dict) else None
+    if declared and (dtype, declared) in LOSSY_PIXEL_TYPES and storage.get("lossy"):
+        return declared
+    return EXR_PIXEL_TYPE[dtype]
+
+
+def decode_exr_planes(path, channels: list[str], dtype: str, shape=None, storage=None) -> list[np.ndarray]:
     """The named channels as (H, W) planes with the declared logical dtype, in `channels` order (each plane as
     the file stores it: contiguous, no copy into an interleaved array).
 
     Raises RowbeamError naming a missing channel or a stored pixel type that differs from the
-    one the declared dtype requires. The header is checked first (check_exr_header: size bound, declared
-    `shape` and channels), so a file claiming a huge image is refused before anything is allocated.
+    one the declared dtype requires (or the declared lossy one of `storage`: stored_pixel_type). The header is
+    checked first (check_exr_header: size bound, declared `shape` and channels), so a file claiming a huge image
+    is refused before anything is allocated.
     """
     check_exr_header(path, channels, shape)
     data, _ = read_exr_channels(path)
-    want = STORED_DTYPE[EXR_PIXEL_TYPE[dtype]]
+    want = STORED_DTYPE[stored_pixel_type(dtype, storage)]
     planes = []
     for name in channels:
         if name not in data:
@@ -163,29 +209,58 @@ def decode_exr_planes(path, channels: list[str], dtype: str, shape=None) -> list
         if any(p.max(initial=0) > 255 for p in planes):
             raise RowbeamError(f"{path}: values above 255 in a uint8 plane")
         planes = [p.astype(np.uint8) for p in planes]
+    elif want != STORED_DTYPE[EXR_PIXEL_TYPE[dtype]]:
+        planes = [p.astype(dtype) for p in planes]
     return planes
 
 
-def decode_exr(path, channels: list[str], dtype: str, shape=None) -> np.ndarray:
+def decode_exr(path, channels: list[str], dtype: str, shape=None, storage=None) -> np.ndarray:
     """Stack the named channels into (H, W) or (H, W, C) with the declared logical dtype (decode_exr_planes)."""
-    planes = decode_exr_planes(path, channels, dtype, shape)
+    planes = decode_exr_planes(path, channels, dtype, shape, storage)
     return planes[0] if len(planes) == 1 else np.stack(planes, axis=-1)
 
 
-def write_npy(path, array: np.ndarray) -> dict:
-    """Little-endian .npy, no pickle; atomic. Returns the manifest `storage` entry."""
+def _npy_bytes(array) -> bytes:
     a = np.asarray(array)
     a = a.astype(a.dtype.newbyteorder("<"), copy=False)
     buf = io.BytesIO()
     np.save(buf, a, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _write_atomic(path, data: bytes) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
-        f.write(buf.getvalue())
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_npy(path, array: np.ndarray) -> dict:
+    """Little-endian .npy, no pickle; atomic. Returns the manifest `storage` entry."""
+    _write_atomic(path, _npy_bytes(array))
     return {"byte_order": "little", "npy_version": "1.0"}
+
+
+NPZ_MEMBER = "array.npy"
+NPZ_LEVEL = 6                 # zlib level: 9 is 3x slower for < 1 % on rowbeam's tables and masks
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)   # fixed member time: the same array gives the same file bytes
+
+
+def write_npz(path, array: np.ndarray) -> dict:
+    """The little-endian .npy of `array` as the one deflated member `array.npy` of a zip archive (.npz; np.load
+    reads it), member time fixed; atomic. Returns the manifest `storage` entry."""
+    info = zipfile.ZipInfo(NPZ_MEMBER, date_time=_ZIP_EPOCH)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(info, _npy_bytes(array), compresslevel=NPZ_LEVEL)
+    _write_atomic(path, buf.getvalue())
+    return {"byte_order": "little", "npy_version": "1.0", "container": "zip", "member": NPZ_MEMBER,
+            "compression": f"deflate level {NPZ_LEVEL}"}
 
 
 def declared_numpy_dtype(entry: dict) -> np.dtype:
@@ -195,20 +270,58 @@ def declared_numpy_dtype(entry: dict) -> np.dtype:
     return np.dtype(entry["dtype"]).newbyteorder("<")
 
 
-def decode_npy(path, expected: np.dtype) -> np.ndarray:
-    try:
-        a = np.load(path, allow_pickle=False)
-    except Exception as exc:
-        raise RowbeamError(f"{path}: unreadable .npy file ({exc})") from None
+def _dtype_checked(path, a: np.ndarray, expected: np.dtype) -> np.ndarray:
     if a.dtype.newbyteorder("<") != expected or (a.dtype.byteorder == ">"):
         raise RowbeamError(f"{path}: stored dtype {a.dtype}, declared {expected}")
     return a
 
 
+def decode_npy(path, expected: np.dtype) -> np.ndarray:
+    try:
+        a = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise RowbeamError(f"{path}: unreadable .npy file ({exc})") from None
+    if not isinstance(a, np.ndarray):
+        raise RowbeamError(f"{path}: not a .npy array")
+    return _dtype_checked(path, a, expected)
+
+
+NPY_HEADER_SLACK = 1 << 16          # bytes an .npy header may add to its array's bytes
+
+
+def decode_npz(path, expected: np.dtype, shape=None) -> np.ndarray:
+    """The array of an .npz payload (write_npz): exactly one member `array.npy`, whose declared uncompressed size is
+    at most the declared shape's bytes + NPY_HEADER_SLACK before anything is inflated; dtype verified."""
+    limit = (int(np.prod(shape, dtype=np.int64)) * expected.itemsize if shape is not None else MAX_NPZ_BYTES) \
+        + NPY_HEADER_SLACK
+    try:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+            if [i.filename for i in infos] != [NPZ_MEMBER]:
+                raise RowbeamError(f"{path}: an .npz payload holds exactly one member {NPZ_MEMBER!r} "
+                                   f"(has {[i.filename for i in infos][:4]})")
+            if infos[0].file_size > limit:
+                raise RowbeamError(f"{path}: member inflates to {infos[0].file_size} bytes, more than the declared "
+                                   f"shape allows ({limit}); not inflated")
+            with z.open(infos[0]) as f:
+                a = np.lib.format.read_array(f, allow_pickle=False)
+    except RowbeamError:
+        raise
+    except Exception as exc:                 # BadZipFile, zlib.error, ValueError of a bad .npy header, EOFError
+        raise RowbeamError(f"{path}: unreadable .npz file ({exc})") from None
+    return _dtype_checked(path, a, expected)
+
+
+MAX_NPZ_BYTES = 1 << 34             # bound on an .npz member without a declared shape (16 GiB)
+PAYLOAD_FORMATS = {"openexr": ("openexr",), "npy": ("npy", "npz")}     # contract format -> file formats allowed
+
+
 def decode_payload(path, entry: dict) -> np.ndarray:
     """Decode one manifest modality entry's file into its declared array (dtype verified)."""
     if entry["format"] == "openexr":
-        return decode_exr(path, entry["channels"], entry["dtype"], entry.get("shape"))
+        return decode_exr(path, entry["channels"], entry["dtype"], entry.get("shape"), entry.get("storage"))
+    if entry["format"] == "npz":
+        return decode_npz(path, declared_numpy_dtype(entry), entry.get("shape"))
     return decode_npy(path, declared_numpy_dtype(entry))
 
 

@@ -63,7 +63,7 @@ def read_payload(folder, entry: dict, root=None, verify: bool = True, planes: bo
     uri = entry["uri"]
     path = payload_path(folder, entry, root, verify)
     if planes and entry["format"] == "openexr" and len(entry["channels"]) > 1:
-        value = decode_exr_planes(path, entry["channels"], entry["dtype"], entry.get("shape"))
+        value = decode_exr_planes(path, entry["channels"], entry["dtype"], entry.get("shape"), entry.get("storage"))
         if any(p.shape != value[0].shape for p in value):
             raise RowbeamError(f"{uri}: channels of different sizes {[list(p.shape) for p in value]}")
         shape = [*value[0].shape, len(value)]

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from rowbeam.version import CONTRACTS_VERSION
-from rowbeam.bundle.arrays import DecodedArrays
+from rowbeam.bundle.arrays import PAYLOAD_FORMATS, DecodedArrays
 from rowbeam.bundle.reader import payload_path, read_payload
 from rowbeam.check.flow_checks import ENDPOINT_NEEDS, check_flow
 from rowbeam.check.object_checks import check_object_labels
@@ -218,7 +218,8 @@ def _check_payloads(manifest, base: Path, root: Path, kind: str, report: EventRe
         if name not in specs:
             continue
         expected = specs[name].entry(manifest["sensor"]["id"], dims, exposure)
-        diffs = [f"{k}={entry.get(k)!r} (contract: {v!r})" for k, v in expected.items() if entry.get(k) != v]
+        diffs = [f"{k}={entry.get(k)!r} (contract: {v!r})" for k, v in expected.items()
+                 if entry.get(k) != v and not (k == "format" and entry.get(k) in PAYLOAD_FORMATS[v])]
         if diffs:
             report.add(f"contract:{name}", False, f"{name}: declared " + ", ".join(diffs))
             continue

@@ -37,6 +37,10 @@ class CameraSensor:
     motion_steps: int = 7
     verify_rows: int = 3
     object_labels: bool = False
+    rgb_denoise: bool = False
+    rgb_adaptive_threshold: float = 0.0
+    rgb_adaptive_min_samples: int = 0
+    rgb_storage: str = "float32"
     lens: LensSpec = LensSpec()
     surface_policy: SurfacePolicy = DEFAULT_POLICY
     type: str = CAMERA
@@ -50,6 +54,10 @@ class CameraSensor:
 
     def event_duration_ns(self) -> int:
         return self.readout_ns + self.exposure_ns
+
+    def lossy_payloads(self) -> dict:
+        """{modality: stored pixel type} of the declared lossy storage (rowbeam.bundle.arrays.LOSSY_PIXEL_TYPES)."""
+        return {"rgb": "HALF"} if self.rgb_storage == "half" else {}
 
     def event_cost(self, size_px) -> int:
         """Declared render cost of one event: width x height x (1 label sample + rgb_samples) pixel-samples."""

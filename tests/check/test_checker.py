@@ -8,14 +8,14 @@ import numpy as np
 import OpenEXR
 import pytest
 
-from rowbeam.bundle.arrays import write_exr, write_npy
+from rowbeam.bundle.arrays import write_exr
 from rowbeam.check.runner import check_bundle
 from rowbeam.util.errors import RowbeamError, UnusableInput
 from rowbeam.bundle.files import resolve_inside
 from rowbeam.blender.scenes import calibration
 
 from tests.conftest import run_python
-from tests.helpers import assert_fails, failures, load_event, rehash
+from tests.helpers import assert_fails, failures, load_event, rehash, save_payload
 
 
 def _tilted_with_rgb(scale):
@@ -180,8 +180,7 @@ def test_row_times_not_the_declared_model(bundle):
     root, event = bundle
     t = load_event(event)[1]["row_time_ns"].copy()
     t[4] += 1
-    write_npy(event / "row_time_ns.npy", t)
-    rehash(event, "row_time_ns")
+    save_payload(event, "row_time_ns", t)
     assert_fails(root, "row_times", "at 1 rows (first row 4")
 
 

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 from rowbeam.model import qa_profile as tol
-from rowbeam.bundle.arrays import write_exr, write_npy
 from rowbeam.model.sample_identity import rgb_seed, sample_id
 from rowbeam.blender.scenes import flow_scenes
 from rowbeam.blender.scenes import lidar_calibration as lc
 
-from tests.helpers import failures, load_event, rehash
+from tests.helpers import failures, load_event, save_payload
 from tests.check.test_checker import _tilted_with_rgb
 
 
@@ -40,12 +39,7 @@ def _edit_manifest(folder, edit) -> dict:
 
 def _replace(folder, name, array) -> None:
     """Re-encode modality `name` with the writer the exporter uses and update its sha256/bytes."""
-    entry = json.loads((folder / "manifest.json").read_text())["modalities"][name]
-    if entry["format"] == "openexr":
-        write_exr(folder / entry["uri"], array, entry["channels"], entry["dtype"])
-    else:
-        write_npy(folder / entry["uri"], array)
-    rehash(folder, name)
+    save_payload(folder, name, array)
 
 
 def _only(root, check, *fragments) -> dict:

@@ -11,7 +11,7 @@ import pytest
 
 from rowbeam.blender.scenes import radar_scenes as rs
 
-from tests.helpers import failures, load_event, rehash
+from tests.helpers import failures, load_event, load_payload, rehash, save_payload
 from tests.check import test_checker_faults as faults
 from tests.blender.objects import test_object_labels as object_labels
 from tests.check.test_checker_faults import _copy, _edit_manifest, _replace
@@ -431,10 +431,9 @@ def test_objects_mask_pixel_between_the_edge_band_and_ten_times_it(calib, tmp_pa
     candidates = np.argwhere(wide & ~near)
     assert candidates.size, "no pixel centre between the two bands"
     r, c = candidates[0]
-    masks = np.load(ev / "amodal_masks.npy")
+    masks = load_payload(ev, "amodal_masks").copy()
     masks[o["mask_index"], r, c >> 3] |= np.uint8(0x80 >> (c & 7))
-    np.save(ev / "amodal_masks.npy", masks)
-    rehash(ev, "amodal_masks")
+    save_payload(ev, "amodal_masks", masks)
     fails(root, "objects:rasterisation")
 
 

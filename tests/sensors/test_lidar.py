@@ -16,7 +16,7 @@ from rowbeam.blender.sensors.lidar_layout import sweep_layout
 from rowbeam.blender.scenes import lidar_calibration as lc
 
 from tests.conftest import REPO, run_python
-from tests.helpers import assert_fails, load_event, rehash
+from tests.helpers import assert_fails, load_event, rehash, save_payload
 
 RANGE_TOL = 1e-4     # m
 
@@ -350,6 +350,7 @@ def test_point_table_format(exports):
     readme = [("t_ns", "<i8"), ("channel", "<u2"), ("firing", "<u4")] + [(n, "<f8") for n in (
         "x", "y", "z", "x_world", "y_world", "z_world")] + [("instance_id", "<u4"), ("semantic_id", "<u4")]
     raw = np.load(e.event / entry["uri"], allow_pickle=False)
+    raw = raw["array"] if entry["format"] == "npz" else raw            # docs/format.md: np.load(path)["array"]
     assert raw.dtype == np.dtype(readme) and raw.shape == (256 * 32,)
     assert [(f["name"], np.dtype(f["dtype"]).newbyteorder("<")) for f in entry["fields"]] == \
         [(n, np.dtype(t)) for n, t in readme]
@@ -382,14 +383,12 @@ def test_checker_catches_a_range_off_its_world_point(room_copy):
 
 
 def test_checker_catches_points_stamped_with_the_sweep_start(room_copy):
-    from rowbeam.bundle.arrays import write_npy
 
     root, ev = room_copy
     _, a = load_event(ev)
     pts = a["points"].copy()
     pts["t_ns"] = pts["t_ns"][0]
-    write_npy(ev / "points.npy", pts)
-    rehash(ev, "points")
+    save_payload(ev, "points", pts)
     assert_fails(root, "points_times", "differ from beam times")
 
 

@@ -105,7 +105,7 @@ def test_bad_radar_rig_values(fields, fragment):
 from rowbeam.check.runner import check_bundle  # noqa: E402
 from rowbeam.blender.scenes import radar_scenes as rs  # noqa: E402
 
-from tests.helpers import load_event  # noqa: E402
+from tests.helpers import load_event, save_payload  # noqa: E402
 
 FRAME = 1
 RANGE_TOL = 1e-4            # m
@@ -235,7 +235,7 @@ def poles_copy(exports, tmp_path):
 
 def test_checker_catches_a_radial_velocity_with_the_wrong_sign(poles_copy):
     """Flipped consistently in the per-beam array and the points (so only the motion can tell)."""
-    from rowbeam.bundle.arrays import write_exr, write_npy
+    from rowbeam.bundle.arrays import write_exr
 
     from tests.helpers import assert_fails, rehash
 
@@ -244,21 +244,18 @@ def test_checker_catches_a_radial_velocity_with_the_wrong_sign(poles_copy):
     write_exr(ev / "radial_velocity.exr", -a["radial_velocity"], ["radial_velocity"], "float32")
     pts = a["points"].copy()
     pts["radial_velocity"] *= -1
-    write_npy(ev / "points.npy", pts)
+    save_payload(ev, "points", pts)
     rehash(ev, "radial_velocity")
-    rehash(ev, "points")
     assert_fails(root, "radial_velocity_vs_state_log", "radial velocity vs the logged object and mount motion")
 
 
 def test_checker_catches_chirp_poses_stamped_at_the_frame_start(poles_copy):
-    from rowbeam.bundle.arrays import write_npy
 
-    from tests.helpers import assert_fails, rehash
+    from tests.helpers import assert_fails
 
     root, ev = poles_copy
     _, a = load_event(ev)
-    write_npy(ev / "chirp_T_world_radar.npy", np.repeat(a["chirp_T_world_radar"][:1], len(a["chirp_T_world_radar"]), 0))
-    rehash(ev, "chirp_T_world_radar")
+    save_payload(ev, "chirp_T_world_radar", np.repeat(a["chirp_T_world_radar"][:1], len(a["chirp_T_world_radar"]), 0))
     assert_fails(root, "state_log_poses", "chirp poses vs the state log")
 
 
@@ -407,9 +404,8 @@ def test_checker_catches_radar_returns_off_the_lidar_surface(running, tmp_path):
     every per-event check passes): only the LiDAR's surface disagrees."""
     import shutil
 
-    from rowbeam.bundle.arrays import write_exr, write_npy
 
-    from tests.helpers import assert_fails, rehash
+    from tests.helpers import assert_fails
 
     root = tmp_path / "b"
     shutil.copytree(running.bundle, root)
@@ -426,10 +422,8 @@ def test_checker_catches_radar_returns_off_the_lidar_surface(running, tmp_path):
     pts["range"] += 0.05
     rng = a["range"].copy()
     rng[pts["chirp"], pts["beam"]] = (rng[pts["chirp"], pts["beam"]].astype(np.float64) + 0.05).astype(np.float32)
-    write_npy(ev / "points.npy", pts)
-    write_exr(ev / "range.exr", rng, ["range"], "float32")
-    rehash(ev, "points")
-    rehash(ev, "range")
+    save_payload(ev, "points", pts)
+    save_payload(ev, "range", rng)
     assert_fails(root, "radar_vs_lidar:lidar_top/10", "worst distance from the LiDAR surface 0.0")
 
 
@@ -503,10 +497,9 @@ def test_checker_catches_camera_row_poses_in_reverse_order(running, tmp_path):
     log at the rows' times by up to 12 ms x 10 m/s = 0.12 m."""
     import shutil
 
-    from rowbeam.bundle.arrays import write_npy
     from rowbeam.bundle.reader import Bundle
 
-    from tests.helpers import assert_fails, rehash
+    from tests.helpers import assert_fails
 
     root = tmp_path / "b"
     shutil.copytree(running.bundle, root)
@@ -515,6 +508,5 @@ def test_checker_catches_camera_row_poses_in_reverse_order(running, tmp_path):
     assert radar.array("radial_velocity").shape == (64, 32) and radar.array("points").size > 0
     ev = next((root / "events" / "camera_front").glob("*"))
     _, a = load_event(ev)
-    write_npy(ev / "row_T_world_camera.npy", a["row_T_world_camera"][::-1].copy())
-    rehash(ev, "row_T_world_camera")
+    save_payload(ev, "row_T_world_camera", a["row_T_world_camera"][::-1].copy())
     assert_fails(root, "state_log_poses", "row poses vs the state log")

@@ -114,10 +114,35 @@ def data_pass_settings(patch: ScenePatch, scene, view_layer) -> None:
     patch.set(view_layer, "use_pass_combined", False)
 
 
-def rgb_settings(patch: ScenePatch, scene, samples: int, seed: int) -> None:
-    """Path-traced RGB: `samples` per pixel, Cycles noise seed `seed` (rowbeam.model.sample_identity.rgb_seed)."""
-    patch.set(scene.cycles, "samples", samples)
-    patch.set(scene.cycles, "seed", seed)
+# Cycles' denoiser as the rgb option rgb_denoise sets it: OpenImageDenoise on the CPU with albedo and normal guides.
+DENOISER = {"denoiser": "OPENIMAGEDENOISE", "denoising_input_passes": "RGB_ALBEDO_NORMAL",
+            "denoising_prefilter": "ACCURATE", "denoising_quality": "HIGH", "denoising_use_gpu": False}
+
+
+def rgb_settings(patch: ScenePatch, scene, view_layer, sensor, seed: int) -> dict:
+    """Path-traced RGB of camera `sensor`: rgb_samples per pixel (the most a pixel takes with adaptive sampling),
+    Cycles noise seed `seed` (rowbeam.model.sample_identity.rgb_seed), the sensor's adaptive sampling and denoiser
+    options. Returns what was set beyond samples and seed, for the manifest's method.rgb_render (empty by default)."""
+    c = scene.cycles
+    patch.set(c, "samples", sensor.rgb_samples)
+    patch.set(c, "seed", seed)
+    declared = {}
+    if sensor.rgb_adaptive_threshold > 0:
+        patch.set(c, "use_adaptive_sampling", True)
+        patch.set(c, "adaptive_threshold", float(sensor.rgb_adaptive_threshold))
+        patch.set(c, "adaptive_min_samples", int(sensor.rgb_adaptive_min_samples))
+        declared["adaptive_sampling"] = {"noise_threshold": float(sensor.rgb_adaptive_threshold),
+                                         "min_samples": int(sensor.rgb_adaptive_min_samples),
+                                         "max_samples": int(sensor.rgb_samples)}
+    if sensor.rgb_denoise:
+        patch.set(c, "use_denoising", True)
+        set_here = {k: v for k, v in DENOISER.items() if hasattr(c, k)}     # older Blenders lack some settings
+        for key, value in set_here.items():
+            patch.set(c, key, value)
+        patch.set(view_layer.cycles, "use_denoising", True)                  # the rendered layer's own switch
+        declared["denoising"] = {"device": "CPU", **{k.removeprefix("denoising_"): v for k, v in set_here.items()
+                                                     if k != "denoising_use_gpu"}}
+    return declared
 
 
 # Mist settings that turn Cycles' Mist pass into 1 - coverage: no point of the scene is beyond the mist start,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rowbeam.bundle.arrays import write_exr, write_npy
+from rowbeam.bundle.arrays import exr_compression, write_exr, write_npz
 from rowbeam.bundle.reader import read_payload
 from rowbeam.model.camera_model import PIXEL_CONVENTION, PIXEL_CONVENTION_TEXT
 from rowbeam.util.errors import RowbeamError
@@ -64,12 +64,14 @@ class PayloadWriter:
     every started file (also on an error), so nothing is still written into a staging folder being removed; a
     write's error is raised by `finish`."""
 
-    def __init__(self, event_dir: Path, kind: str, workers: int = WORKERS, read_back: tuple | None = None):
-        """read_back: (sensor_id, dims, exposure_ns) of the folder's manifest entries; given, each file is read back
+    def __init__(self, event_dir: Path, kind: str, workers: int = WORKERS, read_back: tuple | None = None,
+                 lossy: dict | None = None):
+        """lossy: {modality name: stored pixel type} the rig declared (write_payload_file).
+        read_back: (sensor_id, dims, exposure_ns) of the folder's manifest entries; given, each file is read back
         on its worker right after it is written, as the in-line check reads it (rowbeam.bundle.reader.read_payload,
         planes=True, with its manifest entry): `finish` then fills `read_back` {name: (entry, array or the error)}
         for rowbeam.check.runner.check_path."""
-        self.event_dir, self.kind, self._entry_args = Path(event_dir), kind, read_back
+        self.event_dir, self.kind, self._entry_args, self.lossy = Path(event_dir), kind, read_back, lossy
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rowbeam-payload")
         self._started: dict = {}          # name -> (array, future of (write_payload_file's fields, read-back))
         self.read_back: dict = {}
@@ -102,7 +104,7 @@ class PayloadWriter:
 
     def _write(self, name: str, array) -> tuple:
         """(write_payload_file's fields, (manifest entry, array read back or the error) or None) of one file."""
-        fields = write_payload_file(self.event_dir, name, array, self.kind)
+        fields = write_payload_file(self.event_dir, name, array, self.kind, self.lossy)
         if self._entry_args is None:
             return fields, None
         entry = {**MODALITIES[self.kind][name].entry(*self._entry_args), **fields}
@@ -128,18 +130,25 @@ class PayloadWriter:
         return table
 
 
-def write_payload_file(event_dir: Path, name: str, array, kind: str) -> dict:
+def write_payload_file(event_dir: Path, name: str, array, kind: str, lossy: dict | None = None) -> dict:
     """Write one array as modality `name` of `kind` into event_dir; return its manifest entry's file fields
-    (uri, sha256, bytes, storage)."""
+    (uri, sha256, bytes, storage, format). Images: OpenEXR with the modality's lossless compression
+    (rowbeam.bundle.arrays.exr_compression); tables and packed masks: deflated .npz. lossy: {modality name:
+    stored pixel type} the rig asked for (rowbeam.bundle.arrays.LOSSY_PIXEL_TYPES, e.g. {"rgb": "HALF"})."""
     spec = MODALITIES[kind][name]
-    filename = f"{name}.exr" if spec.channels else f"{name}.npy"
-    path = event_dir / filename
     if spec.channels:
-        storage = write_exr(path, array, list(spec.channels), spec.dtype,
-                            {"rowbeam_modality": name, "rowbeam_units": spec.units})
+        filename, fmt = f"{name}.exr", "openexr"
+        encoding = {"compression": exr_compression(name)}
+        if lossy and name in lossy:
+            encoding["pixel_type"] = lossy[name]
+        storage = write_exr(event_dir / filename, array, list(spec.channels), spec.dtype,
+                            {"rowbeam_modality": name, "rowbeam_units": spec.units}, encoding)
     else:
-        storage = write_npy(path, array.astype(spec.numpy_dtype(), copy=False))
-    return {"uri": filename, "sha256": sha256_file(path), "bytes": path.stat().st_size, "storage": storage}
+        filename, fmt = f"{name}.npz", "npz"
+        storage = write_npz(event_dir / filename, array.astype(spec.numpy_dtype(), copy=False))
+    path = event_dir / filename
+    return {"uri": filename, "sha256": sha256_file(path), "bytes": path.stat().st_size, "storage": storage,
+            "format": fmt}
 
 
 def camera_core(out, sensor, index: int) -> dict:

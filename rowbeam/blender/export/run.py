@@ -529,7 +529,8 @@ def _export_event(plan: ExportPlan, job: Job):
     t0 = time.perf_counter()
     exporter = sensor_type(sensor.type).hook("export")
     staged = plan.writer.stage(job.location)
-    with PayloadWriter(staged, sensor.type) as payloads:
+    lossy = sensor.lossy_payloads() if hasattr(sensor, "lossy_payloads") else None    # rig-declared lossy storage
+    with PayloadWriter(staged, sensor.type, lossy=lossy) as payloads:
         # a camera event's labels are written on worker threads while its verification rows render (bpy)
         early = {"write_early": payloads.submit} if exporter.writes_early else {}
         out = exporter.export(ctx, sensor, index, **early)

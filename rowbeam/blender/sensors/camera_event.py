@@ -131,11 +131,11 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         seconds["deform_steps"] = time.perf_counter() - t0
     seed = rgb_seed(sample_id(ctx.scenario, sensor.id, timing.reference_time_ns()))
     if sensor.rgb_samples > 0:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         ctx.progress.stage("rgb render", sensor.rgb_samples, "samples")
         with ScenePatch() as p:
             ctx.base_settings(p, W, H)
-            cs.rgb_settings(p, scene, sensor.rgb_samples, seed)
+            rgb_options = cs.rgb_settings(p, scene, ctx.view_layer, sensor, seed)
             coverage = cs.coverage_settings(p, scene, ctx.view_layer)
             rcam = render_camera(p, scene, cam, sensor, lens)
             cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, moving + [rcam], static)
@@ -147,6 +147,7 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         del passes                                     # peak memory: not held through the label render
         arrays["rgb_display"] = display_rgb8(scene, arrays["rgb"])
         seconds["rgb_render"] = time.perf_counter() - t0
+        seconds["rgb_render_cpu"] = time.process_time() - cpu0       # CPU seconds of every thread of the process
 
     device = ctx.device
     with ScenePatch() as p:
@@ -225,7 +226,9 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
                                 "rolling_shutter_duration": rgb_shutter(timing).rolling_duration,
                                 "pixel_filter": scene.cycles.pixel_filter_type, "denoising": False,
                                 "filter_width_px": scene.cycles.filter_width,
-                                "seed": seed, "seed_rule": RGB_SEED_RULE}
+                                "seed": seed, "seed_rule": RGB_SEED_RULE, **rgb_options}
+        if sensor.rgb_storage != "float32":
+            method["rgb_render"]["storage"] = sensor.rgb_storage
     return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=device,
                              object_labels=object_block, assets=assets, lens=lens)
 

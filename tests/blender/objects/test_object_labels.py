@@ -17,7 +17,7 @@ from rowbeam.check.object_checks import object_masks, tight_box
 from rowbeam.check.rasterize import ply_bytes, rasterize_rows, read_ply
 from rowbeam.blender.scenes import object_scenes
 
-from tests.helpers import failures, load_event, object_scene_poses, rehash
+from tests.helpers import failures, load_event, load_payload, object_scene_poses, save_payload
 
 SCALE = 16          # 80 x 45 px, f = 50, c = (40, 22.5)
 
@@ -198,12 +198,10 @@ def _readdress_asset(root, ev, name, V, F):
 
 def test_checker_catches_mask_bit_flip(calib, tmp_path):
     root, ev = _copy(calib[0], tmp_path)
-    p = ev / "amodal_masks.npy"
-    arr = np.load(p)
+    arr = load_payload(ev, "amodal_masks").copy()
     o = _obj(json.loads((ev / "manifest.json").read_text()), "back")
     arr[o["mask_index"], 2, 0] ^= 0x80           # pixel (0, 2): far from every object
-    np.save(p, arr)
-    rehash(ev, "amodal_masks")
+    save_payload(ev, "amodal_masks", arr)
     assert {"objects:counts", "objects:boxes", "objects:rasterisation"} <= _fails(root)
 
 
@@ -213,11 +211,9 @@ def test_checker_catches_modal_pixel_outside_amodal_mask(calib, tmp_path):
     o = _obj(json.loads((ev / "manifest.json").read_text()), "back")
     ids = load_event(ev)[1]["instance_id"]
     r, c = np.argwhere(ids == o["instance_id"])[0]
-    p = ev / "amodal_masks.npy"
-    arr = np.load(p)
+    arr = load_payload(ev, "amodal_masks").copy()
     arr[o["mask_index"], r, c >> 3] &= ~np.uint8(0x80 >> (c & 7))
-    np.save(p, arr)
-    rehash(ev, "amodal_masks")
+    save_payload(ev, "amodal_masks", arr)
     assert {"objects:subset", "objects:counts"} <= _fails(root)
 
 
@@ -227,12 +223,10 @@ def test_checker_catches_canvas_mask_differing_inside_the_image(calib, tmp_path)
     m, _ = load_event(ev)
     o = _obj(m, "truncated")
     W, H = m["calibration"]["image_size_px"]
-    p = ev / "amodal_masks_canvas.npy"
-    arr = np.load(p)
+    arr = load_payload(ev, "amodal_masks_canvas").copy()
     r, c = H + H // 2, W + W // 2
     arr[o["canvas_mask_index"], r, c >> 3] ^= np.uint8(0x80 >> (c & 7))
-    np.save(p, arr)
-    rehash(ev, "amodal_masks_canvas")
+    save_payload(ev, "amodal_masks_canvas", arr)
     assert "objects:subset" in _fails(root)
 
 
