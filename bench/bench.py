@@ -1064,6 +1064,12 @@ def _main() -> int:
     if "farm" in r:
         from bench_farm import report_farm
         report_farm(r["farm"], figure)
+    if "storage" in r:
+        from bench_storage import print_storage
+        print_storage(r["storage"], figure)
+    if "rgb_quality" in r:
+        from bench_rgb_quality import print_rgb_quality
+        print_rgb_quality(r["rgb_quality"], figure)
     print(f"peak RSS of the bench process                    {peak_mb:8.0f} MB")
     _report_issue12(args, cam, lidar, flow, r.get("multi"), r.get("poses"),
                     {**r.get("scale", {}), **({"rgb": r["rgb"]} if "rgb" in r else {})})
@@ -1075,7 +1081,7 @@ def _main() -> int:
 
 # `make bench ONLY=camera,scale` (bench.py --only ...) runs these sections alone, in this order.
 SECTIONS = ("camera", "multi", "scale", "rgb", "lidar", "flow", "poses", "radar", "objects", "lens", "lens_objects",
-            "surfaces", "report", "big", "farm")
+            "surfaces", "report", "big", "farm", "storage", "rgb_quality")
 
 
 def _sections(only: str) -> list:
@@ -1120,6 +1126,12 @@ def _run_section(name: str, work: Path, args):
     if name == "farm":
         from bench_farm import farm_benchmark
         return farm_benchmark(work, args.repeat)
+    if name == "storage":
+        from bench_storage import storage_benchmark
+        return storage_benchmark(work)
+    if name == "rgb_quality":
+        from bench_rgb_quality import rgb_quality_benchmark
+        return rgb_quality_benchmark(work)
     return checker_benchmark(work, args.repeat)       # (d) and (Q) side by side, with and without object labels
 
 

@@ -27,7 +27,7 @@ from rowbeam.bundle.files import fsync_path
 EXR_PIXEL_TYPE = {"float32": "FLOAT", "float16": "HALF", "uint32": "UINT", "uint8": "UINT"}
 STORED_DTYPE = {"FLOAT": np.float32, "HALF": np.float16, "UINT": np.uint32}
 # Compressions that give back every bit of FLOAT, HALF and UINT channels (NaN payloads, -0, subnormals included;
-# tests/bundle/test_payload_codecs.py). PXR24, B44(A), DWAA/DWAB and LJ2K are lossy and never written.
+# tests/blender/export/test_payload_codecs.py). PXR24, B44(A), DWAA/DWAB and LJ2K are lossy and never written.
 LOSSLESS_EXR = {"NONE": OpenEXR.NO_COMPRESSION, "ZIP": OpenEXR.ZIP_COMPRESSION, "ZIPS": OpenEXR.ZIPS_COMPRESSION,
                 "PIZ": OpenEXR.PIZ_COMPRESSION, "RLE": OpenEXR.RLE_COMPRESSION, "ZSTD": OpenEXR.ZSTD_COMPRESSION,
                 "HTJ2K256": OpenEXR.HTJ2K256_COMPRESSION, "HTJ2K32": OpenEXR.HTJ2K32_COMPRESSION}
