@@ -25,8 +25,10 @@ REFERENCE_SAMPLES = 1024
 REFERENCE_SEED = 20261207     # any seed other than the event's own: noise independent of the settings' renders
 SAMPLES = (2, 4, 8, 16, 32, 64)
 ADAPTIVE_THRESHOLD = 0.01     # Cycles' own default noise threshold
-DEFAULT = {"rgb_samples": 16, "rgb_denoise": True, "rgb_adaptive_threshold": 0.0}   # the rig's (docs/camera.md)
-BASELINE_SAMPLES = 64         # the earlier rig default: 64 spp, no denoiser, no adaptive sampling
+BASELINE_SAMPLES = 64         # the rig default: 64 spp, no denoiser, no adaptive sampling
+# The recommended setting for a pinhole camera (docs/export.md): the cheapest on the curve as good as the rig default.
+# Not the rig default: the denoiser spreads light into pixels that have no ray (beyond a fisheye lens's domain).
+RECOMMENDED = {"rgb_samples": 4, "rgb_denoise": True, "rgb_adaptive_threshold": 0.0}
 CURVE = CACHE / "curve.json"
 
 
@@ -70,8 +72,9 @@ def _scene(work: Path) -> tuple[Path, dict]:
     return blend, json.loads(blend.with_suffix(".rig.json").read_text())
 
 
-def _export(work: Path, blend: Path, rig: dict, options: dict, tag: str) -> tuple[np.ndarray, dict]:
-    """(rgb (H, W, 3) float32, manifest) of event EVENT exported with the camera's rgb options `options`."""
+def _export(work: Path, blend: Path, rig: dict, options: dict, tag: str, read: bool = True):
+    """(rgb (H, W, 3) float32, manifest) of event EVENT exported with the camera's rgb options `options`
+    (read=False: export only)."""
     from rowbeam.blender.export.run import ExportRequest, plan_export, run_export
     from rowbeam.bundle.reader import Bundle
 
@@ -84,12 +87,16 @@ def _export(work: Path, blend: Path, rig: dict, options: dict, tag: str) -> tupl
     out = work / f"bundle_{tag}"
     run_export(plan_export(ExportRequest(out=out, blend=blend, rig=rig_path, sensors=["camera_front"],
                                          first_event=EVENT, count=1, device="cpu")))
+    if not read:
+        return None
     event = next(Bundle.open(out).events(sensor="camera_front"))
     return event.array("rgb"), event.manifest
 
 
 def _reference(work: Path, blend: Path, rig: dict) -> np.ndarray:
-    """The cached 1024-sample reference (rendered once with seed REFERENCE_SEED; ~5 CPU minutes)."""
+    """The cached 1024-sample reference, rendered once with seed REFERENCE_SEED (~4 CPU minutes). The checker
+    refuses a seed not derived from the sample id, so the event lands in quarantine with that one failure: its rgb
+    is read from there."""
     from rowbeam.blender.sensors import camera_event
 
     path = CACHE / f"reference_{1280 // SCALE}x{720 // SCALE}_event{EVENT}_{REFERENCE_SAMPLES}spp.npy"
@@ -98,12 +105,25 @@ def _reference(work: Path, blend: Path, rig: dict) -> np.ndarray:
     saved = camera_event.rgb_seed
     camera_event.rgb_seed = lambda _sample: REFERENCE_SEED
     try:
-        rgb, _ = _export(work, blend, rig, {"rgb_samples": REFERENCE_SAMPLES}, "reference")
+        _export(work, blend, rig, {"rgb_samples": REFERENCE_SAMPLES}, "reference", read=False)
     finally:
         camera_event.rgb_seed = saved
+    rgb = quarantined_rgb(work / "bundle_reference" / "quarantine" / "events" / "camera_front" / f"{EVENT:06d}")
     CACHE.mkdir(parents=True, exist_ok=True)
     np.save(path, rgb)
     return rgb
+
+
+def quarantined_rgb(event: Path) -> np.ndarray:
+    """The rgb of a quarantined event whose only failed check is rgb_seed (the substituted reference seed)."""
+    from rowbeam.bundle.arrays import decode_payload
+
+    failed = [c["check"] for c in json.loads((event / "qa_report.json").read_text())["checks"]
+              if c["status"] == "fail"]
+    if failed != ["rgb_seed"]:
+        raise RuntimeError(f"{event}: reference render failed {failed}")
+    entry = json.loads((event / "manifest.json").read_text())["modalities"]["rgb"]
+    return decode_payload(event / entry["uri"], entry)
 
 
 def settings() -> list[dict]:
@@ -126,7 +146,7 @@ def _measure(work: Path) -> dict:
         rows.append({**s, "psnr_db": round(psnr(srgb(rgb), ref), 2), "ssim": round(ssim(srgb(rgb), ref), 4),
                      "cpu_s": sec.get("rgb_render_cpu"), "wall_s": sec.get("rgb_render"),
                      "rgb_bytes": manifest["modalities"]["rgb"]["bytes"]})
-        if s == DEFAULT:             # the default's rgb is reproducible bit for bit (same seed, same settings)
+        if s == RECOMMENDED:         # its rgb is reproducible bit for bit (same seed, same settings)
             again, _ = _export(work, blend, rig, s, f"s{i}_again")
             rows[-1]["bitwise_rerun"] = bool(again.tobytes() == rgb.tobytes())
     return {"rows": rows, "reference": {"samples": REFERENCE_SAMPLES, "size": [1280 // SCALE, 720 // SCALE],
@@ -149,7 +169,7 @@ def rgb_quality_benchmark(work: Path, repeat: int = 1) -> dict:
 
 def chosen(rows: list) -> dict:
     """The cheapest setting (CPU s) whose PSNR and SSIM both reach those of the plain render at BASELINE_SAMPLES
-    (the earlier rig default: no denoiser, no adaptive sampling)."""
+    (the rig default: no denoiser, no adaptive sampling)."""
     base = _row(rows, {"rgb_samples": BASELINE_SAMPLES, "rgb_denoise": False, "rgb_adaptive_threshold": 0.0})
     good = [r for r in rows if r["psnr_db"] >= base["psnr_db"] and r["ssim"] >= base["ssim"]]
     return min(good, key=lambda r: r["cpu_s"])
@@ -165,7 +185,7 @@ def _tag(row: dict) -> str:
 
 
 def print_rgb_quality(r: dict, figure) -> None:
-    """Print the curve and record every point and the default's figures (figure: bench.figure)."""
+    """Print the curve and record every point and the recommended setting's figures (figure: bench.figure)."""
     ref, rows = r["reference"], r["rows"]
     when = f"measured {r.get('date', '?')}, load {r.get('load', '?')}" + (", cached" if r.get("cached") else "")
     print(f"rgb quality vs CPU s, running example {ref['size'][0]}x{ref['size'][1]}, event {ref['event']}, against "
@@ -178,13 +198,15 @@ def print_rgb_quality(r: dict, figure) -> None:
         figure(f"rgb {ref['size'][0]}x{ref['size'][1]} {_tag(row)}: PSNR", row["psnr_db"], "dB", None,
                f"SSIM {row['ssim']:.4f}, {row['cpu_s']:.2f} CPU s, rgb {row['rgb_bytes'] / 1e3:.0f} kB")
     base = _row(rows, {"rgb_samples": BASELINE_SAMPLES, "rgb_denoise": False, "rgb_adaptive_threshold": 0.0})
-    best = chosen(rows)
-    default = _row(rows, DEFAULT)
-    figure(f"rgb: cheapest setting as good as {BASELINE_SAMPLES} spp plain is the rig default ({_tag(default)})",
-           float(best is default), "", ">= 1", f"cheapest: {_tag(best)}, {best['cpu_s']:.2f} CPU s; {when}")
-    figure(f"rgb default ({_tag(default)}) PSNR - {BASELINE_SAMPLES} spp plain PSNR",
-           default["psnr_db"] - base["psnr_db"], "dB", ">= 0", f"SSIM {default['ssim']:.4f} vs {base['ssim']:.4f}")
-    figure(f"rgb default CPU s / {BASELINE_SAMPLES} spp plain CPU s", default["cpu_s"] / base["cpu_s"], "x", "<= 1",
-           f"{default['cpu_s']:.2f} vs {base['cpu_s']:.2f} CPU s")
-    if "bitwise_rerun" in default:
-        figure("rgb default rerun bitwise identical", float(default["bitwise_rerun"]), "", ">= 1")
+    best, rec = chosen(rows), _row(rows, RECOMMENDED)
+    figure(f"rgb: the recommended setting ({_tag(rec)}) is the cheapest as good as {BASELINE_SAMPLES} spp plain",
+           float(best is rec), "", ">= 1", f"cheapest: {_tag(best)}, {best['cpu_s']:.2f} CPU s; {when}")
+    figure(f"rgb recommended ({_tag(rec)}) PSNR - {BASELINE_SAMPLES} spp plain PSNR", rec["psnr_db"] - base["psnr_db"],
+           "dB", ">= 0", f"SSIM {rec['ssim']:.4f} vs {base['ssim']:.4f}")
+    figure(f"rgb recommended CPU s / {BASELINE_SAMPLES} spp plain CPU s", rec["cpu_s"] / base["cpu_s"], "x", "<= 1",
+           f"{rec['cpu_s']:.2f} vs {base['cpu_s']:.2f} CPU s")
+    figure("rgb: the recommended setting is the rig default", 0.0, "", ">= 1",
+           f"rig default stays {BASELINE_SAMPLES} spp plain: the denoiser spreads light into pixels without a ray "
+           "(beyond a fisheye lens's domain, which a plain render keeps exactly 0)")
+    if "bitwise_rerun" in rec:
+        figure("rgb recommended setting rerun bitwise identical", float(rec["bitwise_rerun"]), "", ">= 1")

@@ -1,6 +1,6 @@
 """The camera's rgb options (denoiser, adaptive sampling, half storage) change the rgb render and nothing else: every
 label payload of the running example (moving objects, motion blur, object labels) is bitwise identical to the plain
-export, the options are declared in method.rgb_render, and the plain export declares none of them."""
+export, the options are declared in method.rgb_render, and a plain export (denoiser off) declares none of them."""
 from __future__ import annotations
 
 import pytest
@@ -20,8 +20,9 @@ def _build(scale, **camera):
 
 @pytest.fixture(scope="module")
 def pair(exports):
-    plain = exports("rgb_plain", _build, scale=8, first_event=30, count=1)
+    plain = exports("rgb_plain", _build, scale=8, first_event=30, count=1, rgb_denoise=False)
     options = exports("rgb_options", _build, scale=8, first_event=30, count=1, **OPTIONS)
+    assert plain.summary["quarantined"] == options.summary["quarantined"] == []      # both pass the in-line check
     return next(Bundle.open(plain.bundle).events()), next(Bundle.open(options.bundle).events())
 
 
@@ -36,6 +37,16 @@ def test_labels_are_bitwise_identical_with_every_rgb_option(pair):
     for key in ("object_labels", "objects", "calibration", "event"):
         assert plain.manifest.get(key) == options.manifest.get(key), key
     assert plain.array("rgb").tobytes() != options.array("rgb").tobytes()     # the options did reach the render
+
+
+def test_the_rig_default_is_64_plain_samples():
+    from rowbeam.model.rig import parse_rig
+
+    raw = {"schema": "rowbeam/rig@1", "sensors": [{"id": "c", "type": "rolling_shutter_camera", "object": "cam",
+           "rate_hz": 30, "first_event_ns": 0, "readout_ns": 1000, "exposure_ns": 1000,
+           "readout_direction": "top_to_bottom"}]}
+    cam = parse_rig(raw).sensors[0]
+    assert (cam.rgb_samples, cam.rgb_denoise, cam.rgb_adaptive_threshold, cam.rgb_storage) == (64, False, 0.0, "float32")
 
 
 def test_options_are_declared_and_the_plain_render_declares_none(pair):
