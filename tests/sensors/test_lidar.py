@@ -339,7 +339,7 @@ def test_point_table_format(exports):
     e = exports("box_room", lc.box_room)
     m, a = load_event(e.event)
     entry = m["modalities"]["points"]
-    assert entry["dtype"] == "record" and entry["format"] == "npy"
+    assert entry["dtype"] == "record" and entry["format"] == "npz"
     assert [f["name"] for f in entry["fields"]] == list(a["points"].dtype.names)
     assert {f["name"]: f["units"] for f in entry["fields"]}["t_ns"] == "ns"
     assert m["modalities"]["points_motion_compensated"]["frame"] == "lidar_top:lidar at reference_time_ns"
@@ -349,8 +349,7 @@ def test_point_table_format(exports):
     # the file itself, read by numpy alone, has docs/adapters.md's little-endian record layout
     readme = [("t_ns", "<i8"), ("channel", "<u2"), ("firing", "<u4")] + [(n, "<f8") for n in (
         "x", "y", "z", "x_world", "y_world", "z_world")] + [("instance_id", "<u4"), ("semantic_id", "<u4")]
-    raw = np.load(e.event / entry["uri"], allow_pickle=False)
-    raw = raw["array"] if entry["format"] == "npz" else raw            # docs/format.md: np.load(path)["array"]
+    raw = np.load(e.event / entry["uri"], allow_pickle=False)["array"]     # docs/format.md
     assert raw.dtype == np.dtype(readme) and raw.shape == (256 * 32,)
     assert [(f["name"], np.dtype(f["dtype"]).newbyteorder("<")) for f in entry["fields"]] == \
         [(n, np.dtype(t)) for n, t in readme]
