@@ -34,7 +34,7 @@ LOSSLESS_EXR = {"NONE": OpenEXR.NO_COMPRESSION, "ZIP": OpenEXR.ZIP_COMPRESSION, 
 # The smallest lossless compression per modality name where it is not ZIP (measured on the running example at
 # 1280x720: docs/format.md, `make bench` section storage); HTJ2K needs an OpenEXR >= 3.4 reader.
 EXR_COMPRESSION = {"rgb": "HTJ2K256", "range": "HTJ2K256", "camera_z": "HTJ2K256", "cos_incidence": "HTJ2K256",
-                   "time_offset_ns": "HTJ2K256"}
+                   "time_offset_ns": "HTJ2K256", "flow_forward": "HTJ2K256", "flow_backward": "HTJ2K256"}
 DEFAULT_EXR_COMPRESSION = "ZIP"
 # Declared lossy storage: (declared dtype, stored pixel type) pairs a writer may be asked for and a reader accepts
 # when the manifest entry's storage says so; the decoded array has the declared dtype.
