@@ -4,8 +4,9 @@ fragment (found exactly once in its file) replaced by another, and the few fast 
 Areas: timing (rounding ties, rates, exact values), pixels (pixel centres and edges), frames (rotations, rotated
 mounts), lens (valid domains), flow/flags (flow flags and tolerances), objects, radar, lidar, ids, nan, geometry,
 hashing (dataset hash), paths (confinement), farm, checker (every checker condition), imu (truth kinematics,
-noise model), ros (MCAP adapter, rerun view, training samples). Keep it current: a mutant
-whose fragment no longer occurs is reported `stale` by `make mutation` (fix its fragment, never drop it silently).
+noise model), storage (payload encodings, rgb options), ros (MCAP adapter, rerun view, training samples). Keep
+it current: a mutant whose fragment no longer occurs is reported `stale` by `make mutation` (fix its fragment,
+never drop it silently).
 """
 from __future__ import annotations
 
@@ -731,6 +732,16 @@ MUTANTS += [
       "if False:",
       ("tests/blender/sensors/test_surface_policy.py", "-k", "object_masks"),
       "an alpha-cut card's label (its alpha mask) taken as its amodal mask (the geometry)"),
+    # -- storage: payload encodings and the rgb options (rowbeam/bundle/arrays.py, cycles_setup.py) -----------------
+    M("storage-half-undeclared", "storage", "rowbeam/bundle/arrays.py",
+      "    return {**storage, \"lossy\": lossy} if lossy else storage", "    return storage",
+      ("tests/blender/export/test_payload_codecs.py", "-k", "lossy"), "half-float rgb written without declaring the loss"),
+    M("storage-npz-extra-members", "storage", "rowbeam/bundle/arrays.py",
+      "            if [i.filename for i in infos] != [NPZ_MEMBER]:", "            if not infos:",
+      ("tests/blender/export/test_payload_codecs.py", "-k", "npz"), "an .npz payload with other members is read"),
+    M("rgb-denoise-undeclared", "storage", "rowbeam/blender/cycles/cycles_setup.py",
+      "        declared[\"denoising\"] = {", "        _ = {",
+      ("tests/blender/export/test_rgb_options.py",), "the denoised rgb is not declared in method.rgb_render"),
 ]
 
 # Mutants left alive on purpose, each with the reason it cannot be killed (an equivalent mutant): id -> reason.
