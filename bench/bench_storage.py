@@ -133,13 +133,19 @@ def print_storage(r: dict, figure) -> None:
     print(f"storage, running example {r['size'][0]}x{r['size'][1]} ({rgb}): bytes per payload, each lossless "
           "encoding (kB; '!' = not bit-identical, never chosen)")
     folders = {**r["folders"], "camera_front/000030 without object labels": r["no_object_labels"]}
+    recorded = set()                      # one folder of each kind in the figures; all of them in the printout
     for key, folder in folders.items():
         print(f"  {key} ({folder['kind']}): {folder['event_bytes'] / MB:.2f} MB")
+        record = folder["kind"] not in recorded
+        recorded.add(folder["kind"])
+        if record:
+            figure(f"bytes {key} ({folder['kind']}), every file", folder["event_bytes"] / MB, "MB", None,
+                   f"before {_total(folder, 'before'):.2f} MB")
         for name, row in folder["payloads"].items():
             cells = ", ".join(f"{enc} {'!' if b is None else f'{b / 1e3:.0f}'}" for enc, b in row["sizes"].items())
             print(f"    {name:28s} before {row['before'] / 1e3:9.1f} kB  default {row['default_encoding']:9s} "
                   f"{row['default'] / 1e3:9.1f} kB   [{cells}]")
-            if "without" not in key:
+            if record:
                 figure(f"bytes {folder['kind']}:{name}", row["default"] / MB, "MB", None,
                        f"before {row['before'] / MB:.3f} MB; default {row['default_encoding']}; {cells} (kB)")
     lossless = all(row["lossless"] for f in folders.values() for row in f["payloads"].values())
