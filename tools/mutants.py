@@ -20,6 +20,7 @@ BEAMS = "tests/check/test_beam_coverage.py"
 OPTIONS = "tests/blender/sensors/test_surface_policy_options.py"
 LAYERS_CHECK = "tests/check/test_surface_layers_check.py"
 LAYERS_EXPORT = "tests/blender/sensors/test_surface_layers.py"
+CODECS = "tests/blender/export/test_payload_codecs.py"
 
 
 @dataclass(frozen=True)
@@ -734,14 +735,16 @@ MUTANTS += [
       "an alpha-cut card's label (its alpha mask) taken as its amodal mask (the geometry)"),
     # -- storage: payload encodings and the rgb options (rowbeam/bundle/arrays.py, cycles_setup.py) -----------------
     M("storage-half-undeclared", "storage", "rowbeam/bundle/arrays.py",
-      "    return {**storage, \"lossy\": lossy} if lossy else storage", "    return storage",
-      ("tests/blender/export/test_payload_codecs.py", "-k", "lossy"), "half-float rgb written without declaring the loss"),
-    M("storage-npz-extra-members", "storage", "rowbeam/bundle/arrays.py",
-      "            if [i.filename for i in infos] != [NPZ_MEMBER]:", "            if not infos:",
-      ("tests/blender/export/test_payload_codecs.py", "-k", "npz"), "an .npz payload with other members is read"),
+      "    return {**storage, \"lossy\": lossy} if lossy else storage",
+      "    return storage",
+      (CODECS, "-k", "lossy"), "half-float rgb written without declaring the loss"),
     M("rgb-denoise-undeclared", "storage", "rowbeam/blender/cycles/cycles_setup.py",
       "        declared[\"denoising\"] = {", "        _ = {",
       ("tests/blender/export/test_rgb_options.py",), "the denoised rgb is not declared in method.rgb_render"),
+    M("storage-npz-extra-members", "storage", "rowbeam/bundle/arrays.py",
+      "            if [i.filename for i in infos] != [NPZ_MEMBER]:",
+      "            if not infos:",
+      (CODECS, "-k", "npz"), "an .npz payload with other members is read"),
 ]
 
 # Mutants left alive on purpose, each with the reason it cannot be killed (an equivalent mutant): id -> reason.
