@@ -162,19 +162,31 @@ def write_results(argv: list, results: Path | None = None, title: str = "rowbeam
     history = results.parent / HISTORY.name
     with history.open("a") as f:
         f.write(json.dumps(run, default=str) + "\n")
-    latest = {}                                   # figure name -> (figure, its run), the last run that measured it
-    for line in history.read_text().splitlines():
+    render_results(results, title, command)
+
+
+def render_results(results: Path, title: str = "rowbeam bench results",
+                   command: str = "`make bench` (bench/bench.py)") -> None:
+    """Write `results` from results.jsonl beside it: the latest measurement of every figure any run of this results
+    file recorded, with that run's date, load and revision (a run of some sections keeps the others' figures)."""
+    import json
+
+    latest, last = {}, None                       # figure name -> (figure, its run), the last run that measured it
+    for line in (results.parent / HISTORY.name).read_text().splitlines():
         try:
             past = json.loads(line)
         except ValueError:
             continue
         if past.get("results", RESULTS.name) == results.name:
             latest.update({f["name"]: (f, past) for f in past["figures"]})
+            last = past
+    if last is None:
+        return
     results.write_text(
         f"# {title}\n\nWritten by {command} from bench/{HISTORY.name} (every run, appended): the latest "
         "measurement of each figure, with its run's date, 1-minute load average at start / end and revision. Ratios "
         "are measured side by side in one run.\n\n"
-        f"- latest run: {run['date']}, {run['arguments']}\n- machine: {run['machine']}\n\n"
+        f"- latest run: {last['date']}, {last.get('arguments', '')}\n- machine: {last.get('machine', '?')}\n\n"
         "| figure | measured | target | verdict | note | run (UTC, load, revision) |\n|---|---|---|---|---|---|\n"
         + "\n".join(_result_row(f, past) for f, past in latest.values()) + "\n")
     print(f"bench results: {results}")
