@@ -36,9 +36,9 @@ from rowbeam.adapters.output import (
     check_output_dir,
     check_output_file,
     sidecar,
-    sidecar_bytes,
     staged_dir,
     write_file,
+    write_sidecar,
 )
 from rowbeam.adapters.png import png_bytes
 
@@ -155,16 +155,11 @@ def export_coco(bundle_path, out, sensor: str | None = None) -> dict:
         for name, (pixels, _) in stats["images"].items():
             write_file(stage / Path(name).name, png_bytes(pixels, 8))
         write_file(out, json.dumps(doc, separators=(",", ":")).encode() + b"\n")
-        try:
-            meta = sidecar("coco_instances", out.name, {"bundle": str(bundle.path), "events": stats["events"]}, LOST,
-                           {"px": 0.0}, sha256=sha256_file(out), skipped=stats["skipped"],
-                           annotations=len(doc["annotations"]), units="px", dropped=stats["dropped"],
-                           segmentation="compressed COCO RLE of the modal mask (column-major runs, zeros first)",
-                           images={name: how for name, (_, how) in stats["images"].items()})
-            write_file(side, sidecar_bytes(meta))
-        except BaseException:
-            out.unlink(missing_ok=True)                # never a file without its sidecar
-            raise
+        meta = write_sidecar(out, side, lambda: sidecar(
+            "coco_instances", out.name, {"bundle": str(bundle.path), "events": stats["events"]}, LOST, {"px": 0.0},
+            sha256=sha256_file(out), skipped=stats["skipped"], annotations=len(doc["annotations"]), units="px",
+            dropped=stats["dropped"], segmentation="compressed COCO RLE of the modal mask (column-major runs, zeros first)",
+            images={name: how for name, (_, how) in stats["images"].items()}))
     return meta
 
 

@@ -31,6 +31,7 @@ from rowbeam.adapters.output import (
     sidecar_bytes,
     staged_dir,
     write_file,
+    write_sidecar,
 )
 
 FRAMES = {"own_time": "LiDAR frame (x forward, y left, z up, m) at each point's own beam time",
@@ -138,15 +139,10 @@ def export_ply(source, out) -> dict:
         side = out.with_name(out.name + ".json")
         check_output_file(side, event.path)
         write_file(out, ply_bytes(event))
-        try:
-            doc = sidecar("ply_points", out.name, {"event": str(event.path), "sample_id": event.sample_id},
-                          _ply_lost(), {"m": 0.0, "ns": 0.0}, sha256=sha256_file(out), frame=FRAMES["own_time"],
-                          fields=[n for n, _, _ in PLY_FIELDS])
-            write_file(side, sidecar_bytes(doc))
-        except BaseException:
-            out.unlink(missing_ok=True)           # never a file without its sidecar
-            raise
-        return doc
+        return write_sidecar(out, side, lambda: sidecar(
+            "ply_points", out.name, {"event": str(event.path), "sample_id": event.sample_id}, _ply_lost(),
+            {"m": 0.0, "ns": 0.0}, sha256=sha256_file(out), frame=FRAMES["own_time"],
+            fields=[n for n, _, _ in PLY_FIELDS]))
     bundle = Bundle.open(source)
     check_output_dir(out, bundle.path)
     events = [e for e in bundle.events() if e.sensor_type == LIDAR]

@@ -111,3 +111,15 @@ def sidecar(fmt: str, file: str, source: dict, lost: list[str], max_rounding_err
 
 def sidecar_bytes(doc: dict) -> bytes:
     return canonical_json(doc)
+
+
+def write_sidecar(out: Path, side: Path, make_doc) -> dict:
+    """Write the sidecar `side` of the complete file `out` from make_doc() (called now, so it may hash `out`) and
+    return it; if making or writing it fails, `out` is removed too: never a file without its sidecar."""
+    try:
+        doc = make_doc()
+        write_file(side, sidecar_bytes(doc))
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
+    return doc

@@ -16,7 +16,7 @@ import numpy as np
 
 from rowbeam.adapters import ros_messages as rm
 from rowbeam.adapters.adapter import BUNDLE_IN, AdapterFormat
-from rowbeam.adapters.output import check_output_file, sidecar, sidecar_bytes, write_file
+from rowbeam.adapters.output import check_output_file, sidecar, write_sidecar
 from rowbeam.adapters.ros_sensors import ROS_SENSORS, WORLD, RosMessage
 from rowbeam.bundle.files import sha256_file, temp_sibling
 from rowbeam.bundle.reader import Bundle, Event
@@ -155,14 +155,9 @@ def export_mcap(bundle_path, out, sensors=None) -> dict:
               "radar": "frame_start_ns", "imu": "sample_time_ns (one message per sample)"}
     write_mcap(out, messages, {"lost": json.dumps(LOST + skipped), "header_stamps": json.dumps(stamps),
                                "conventions": "docs/mcap.md"})
-    meta = sidecar(FORMAT, out.name, source, LOST + skipped, _float32_error(events), sha256=sha256_file(out),
-                   units="see docs/mcap.md", header_stamps=stamps)
-    try:
-        write_file(side, sidecar_bytes(meta))
-    except BaseException:
-        out.unlink(missing_ok=True)                # never a file without its sidecar
-        raise
-    return meta
+    return write_sidecar(out, side, lambda: sidecar(FORMAT, out.name, source, LOST + skipped, _float32_error(events),
+                                                    sha256=sha256_file(out), units="see docs/mcap.md",
+                                                    header_stamps=stamps))
 
 
 def _arguments(p) -> None:
