@@ -58,7 +58,7 @@ def _plan(root: Path, name: str, events: dict, per_shard: int | None) -> Path:
 def payload_hashes(plan_dir: Path) -> dict:
     """{bundle-relative payload path: sha256} of every EXR/npy payload under the plan's bundles."""
     return {str(f.relative_to(plan_dir / "bundles")): hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted((plan_dir / "bundles").rglob("*")) if f.suffix in (".exr", ".npy")
+            for f in sorted((plan_dir / "bundles").rglob("*")) if f.suffix in (".exr", ".npy", ".npz")
             and "/events/" in f.as_posix()}
 
 
