@@ -18,7 +18,7 @@ from rowbeam.sensors import MODALITIES
 from rowbeam.util.errors import RowbeamError
 
 DIMS = {"W": 37, "H": 21, "Wp": 5, "Hc": 63, "Wcp": 14, "O": 3, "T": 2, "M": 2, "F": 19, "C": 7, "G": 2, "K": 9,
-        "B": 6, "N": 23}
+        "B": 6, "N": 23, "L": 2, "S": 4}
 SENSOR = "s"
 
 
