@@ -21,6 +21,7 @@ OPTIONS = "tests/blender/sensors/test_surface_policy_options.py"
 LAYERS_CHECK = "tests/check/test_surface_layers_check.py"
 LAYERS_EXPORT = "tests/blender/sensors/test_surface_layers.py"
 CODECS = "tests/blender/export/test_payload_codecs.py"
+RAYS = ("tests/blender/objects/test_lens_objects.py", "-k", "canvas_rays_kept")
 
 
 @dataclass(frozen=True)
@@ -733,6 +734,12 @@ MUTANTS += [
       "if False:",
       ("tests/blender/sensors/test_surface_policy.py", "-k", "object_masks"),
       "an alpha-cut card's label (its alpha mask) taken as its amodal mask (the geometry)"),
+    M("objects-canvas-rays-never-released", "objects", "rowbeam/blender/export/run.py",
+      "    if not _sensor_again(plan, job):\n        release_canvas_rays()", "    if False:\n        release_canvas_rays()",
+      RAYS, "the canvas-ray cache held through the in-line check after a camera's last event (peak memory)"),
+    M("objects-canvas-rays-always-released", "objects", "rowbeam/blender/export/run.py",
+      "    return any(j.sensor is job.sensor and not j.is_flow for j in later)", "    return False", RAYS,
+      "the canvas-ray cache dropped between two events of the same camera (recomputed each event)"),
     # -- storage: payload encodings and the rgb options (rowbeam/bundle/arrays.py, cycles_setup.py) -----------------
     M("storage-half-undeclared", "storage", "rowbeam/bundle/arrays.py",
       "    return {**storage, \"lossy\": lossy} if lossy else storage",

@@ -48,7 +48,7 @@ from rowbeam.blender.export.manifest import (
     write_manifest,
     write_payloads,
 )
-from rowbeam.blender.objects.object_labels import check_object_scales, write_assets
+from rowbeam.blender.objects.object_labels import check_object_scales, release_canvas_rays, write_assets
 from rowbeam.blender.objects.instances import InstanceSet, build_instances, shown_instances
 from rowbeam.blender.objects.object_table import build_object_table, collection_parents
 from rowbeam.util.progress import Progress
@@ -538,6 +538,8 @@ def _export_event(plan: ExportPlan, job: Job):
             write_assets(plan.writer.root, out.assets)       # content-addressed meshes the manifest refers to
         modalities = write_payloads(staged, out.arrays, sensor.type, sensor.id, out.dims, out.exposure_ns,
                                     started=payloads)
+    if not _sensor_again(plan, job):
+        release_canvas_rays()                   # no later event reuses this camera's canvas rays: free for the check
     core = exporter.core(out, sensor, index)
     manifest = assemble_manifest(
         core, sample_id=sample_id(ctx.scenario, sensor.id, out.reference_time_ns),
@@ -546,6 +548,12 @@ def _export_event(plan: ExportPlan, job: Job):
         build=_build_info(plan, out.render_device), lineage=_lineage_info(plan), run=_run_info(out.seconds, t0),
         state=plan.state, time=time_block(plan.rig.timebase(sensor.id), sensor, core))
     return _check_and_publish(plan, staged, job.location, manifest)
+
+
+def _sensor_again(plan: ExportPlan, job: Job) -> bool:
+    """Whether an event of job's sensor comes after job in the plan (state it keeps for that sensor is reused)."""
+    later = plan.jobs[next(i for i, j in enumerate(plan.jobs) if j is job) + 1:]
+    return any(j.sensor is job.sensor and not j.is_flow for j in later)
 
 
 def _export_flow(plan: ExportPlan, job: Job):

@@ -380,6 +380,12 @@ def canvas_ray_cache(lens, W: int, H: int) -> CanvasRays:
     return _RAYS[key]
 
 
+def release_canvas_rays() -> None:
+    """Drop the kept CanvasRays (canvas_ray_cache): done after a camera's last planned event, so its memory is free
+    for the in-line check's own rays."""
+    _RAYS.clear()
+
+
 @dataclass(frozen=True)
 class EventInputs:
     """What a camera event hands to its object labels.

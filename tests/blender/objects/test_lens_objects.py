@@ -617,3 +617,26 @@ def test_pinhole_deforming_mask_shifted_one_pixel_is_caught(exports, tmp_path):
         packed[i] = np.packbits(shifted, axis=-1)
         _replace(ev, name, packed)
     assert_fails(root, "objects:rasterisation", "farther than 0.02 px from an edge")
+
+
+def test_canvas_rays_kept_between_events_of_a_camera_released_after_its_last(tmp_path, monkeypatch):
+    """The exporter's canvas-ray cache is kept from one event of a lens camera to its next planned event (reused)
+    and released after the camera's last planned event, before the in-line check rasterises with its own rays."""
+    import rowbeam.blender.export.run as run_module
+    from rowbeam.blender.objects import object_labels
+    from rowbeam.blender.scenes import lens_scenes
+
+    from tests.conftest import build_and_export
+
+    held, check_path = [], run_module.check_path
+
+    def recording_check_path(*a, **k):
+        held.append(len(object_labels._RAYS))
+        return check_path(*a, **k)
+
+    monkeypatch.setattr(run_module, "check_path", recording_check_path)
+    object_labels.release_canvas_rays()
+    e = build_and_export(tmp_path, "rays", lens_scenes.lens_plates, count=2, lens="opencv")
+    assert len(e.summary["published"]) == 2, e.summary
+    assert held == [1, 0], held
+    assert not object_labels._RAYS
