@@ -118,7 +118,7 @@ def farm_benchmark(work: Path, repeat: int) -> dict:
     out = {"local": overhead_rounds(work, scene, "local", local_persistent, repeat),
            "local_3": overhead_rounds(work, scene, "local3", local_persistent, repeat, events=3),
            "fresh": overhead_rounds(work, scene, "fresh", local_fresh, max(1, repeat // 2))}
-    for engine, cluster, args in (("slurm", slurm_cluster, lambda env: ("--partition", "rowbeam")),
+    for engine, cluster, args in (("slurm", slurm_cluster, lambda env: ("--partition", "rowbeam", "--workers", "1")),
                                   ("ray", ray_cluster, lambda env: ("--ray-address", env["RAY_ADDRESS"]))):
         with ExitStack() as stack:
             try:
@@ -133,8 +133,9 @@ def farm_benchmark(work: Path, repeat: int) -> dict:
 LABELS = {"local": "local engine, persistent worker", "local_3": "local engine, 3-shard plan",
           "slurm": "Slurm (local, 1 CPU), persistent workers", "ray": "Ray (local, 1 CPU), persistent workers",
           "fresh": "local engine, --fresh-process"}
-CLUSTER_REASON = ("each of the other array/Ray tasks starts a Python process that finds every shard taken and exits; "
-                  "with one CPU they run one after another")
+CLUSTER_REASON = {"slurm": "one array task (--workers 1)",
+                  "ray": ("each of the other Ray tasks starts a Python process that finds every shard taken and exits; "
+                          "with one CPU they run one after another")}
 
 
 def report_farm(r: dict, figure) -> None:
@@ -158,7 +159,7 @@ def report_farm(r: dict, figure) -> None:
                                                                     else "") + f" ({note})")
         load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0))
         busy = f"; wall seconds under a load of {load:.1f} on {cores} cores" if load > cores else ""
-        figure(name + " (wall)", x["per_shard_s"], "s", target, (note if local else f"{note}; {CLUSTER_REASON}") + busy)
+        figure(name + " (wall)", x["per_shard_s"], "s", target, (note if local else f"{note}; {CLUSTER_REASON[key]}") + busy)
         if local:
             figure(name + " (CPU)", x["per_shard_cpu_s"], "s", target, "CPU s of the worker and its Blender session")
         else:

@@ -493,6 +493,9 @@ MUTANTS += [
     M("farm-zombie-alive", "farm", "rowbeam/farm/status.py",
       "return f.read().rsplit(\")\", 1)[1].split()[0] != \"Z\"", "return True",
       (KILL,), "an unreaped (zombie) worker counts as alive"),
+    M("farm-slurm-workers-ignored", "farm", "rowbeam/farm/engines.py",
+      "    tasks = shard_ids[:workers] if persistent and workers else shard_ids", "    tasks = shard_ids",
+      ("tests/farm/test_farm_engines.py", "-k", "slurm_workers_caps"), "slurm --workers N still submits a task per shard"),
 ]
 
 # -- more checker conditions ---------------------------------------------------------------------------------------

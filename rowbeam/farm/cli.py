@@ -46,8 +46,8 @@ def add_farm_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("plan", help="plan folder or its plan.json")
     run.add_argument("--engine", choices=("local", "slurm", "ray"), default="local",
                      help="local: a process pool (default); slurm: one sbatch job array; ray: a task per shard")
-    run.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2),
-                     help="local: worker processes at once")
+    run.add_argument("--workers", type=int, help="local: worker processes at once (default: half the CPUs); slurm: "
+                     "array tasks, each a persistent worker over every shard (default: one per shard)")
     run.add_argument("--retries", type=int, default=2, help="retries of a failed or killed shard (default 2)")
     run.add_argument("--shards", help="comma-separated shard ids to (re)run, even when done")
     run.add_argument("--fresh-process", action="store_true", help="one export process per shard (bpy imported and "
@@ -105,6 +105,8 @@ def _run(args) -> int:
     prog = "rowbeam farm run"
     say = lambda text: print(text, flush=True)      # noqa: E731
     try:
+        if args.workers is not None and args.workers < 1:
+            raise RowbeamError(f"--workers {args.workers}: at least 1")
         plan, plan_dir = load_plan(args.plan)
         verify_inputs(plan)
         only = args.shards.split(",") if args.shards else None
@@ -125,10 +127,11 @@ def _run(args) -> int:
         persistent = not args.fresh_process
         if args.engine == "local":
             local = engines.run_local_persistent if persistent else engines.run_local
-            result = local(plan, plan_dir, ids, args.workers, args.retries, say)
+            result = local(plan, plan_dir, ids, args.workers or max(1, (os.cpu_count() or 2) // 2), args.retries, say)
         elif args.engine == "slurm":
             result = engines.run_slurm(plan, plan_dir, ids, args.retries, say, args.cpus, args.mem, args.gpus,
-                                       args.time_limit, args.partition, wait=not args.no_wait, persistent=persistent)
+                                       args.time_limit, args.partition, wait=not args.no_wait, persistent=persistent,
+                                       workers=args.workers)
         else:
             result = engines.run_ray(plan, plan_dir, ids, args.retries, say, args.ray_address, persistent=persistent)
     except RowbeamError as exc:

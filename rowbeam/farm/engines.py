@@ -140,10 +140,12 @@ def slurm_script(plan_dir: Path, retries: int, cpus: int | None, mem: str | None
 
 
 def run_slurm(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, cpus=None, mem=None, gpus=None,
-              time_limit=None, partition=None, wait: bool = True, poll_s: float = 1.0, persistent: bool = True) -> dict:
+              time_limit=None, partition=None, wait: bool = True, poll_s: float = 1.0, persistent: bool = True,
+              workers: int | None = None) -> dict:
     """Submit one job array over `shard_ids` (their plan positions; with `persistent` each task is a persistent
-    worker over all of them, starting from its own), wait for it to leave the queue (squeue; sacct needs slurmdbd),
-    then read each shard's status. {shard: 0 done/quarantined, 1 not}."""
+    worker over all of them, starting from its own, and `workers` caps the tasks: the first `workers` shards'
+    indices), wait for it to leave the queue (squeue; sacct needs slurmdbd), then read each shard's status.
+    {shard: 0 done/quarantined, 1 not}."""
     sbatch = shutil.which("sbatch")
     if sbatch is None or shutil.which("squeue") is None:
         raise RowbeamError("engine slurm: sbatch/squeue not found on PATH (install Slurm's client or use "
@@ -154,7 +156,8 @@ def run_slurm(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, cp
     (plan_dir / "logs").mkdir(exist_ok=True)
     serve = serve_argv(plan_dir.resolve(), shard_ids, round(time.time(), 3), retries) if persistent else None
     script.write_text(slurm_script(plan_dir, retries, cpus, mem, gpus, time_limit, partition, serve))
-    array = ",".join(str(index[i]) for i in shard_ids)
+    tasks = shard_ids[:workers] if persistent and workers else shard_ids
+    array = ",".join(str(index[i]) for i in tasks)
     proc = subprocess.run([sbatch, "--parsable", f"--array={array}", str(script)], capture_output=True, text=True,
                           cwd=plan_dir)
     if proc.returncode != 0:

@@ -338,6 +338,19 @@ def test_slurm_job_array_gives_the_single_process_hash_and_resubmits_by_index(sc
     assert _finalized_hash_matches(p, reference)["dataset_hash"] == first["dataset_hash"]
 
 
+def test_slurm_workers_caps_the_array_tasks(scenes, reference, slurm):
+    """--workers 1 on Slurm: one array task (the first shard's index), a persistent worker that runs all three
+    shards (the single-process hash); no task is started only to find every shard taken."""
+    root, _ = scenes
+    p = _small_plan(root, "slurm_one")
+    r = subprocess.run([sys.executable, "-m", "rowbeam", "farm", "run", str(p), "--engine", "slurm", "--workers", "1",
+                        "--partition", "rowbeam"], capture_output=True, text=True,
+                       env={**slurm, "PYTHONPATH": str(REPO)}, timeout=900)
+    assert r.returncode == 0 and "(indices 0)" in r.stdout, r.stdout + r.stderr
+    assert len(list((p / "logs").glob("slurm-*_*.out"))) == 1
+    _finalized_hash_matches(p, reference)
+
+
 def test_unreachable_engines_are_refused_in_one_line(scenes, runs):
     _, p1, _, _, _ = runs
     env = dict(os.environ, PYTHONPATH=str(REPO), PATH=str(Path(sys.executable).parent))
