@@ -743,6 +743,15 @@ MUTANTS += [
     M("objects-canvas-rays-always-released", "objects", "rowbeam/blender/export/run.py",
       "    return any(j.sensor is job.sensor and not j.is_flow for j in later)", "    return False", RAYS,
       "the canvas-ray cache dropped between two events of the same camera (recomputed each event)"),
+    # -- state log velocity check ----------------------------------------------------------------------------------
+    M("state-log-velocity-naive-trapezoid", "checker", "rowbeam/model/state_log.py",
+      "    return np.abs(step - (v0 + v1) / 2) - np.abs(v1 - v0) / 2",
+      "    return np.abs(step - (v0 + v1) / 2)",
+      ("tests/model/test_state_log_velocity.py",), "a velocity corner between two log samples fails correct data"),
+    M("state-log-velocity-range-doubled", "checker", "rowbeam/model/state_log.py",
+      "    return np.abs(step - (v0 + v1) / 2) - np.abs(v1 - v0) / 2",
+      "    return np.abs(step - (v0 + v1) / 2) - np.abs(v1 - v0) * 2",
+      ("tests/model/test_state_log_velocity.py",), "the velocity range allowed four times too wide (late velocities pass)"),
     # -- storage: payload encodings and the rgb options (rowbeam/bundle/arrays.py, cycles_setup.py) -----------------
     M("storage-half-undeclared", "storage", "rowbeam/bundle/arrays.py",
       "    return {**storage, \"lossy\": lossy} if lossy else storage",
