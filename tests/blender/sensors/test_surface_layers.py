@@ -145,8 +145,7 @@ def test_planted_layer_fault_fails_surface_layers(layered, tmp_path):
     the far veil at 6 m, the exported label is the wall; only `surface_layers` fails, on that one pixel."""
     import shutil
 
-    from rowbeam.bundle.arrays import write_npy
-    from tests.helpers import failures, rehash
+    from tests.helpers import failures, save_payload
 
     bundle = tmp_path / "b"
     shutil.copytree(layered[5].parents[2], bundle)
@@ -154,10 +153,7 @@ def test_planted_layer_fault_fails_surface_layers(layered, tmp_path):
     manifest, a = load_event(event)
     opacity = a["layer_opacity"].copy()
     opacity[90, 155, 1] = 0.6
-    entry = manifest["modalities"]["layer_opacity"]
-    assert entry["format"] == "npy"
-    write_npy(event / entry["uri"], opacity)
-    rehash(event, "layer_opacity")
+    save_payload(event, "layer_opacity", opacity)
     report, fails = failures(bundle)
     entry = next(c for e in report["events"] for c in e["checks"] if c["check"] == "surface_layers")
     assert entry["status"] == "fail" and entry["values"]["label_pixels"] == 1
