@@ -82,9 +82,32 @@ def add_farm_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from .worker import run
+    """`rowbeam farm worker PLAN [SHARD] [--index I] [--serve ...]` with parsed arguments (rowbeam.farm.cli declares
+    them): one shard in a fresh export process, or with --serve many through one Blender session (persistent.py)."""
+    import sys
 
-    return run(args)
+    from .plan import load_plan
+    from .worker import EXIT_REFUSED, run_shard
+
+    try:
+        plan, _ = load_plan(args.plan)
+        if args.index is not None and not 0 <= args.index < len(plan["shards"]):
+            raise RowbeamError(f"--index {args.index}: the plan has shards 0 .. {len(plan['shards']) - 1}")
+        if getattr(args, "serve", False):
+            from .persistent import run as serve
+
+            unknown = sorted(set(args.shards.split(",") if args.shards else []) - {s["id"] for s in plan["shards"]})
+            if unknown:
+                raise RowbeamError(f"--shards: {unknown[0]!r} is not a shard of the plan")
+            return serve(args)
+        if args.shard is None:
+            if args.index is None:
+                raise RowbeamError(f"give a SHARD, --index (0 .. {len(plan['shards']) - 1}) or --serve")
+            args.shard = plan["shards"][args.index]["id"]
+        return run_shard(args.plan, args.shard)
+    except RowbeamError as exc:
+        print(f"rowbeam farm worker: error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
 
 
 def _status(args: argparse.Namespace) -> int:

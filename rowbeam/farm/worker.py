@@ -179,27 +179,3 @@ def run_shard(plan_dir, shard_id: str, runner=fresh_process, since: float = 0.0)
                                        "seconds": round(seconds, 3), **outcome, **({"session": session} if session else {}),
                                        **({"error": tail[0][:300]} if tail else {})})
     return 0 if state in ("done", "quarantined") else (EXIT_REFUSED if rc == 2 else EXIT_RETRY)
-
-
-def run(args) -> int:
-    """`rowbeam farm worker PLAN [SHARD] [--index I] [--serve ...]` with parsed arguments (rowbeam.farm.cli declares
-    them): one shard in a fresh export process, or with --serve many through one Blender session (persistent.py)."""
-    try:
-        plan, _ = load_plan(args.plan)
-        if args.index is not None and not 0 <= args.index < len(plan["shards"]):
-            raise RowbeamError(f"--index {args.index}: the plan has shards 0 .. {len(plan['shards']) - 1}")
-        if getattr(args, "serve", False):
-            from .persistent import run as serve
-
-            unknown = sorted(set(args.shards.split(",") if args.shards else []) - {s["id"] for s in plan["shards"]})
-            if unknown:
-                raise RowbeamError(f"--shards: {unknown[0]!r} is not a shard of the plan")
-            return serve(args)
-        if args.shard is None:
-            if args.index is None:
-                raise RowbeamError(f"give a SHARD, --index (0 .. {len(plan['shards']) - 1}) or --serve")
-            args.shard = plan["shards"][args.index]["id"]
-        return run_shard(args.plan, args.shard)
-    except RowbeamError as exc:
-        print(f"rowbeam farm worker: error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
