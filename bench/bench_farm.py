@@ -134,8 +134,7 @@ LABELS = {"local": "local engine, persistent worker", "local_3": "local engine, 
           "slurm": "Slurm (local, 1 CPU), persistent workers", "ray": "Ray (local, 1 CPU), persistent workers",
           "fresh": "local engine, --fresh-process"}
 CLUSTER_REASON = {"slurm": "one array task (--workers 1)",
-                  "ray": ("each of the other Ray tasks starts a Python process that finds every shard taken and exits; "
-                          "with one CPU they run one after another")}
+                  "ray": "one persistent Ray task (one per cluster CPU)"}
 
 
 def report_farm(r: dict, figure) -> None:

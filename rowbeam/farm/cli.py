@@ -47,7 +47,8 @@ def add_farm_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--engine", choices=("local", "slurm", "ray"), default="local",
                      help="local: a process pool (default); slurm: one sbatch job array; ray: a task per shard")
     run.add_argument("--workers", type=int, help="local: worker processes at once (default: half the CPUs); slurm: "
-                     "array tasks, each a persistent worker over every shard (default: one per shard)")
+                     "array tasks, each a persistent worker over every shard (default: one per shard); ray: persistent tasks "
+                     "(default: the cluster's CPUs)")
     run.add_argument("--retries", type=int, default=2, help="retries of a failed or killed shard (default 2)")
     run.add_argument("--shards", help="comma-separated shard ids to (re)run, even when done")
     run.add_argument("--fresh-process", action="store_true", help="one export process per shard (bpy imported and "
@@ -156,7 +157,8 @@ def _run(args) -> int:
                                        args.time_limit, args.partition, wait=not args.no_wait, persistent=persistent,
                                        workers=args.workers)
         else:
-            result = engines.run_ray(plan, plan_dir, ids, args.retries, say, args.ray_address, persistent=persistent)
+            result = engines.run_ray(plan, plan_dir, ids, args.retries, say, args.ray_address, persistent=persistent,
+                                     workers=args.workers)
     except RowbeamError as exc:
         return _fail(prog, exc)
     failed = [i for i, rc in result.items() if rc != 0]

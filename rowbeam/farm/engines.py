@@ -139,6 +139,13 @@ def slurm_script(plan_dir: Path, retries: int, cpus: int | None, mem: str | None
                                worker=f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])} {worker}")
 
 
+def queue_poll_interval(elapsed_s: float, poll_s: float) -> float:
+    """Seconds to wait before asking squeue again, `elapsed_s` after submitting: 5 % of the time waited so far,
+    between 0.05 s and `poll_s`, so a short job is not rounded up to a whole `poll_s` and a long one costs one
+    squeue call per `poll_s`."""
+    return min(poll_s, max(0.05, 0.05 * elapsed_s))
+
+
 def run_slurm(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, cpus=None, mem=None, gpus=None,
               time_limit=None, partition=None, wait: bool = True, poll_s: float = 1.0, persistent: bool = True,
               workers: int | None = None) -> dict:
@@ -166,11 +173,12 @@ def run_slurm(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, cp
     say(f"rowbeam farm: submitted Slurm job array {job} (indices {array}); script {script}")
     if not wait:
         return {}
+    t0 = time.monotonic()
     while True:
         q = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i %T"], capture_output=True, text=True)
         if q.returncode != 0 or not q.stdout.strip():
             break
-        time.sleep(poll_s)
+        time.sleep(queue_poll_interval(time.monotonic() - t0, poll_s))
     result = {}
     for i in shard_ids:
         state = (read_status(plan_dir, i) or {}).get("state")
@@ -184,11 +192,19 @@ def run_slurm(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, cp
 # --------------------------------------------------------------------------------------------------- Ray
 
 
+def ray_workers(workers: int | None, cluster_cpus: float, cpus_per_task: float, shards: int) -> int:
+    """Persistent Ray tasks to start: `workers` when given, else as many as `cluster_cpus` hold at `cpus_per_task`
+    each (at least one); never more than `shards`."""
+    n = workers if workers else max(1, int(cluster_cpus // cpus_per_task))
+    return max(1, min(n, shards))
+
+
 def run_ray(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, address: str | None = None,
-            cpus_per_task: float = 1.0, persistent: bool = True) -> dict:
-    """One Ray task per shard on the cluster at `address` (a task runs the worker with sys.executable -- with
-    `persistent` a persistent worker over every shard, starting from its own; Ray retries a task whose process
-    died up to `retries` times, the task itself retries a failed worker)."""
+            cpus_per_task: float = 1.0, persistent: bool = True, workers: int | None = None) -> dict:
+    """Ray tasks on the cluster at `address`, each running the worker with sys.executable: with `persistent`,
+    `workers` tasks (default: as many as the cluster's CPUs hold, at most one per shard), each a persistent worker
+    over every shard starting from its own; else one fresh worker per shard. Ray retries a task whose process died
+    up to `retries` times, the task itself retries a failed worker."""
     try:
         import ray
     except ImportError:
@@ -215,8 +231,10 @@ def run_ray(plan: dict, plan_dir: Path, shard_ids: list, retries: int, say, addr
 
         index = {s["id"]: k for k, s in enumerate(plan["shards"])}
         serve = serve_argv(plan_dir.resolve(), shard_ids, round(time.time(), 3), retries)
+        starts = shard_ids[:ray_workers(workers, ray.cluster_resources().get("CPU", 1.0), cpus_per_task,
+                                        len(shard_ids))] if persistent else shard_ids
         refs = {i: task.remote(serve + ["--index", str(index[i])] if persistent else worker_argv(plan_dir.resolve(), i),
-                               env) for i in shard_ids}
+                               env) for i in starts}
         result = {}
         for i, ref in refs.items():
             try:

@@ -432,3 +432,30 @@ def test_two_workers_on_one_shard_publish_each_event_once(scenes, reference):
     assert rowbeam("finalize", p).returncode == 0
     (sample,) = json.loads((p / "dataset.json").read_text())["samples"]
     assert sample["content_sha256"] == reference[sample["sample_id"]]
+
+
+def test_slurm_queue_poll_interval_is_proportionate():
+    """A short job is polled at 0.05 s steps (not rounded up to whole seconds); waits grow with the time waited
+    (5 %) and never exceed poll_s."""
+    from rowbeam.farm.engines import queue_poll_interval
+
+    assert queue_poll_interval(0.0, 1.0) == 0.05
+    assert queue_poll_interval(2.0, 1.0) == pytest.approx(0.1)
+    assert queue_poll_interval(10.0, 1.0) == pytest.approx(0.5)
+    assert queue_poll_interval(3600.0, 1.0) == 1.0
+    assert queue_poll_interval(3600.0, 5.0) == 5.0
+    waits = [queue_poll_interval(t, 1.0) for t in (0, 1, 5, 19, 20, 100)]
+    assert waits == sorted(waits)
+
+
+def test_ray_starts_one_persistent_task_per_cluster_cpu():
+    """Persistent Ray tasks: --workers when given, else the cluster's CPUs over the CPUs per task, at least one and
+    never more than there are shards (each extra task would only start a Python process that finds no shard)."""
+    from rowbeam.farm.engines import ray_workers
+
+    assert ray_workers(None, 3.0, 1.0, 6) == 3
+    assert ray_workers(None, 16.0, 1.0, 6) == 6
+    assert ray_workers(None, 4.0, 2.0, 6) == 2
+    assert ray_workers(None, 0.5, 1.0, 6) == 1
+    assert ray_workers(2, 16.0, 1.0, 6) == 2
+    assert ray_workers(9, 16.0, 1.0, 6) == 6
