@@ -45,7 +45,7 @@ def add_farm_arguments(p: argparse.ArgumentParser) -> None:
     run = sub.add_parser("run", help="run every shard not yet done (local process pool, Slurm job array or Ray)")
     run.add_argument("plan", help="plan folder or its plan.json")
     run.add_argument("--engine", choices=("local", "slurm", "ray"), default="local",
-                     help="local: a process pool (default); slurm: one sbatch job array; ray: a task per shard")
+                     help="local: a process pool (default); slurm: one sbatch job array; ray: Ray tasks")
     run.add_argument("--workers", type=int, help="local: worker processes at once (default: half the CPUs); slurm: "
                      "array tasks, each a persistent worker over every shard (default: one per shard); ray: persistent tasks "
                      "(default: the cluster's CPUs)")
