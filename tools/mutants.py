@@ -764,6 +764,25 @@ MUTANTS += [
       "            if [i.filename for i in infos] != [NPZ_MEMBER]:",
       "            if not infos:",
       (CODECS, "-k", "npz"), "an .npz payload with other members is read"),
+    M("rgb-filter-support-halved", "lens", "rowbeam/model/pixel_filter.py",
+      "FILTER_HALF_SUPPORT = {\"BOX\": 0.5, \"GAUSSIAN\": 1.5, \"BLACKMAN_HARRIS\": 1.0}",
+      "FILTER_HALF_SUPPORT = {\"BOX\": 0.5, \"GAUSSIAN\": 1.5, \"BLACKMAN_HARRIS\": 0.5}",
+      ("tests/model/test_pixel_filter.py",), "Blackman-Harris read as +- width/2: denoised rgb zeroed where rays reach"),
+    M("rgb-reached-circle-in-pixels", "lens", "rowbeam/model/pixel_filter.py",
+      "    dy = (np.clip(K[1, 2], v - s, v + s) - K[1, 2]) / K[1, 1]",
+      "    dy = (np.clip(K[1, 2], v - s, v + s) - K[1, 2]) / K[0, 0]",
+      ("tests/model/test_pixel_filter.py",), "the fisheye domain taken as a circle in pixels (f_x for both axes)"),
+    M("rgb-denoise-lights-pixels-without-rays", "lens", "rowbeam/blender/sensors/camera_event.py",
+      "    rgb[~reached] = 0.0", "    rgb[~reached] = rgb[~reached]",
+      ("tests/model/test_lenses.py", "-k", "fisheye_rgb_is_black"),
+      "denoised fisheye rgb keeps the light the denoiser spread beyond the valid domain"),
+    # -- farm: engines -----------------------------------------------------------------------------------------------
+    M("farm-ray-task-per-cpu-ignores-cap", "farm", "rowbeam/farm/engines.py",
+      "    return max(1, min(n, shards))", "    return max(1, n)",
+      ("tests/farm/test_farm_engines.py", "-k", "ray_starts"), "more persistent Ray tasks than shards"),
+    M("farm-slurm-poll-unbounded", "farm", "rowbeam/farm/engines.py",
+      "    return min(poll_s, max(0.05, 0.05 * elapsed_s))", "    return max(0.05, 0.05 * elapsed_s)",
+      ("tests/farm/test_farm_engines.py", "-k", "poll"), "squeue polled ever more rarely on a long job"),
 ]
 
 # Mutants left alive on purpose, each with the reason it cannot be killed (an equivalent mutant): id -> reason.

@@ -429,6 +429,31 @@ def test_marker_board_through_lens(exports, lens_name):
     assert {"lens_model", "lens_rig", "lens_valid_domain"} <= names
 
 
+@pytest.mark.parametrize("denoise", [False, True])
+def test_fisheye_rgb_is_black_where_no_ray_reaches(exports, denoise):
+    """Plain render: every lit pixel's pixel-filter square reaches the fisheye's valid domain (so the filter's
+    support is Cycles' own, +- width for Blackman-Harris); denoised: the pixels no ray reaches are exactly 0 as in
+    the plain render (OpenImageDenoise spreads light into them), declared with their count, and the labels are
+    the plain export's bit for bit."""
+    from rowbeam.model.pixel_filter import half_support_px, pixels_reached
+
+    from tests.helpers import load_event
+
+    m, a = load_event(_board(exports, "opencv_fisheye", **({"rgb_denoise": True} if denoise else {})).event)
+    lens, render = _event_lens(m), m["method"]["rgb_render"]
+    reached = pixels_reached(lens, half_support_px(render["pixel_filter"], render["filter_width_px"]))
+    lit = (a["rgb"] != 0).any(-1)
+    assert (~reached).sum() > 100 and lit[reached].mean() > 0.9
+    assert not (lit & ~reached).any()
+    if denoise:
+        assert render["denoising"]["pixels_without_rays"]["count"] == int((~reached).sum())
+        _, plain = load_event(_board(exports, "opencv_fisheye").event)
+        for name in ("camera_z", "range", "instance_id", "valid", "normal_geometric"):
+            assert plain[name].tobytes() == a[name].tobytes(), name
+    else:
+        assert render["denoising"] is False
+
+
 def test_pinhole_lens_camera_equals_blender_camera(exports):
     """The lens camera with model pinhole and K = the Blender camera's renders the same labels as Cycles' own
     perspective camera (ids identical, camera_z within 1e-5 m): the OSL path's pixel convention is the native one."""

@@ -38,8 +38,8 @@ SCENE_LENSES = {"opencv": {"model": "opencv", "D": [-0.25, 0.06, 1.0e-3, -5.0e-4
 
 
 def marker_board(lens: str = "opencv", scale: int = 4, distance: float = 4.0, yaw_rate_rad_s: float = 0.0,
-                 direction: str = "top_to_bottom"):
-    """Markers on a plane at camera z = distance; rig lens = LENS_PRESETS[lens]."""
+                 direction: str = "top_to_bottom", rgb_denoise: bool = False):
+    """Markers on a plane at camera z = distance; rig lens = LENS_PRESETS[lens] (rgb denoised when asked)."""
     _, cam, T, K, size = calibration._base(scale)
     board = common.add_quad("board", 40, 40, calibration._plane_facing(T, (0, 0, distance), (0, 0, -1.0)))
     common.tag(board, BOARD_ID, "wall")
@@ -72,7 +72,7 @@ def marker_board(lens: str = "opencv", scale: int = 4, distance: float = 4.0, ya
         notes={"markers_camera": markers, "marker_half_m": MARKER_HALF_M, "marker_id0": MARKER_ID0,
                "board_id": BOARD_ID, "lens": LENS_PRESETS[lens], "T_world_camera": T})
     rig = common.camera_rig("camera_front", cam.name, rgb_samples=2, lens=LENS_PRESETS[lens],
-                            readout_direction=direction)
+                            readout_direction=direction, **({"rgb_denoise": True} if rgb_denoise else {}))
     return truth, rig
 
 

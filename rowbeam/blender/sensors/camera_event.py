@@ -13,6 +13,7 @@ from rowbeam.blender.export.manifest import camera_core
 from rowbeam.blender.sensors.exporter import Exporter
 from rowbeam.model import qa_profile
 from rowbeam.model.camera_model import BlenderCameraParams, intrinsics_from_blender
+from rowbeam.model.pixel_filter import half_support_px, pixels_reached
 from rowbeam.sensors.camera import CameraSensor
 from rowbeam.model.sample_identity import RGB_SEED_RULE, rgb_seed, sample_id
 
@@ -141,7 +142,10 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
             cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, moving + [rcam], static)
             _deform_motion_steps(p, scene, deform_steps)
             passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
+            support = half_support_px(scene.cycles.pixel_filter_type, scene.cycles.filter_width)
         arrays["rgb"] = np.ascontiguousarray(passes["combined"][..., :3], dtype=np.float32)
+        if sensor.rgb_denoise:
+            _zero_pixels_without_rays(arrays["rgb"], lens, support, rgb_options["denoising"])
         if coverage:
             arrays["rgb_coverage"] = np.clip(1.0 - passes["mist"], 0.0, 1.0).astype(np.float32)
         del passes                                     # peak memory: not held through the label render
@@ -236,6 +240,20 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
 # Label renders above this many pixels run as horizontal bands (border renders, same shutter and settings; every
 # row keeps its own time), each derived and freed before the next: Cycles holds ~210 B/px while it renders.
 LABEL_BAND_PIXELS = 3_000_000
+
+
+def _zero_pixels_without_rays(rgb: np.ndarray, lens, half_support: float, declared: dict) -> None:
+    """Set to 0, in place, the denoised `rgb` (H, W, 3) pixels that no camera ray reaches through the pixel filter
+    (rowbeam.model.pixel_filter.pixels_reached; half_support px), as a plain render leaves them: the denoiser
+    spreads light from lit neighbours into them. `declared`: the manifest's method.rgb_render.denoising."""
+    reached = pixels_reached(lens, half_support)
+    if reached is None:
+        return
+    rgb[~reached] = 0.0
+    declared["pixels_without_rays"] = {
+        "count": int(np.count_nonzero(~reached)), "filter_half_support_px": half_support,
+        "rule": "pixels whose pixel-filter square (+- filter_half_support_px about the centre) lies wholly outside "
+                "the lens's valid domain get no camera ray; they are 0 after denoising, as in a plain render"}
 
 
 def label_bands(W: int, H: int, band_pixels: int | None = None) -> list:
