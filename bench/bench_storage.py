@@ -127,6 +127,12 @@ def _total(folder: dict, which: str) -> float:
     return (sum(size(r) for r in folder["payloads"].values()) + folder["other_bytes"]) / MB
 
 
+def _smallest(row: dict) -> str:
+    """'NAME x.xx MB' of a payload's three smallest bit-identical encodings."""
+    sizes = sorted((b, enc) for enc, b in row["sizes"].items() if b is not None)[:3]
+    return ", ".join(f"{enc} {b / MB:.2f} MB" for b, enc in sizes)
+
+
 def print_storage(r: dict, figure) -> None:
     """Print the table and record each payload's figure and the per-event totals (figure: bench.figure)."""
     rgb = f"rgb {r['rgb']['rgb_samples']} spp{' denoised' if r['rgb']['rgb_denoise'] else ''}"
@@ -160,6 +166,9 @@ def print_storage(r: dict, figure) -> None:
                folder["event_bytes"] / MB, "MB", f"<= {bound}",
                f"before {_total(folder, 'before'):.2f} MB; smallest lossless per payload {_total(folder, 'best'):.2f} "
                f"MB; of which rgb float32 {rgb_mb:.2f} MB, manifest+qa {folder['other_bytes'] / MB:.2f} MB; "
-               f"rgb as declared lossy half instead: {half:.2f} MB")
+               f"rgb as declared lossy half instead: {half:.2f} MB" + (
+                   "" if folder["event_bytes"] / MB <= bound else "; why not met: the rgb's float32 mantissa carries "
+                   "render noise no lossless coder removes (its smallest lossless encodings: "
+                   f"{_smallest(folder['payloads']['rgb'])})"))
     figure(f"rgb as declared lossy half (HTJ2K256), {rgb}", r["rgb_half_bytes"] / MB, "MB", None,
            f"float32 lossless {r['no_object_labels']['payloads']['rgb']['default'] / MB:.2f} MB")
