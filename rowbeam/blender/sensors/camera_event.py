@@ -97,10 +97,51 @@ def render_camera(patch: ScenePatch, scene, cam_obj, sensor: CameraSensor, lens=
     return use_lens_camera(patch, scene, cam_obj, lens, sensor.id, sensor.readout_direction)
 
 
+@dataclass
+class _Event:
+    """What one camera event's renders share: the camera, image size (W, H) px, K (3x3 px, the lens's when it has
+    one), the timing, every row's exact time (ns, Fraction) and T_world_camera (H, 4, 4), the objects moving and
+    static over the shutter, the label shutter, deformation motion steps and the rgb noise seed."""
+    cam: object
+    W: int
+    H: int
+    params: BlenderCameraParams
+    K: np.ndarray
+    lens: object
+    timing: object
+    row_times: list
+    row_poses: np.ndarray
+    ref_pose: np.ndarray
+    moving: list
+    static: list
+    shutter: object
+    deform_steps: list
+    seed: int
+
+
 def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None) -> CameraEventOutput:
     """Render and derive one camera event. write_early(arrays): called with the event's arrays that are final
     before verification (labels, row times and poses, rgb), so the caller may write them (off the main thread,
     manifest.PayloadWriter.submit) while the verification rows render; they are the same arrays in the output."""
+    seconds = {}
+    ev = _prepare(ctx, sensor, index, seconds)
+    arrays = {"row_time_ns": ev.timing.row_reference_times_ns(), "row_T_world_camera": ev.row_poses}
+    rgb_method = _render_rgb(ctx, sensor, ev, arrays, seconds) if sensor.rgb_samples > 0 else None
+    labels, stats, verification, rays, residual, device = _render_labels(ctx, sensor, ev, arrays, seconds, write_early)
+    if sensor.surface_policy.layers:
+        _render_layers(ctx, sensor, ev, arrays, seconds, rays)
+    object_block, assets = None, {}
+    if sensor.object_labels:
+        object_block, assets = _object_labels(ctx, sensor, ev, labels, arrays, seconds)
+    method = _method(ctx, sensor, ev, labels, stats, verification, rays, residual, "rgb_display" in arrays)
+    if rgb_method is not None:
+        method["rgb_render"] = rgb_method
+    return CameraEventOutput(arrays, ev.timing, ev.K, ev.params, ev.ref_pose, method, seconds, render_device=device,
+                             object_labels=object_block, assets=assets, lens=ev.lens)
+
+
+def _prepare(ctx, sensor: CameraSensor, index: int, seconds: dict) -> _Event:
+    """The event's camera, K, lens, timing, exact row poses, shutter objects, deformation steps and rgb seed."""
     scene, clock = ctx.scene, ctx.clock
     cam = scene.objects[sensor.object]
     W, H = ctx.image_size(sensor)
@@ -108,18 +149,14 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
     K = intrinsics_from_blender(params)
     lens = sensor_lens(sensor, K, W, H)
     timing = sensor.timing(index, H)
-    seconds = {}
     if lens is not None:
         K = lens.K
-
     t0 = time.perf_counter()
     ctx.progress.stage("row poses", H, "rows")
     row_times = [timing.row_time_exact(v) for v in range(H)]        # exact (Fraction) ns, computed once
     row_poses = camera_poses(scene, clock, cam, row_times)
     ref_pose = camera_poses(scene, clock, cam, [timing.reference_time_ns()])[0]
     seconds["row_poses"] = time.perf_counter() - t0
-
-    arrays = {"row_time_ns": timing.row_reference_times_ns(), "row_T_world_camera": row_poses}
     moving, static = ctx.shutter_objects()       # static objects render with motion blur off (identical, cheaper)
     objects = ctx.render_objects()
     shutter = label_shutter(timing)
@@ -131,82 +168,118 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
     if deform_steps:
         seconds["deform_steps"] = time.perf_counter() - t0
     seed = rgb_seed(sample_id(ctx.scenario, sensor.id, timing.reference_time_ns()))
-    if sensor.rgb_samples > 0:
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        ctx.progress.stage("rgb render", sensor.rgb_samples, "samples")
-        with ScenePatch() as p:
-            ctx.base_settings(p, W, H)
-            rgb_options = cs.rgb_settings(p, scene, ctx.view_layer, sensor, seed)
-            coverage = cs.coverage_settings(p, scene, ctx.view_layer)
-            rcam = render_camera(p, scene, cam, sensor, lens)
-            cs.apply_shutter(p, scene, clock, rgb_shutter(timing), sensor.motion_steps, moving + [rcam], static)
-            _deform_motion_steps(p, scene, deform_steps)
-            passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
-            support = half_support_px(scene.cycles.pixel_filter_type, scene.cycles.filter_width)
-        arrays["rgb"] = np.ascontiguousarray(passes["combined"][..., :3], dtype=np.float32)
-        if sensor.rgb_denoise:
-            _zero_pixels_without_rays(arrays["rgb"], lens, support, rgb_options["denoising"])
-        if coverage:
-            arrays["rgb_coverage"] = np.clip(1.0 - passes["mist"], 0.0, 1.0).astype(np.float32)
-        del passes                                     # peak memory: not held through the label render
-        arrays["rgb_display"] = display_rgb8(scene, arrays["rgb"])
-        seconds["rgb_render"] = time.perf_counter() - t0
-        seconds["rgb_render_cpu"] = time.process_time() - cpu0       # CPU seconds of every thread of the process
+    return _Event(cam, W, H, params, K, lens, timing, row_times, row_poses, ref_pose, moving, static, shutter,
+                  deform_steps, seed)
 
-    device = ctx.device
+
+def _shutter_state(patch: ScenePatch, ctx, sensor: CameraSensor, ev: _Event, shutter, rcam) -> None:
+    """Motion blur over `shutter` for the moving objects and the render camera `rcam`; deformation steps set."""
+    cs.apply_shutter(patch, ctx.scene, ctx.clock, shutter, sensor.motion_steps, ev.moving + [rcam], ev.static)
+    _deform_motion_steps(patch, ctx.scene, ev.deform_steps)
+
+
+def _render_rgb(ctx, sensor: CameraSensor, ev: _Event, arrays: dict, seconds: dict) -> dict:
+    """Render the path-traced rgb (and rgb_coverage, rgb_display) into `arrays`; the manifest's method.rgb_render."""
+    scene = ctx.scene
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    ctx.progress.stage("rgb render", sensor.rgb_samples, "samples")
+    with ScenePatch() as p:
+        ctx.base_settings(p, ev.W, ev.H)
+        rgb_options = cs.rgb_settings(p, scene, ctx.view_layer, sensor, ev.seed)
+        coverage = cs.coverage_settings(p, scene, ctx.view_layer)
+        rcam = render_camera(p, scene, ev.cam, sensor, ev.lens)
+        _shutter_state(p, ctx, sensor, ev, rgb_shutter(ev.timing), rcam)
+        passes = unflip(cs.render_passes(scene, ctx.view_layer), sensor.readout_direction)
+        support = half_support_px(scene.cycles.pixel_filter_type, scene.cycles.filter_width)
+    arrays["rgb"] = np.ascontiguousarray(passes["combined"][..., :3], dtype=np.float32)
+    if sensor.rgb_denoise:
+        _zero_pixels_without_rays(arrays["rgb"], ev.lens, support, rgb_options["denoising"])
+    if coverage:
+        arrays["rgb_coverage"] = np.clip(1.0 - passes["mist"], 0.0, 1.0).astype(np.float32)
+    del passes                                     # peak memory: not held through the label render
+    arrays["rgb_display"] = display_rgb8(scene, arrays["rgb"])
+    seconds["rgb_render"] = time.perf_counter() - t0
+    seconds["rgb_render_cpu"] = time.process_time() - cpu0       # CPU seconds of every thread of the process
+    shutter = rgb_shutter(ev.timing)
+    method = {"samples": sensor.rgb_samples, "shutter_duration_ns": float(shutter.duration_ns),
+              "rolling_shutter_duration": shutter.rolling_duration,
+              "pixel_filter": scene.cycles.pixel_filter_type, "denoising": False,
+              "filter_width_px": scene.cycles.filter_width,
+              "seed": ev.seed, "seed_rule": RGB_SEED_RULE, **rgb_options}
+    if sensor.rgb_storage != "float32":
+        method["storage"] = sensor.rgb_storage
+    return method
+
+
+def _render_labels(ctx, sensor: CameraSensor, ev: _Event, arrays: dict, seconds: dict, write_early):
+    """The label render, its derivation and the exact-row verification; labels join `arrays` (then write_early).
+    Returns (labels, derivation stats, verification, the lens's PixelRays or None, max unprojection residual px,
+    the render device)."""
+    scene, device = ctx.scene, ctx.device
     with ScenePatch() as p:
         t0 = time.perf_counter()
         ctx.progress.stage("label render", 1, "samples")
-        if lens is not None:
+        if ev.lens is not None:
             device = custom_camera_device(p, scene, device)
-        rcam = setup_label_render(p, ctx, sensor, W, H, lens)
-        cs.apply_shutter(p, scene, clock, shutter, sensor.motion_steps, moving + [rcam], static)
-        _deform_motion_steps(p, scene, deform_steps)
+        rcam = setup_label_render(p, ctx, sensor, ev.W, ev.H, ev.lens)
+        _shutter_state(p, ctx, sensor, ev, ev.shutter, rcam)
         # The lens's exact rays are solved on a worker thread while Cycles renders the labels (started here, not
         # earlier: it would compete with the main thread's row poses and deform steps for the GIL and the cores).
-        rays_job = None if lens is None else start_pixel_rays(lens)
-        labels, stats = _render_and_derive(ctx, sensor, row_poses, K, rays_job, W, H, seconds, t0)
-        rays, unproject_residual = None, 0.0
+        rays_job = None if ev.lens is None else start_pixel_rays(ev.lens)
+        labels, stats = _render_and_derive(ctx, sensor, ev.row_poses, ev.K, rays_job, ev.W, ev.H, seconds, t0)
+        rays, residual = None, 0.0
         if rays_job is not None:
-            rays, unproject_residual, seconds["unproject"] = rays_job.result()
+            rays, residual, seconds["unproject"] = rays_job.result()
         arrays.update(labels)
         if write_early is not None:
             write_early(dict(arrays))
         t0 = time.perf_counter()
         ctx.progress.stage(f"verify ({sensor.verify_rows} exact rows)")
-        verification = _verify(ctx, p, sensor, timing, labels, row_poses, K, H, rays)
+        verification = _verify(ctx, p, sensor, ev.timing, labels, ev.row_poses, ev.K, ev.H, rays)
         seconds["verify"] = time.perf_counter() - t0
-    if sensor.surface_policy.layers:
-        def layer_state(q, layer):
-            if lens is not None:
-                custom_camera_device(q, scene, ctx.device)
-            rcam = setup_label_render(q, ctx, sensor, W, H, lens, layer)
-            cs.apply_shutter(q, scene, clock, shutter, sensor.motion_steps, moving + [rcam], static)
-            _deform_motion_steps(q, scene, deform_steps)
-        t0 = time.perf_counter()
-        ctx.progress.stage(f"surface layers ({sensor.surface_policy.layers} label renders)")
-        arrays.update(_surface_layers(ctx, sensor, layer_state, row_poses, K, rays))
-        seconds["surface_layers"] = time.perf_counter() - t0
-    object_block, assets = None, {}
-    if sensor.object_labels:
-        from rowbeam.blender.export.allocator import release_free_memory
-        from rowbeam.blender.objects.object_labels import EventInputs, compute_object_labels
+    return labels, stats, verification, rays, residual, device
 
-        ctx.progress.stage("object labels")
-        release_free_memory()                   # the label render's and derivation's freed arrays
-        obj_arrays, object_block, assets, obj_seconds = compute_object_labels(ctx, sensor, EventInputs(
-            timing, K, params, row_poses, ref_pose, labels["instance_id"], labels["camera_z"], lens,
-            labels.get("policy_mask")))
-        arrays.update(obj_arrays)
-        seconds.update(obj_seconds)
+
+def _render_layers(ctx, sensor: CameraSensor, ev: _Event, arrays: dict, seconds: dict, rays) -> None:
+    """The surface-policy layer renders (surface_policy.layers of them) into `arrays`."""
+    def layer_state(q, layer):
+        if ev.lens is not None:
+            custom_camera_device(q, ctx.scene, ctx.device)
+        rcam = setup_label_render(q, ctx, sensor, ev.W, ev.H, ev.lens, layer)
+        _shutter_state(q, ctx, sensor, ev, ev.shutter, rcam)
+    t0 = time.perf_counter()
+    ctx.progress.stage(f"surface layers ({sensor.surface_policy.layers} label renders)")
+    arrays.update(_surface_layers(ctx, sensor, layer_state, ev.row_poses, ev.K, rays))
+    seconds["surface_layers"] = time.perf_counter() - t0
+
+
+def _object_labels(ctx, sensor: CameraSensor, ev: _Event, labels: dict, arrays: dict, seconds: dict):
+    """Object labels (masks, boxes, poses) into `arrays`: (the manifest's object_labels block, {sha256: PLY})."""
+    from rowbeam.blender.export.allocator import release_free_memory
+    from rowbeam.blender.objects.object_labels import EventInputs, compute_object_labels
+
+    ctx.progress.stage("object labels")
+    release_free_memory()                   # the label render's and derivation's freed arrays
+    obj_arrays, object_block, assets, obj_seconds = compute_object_labels(ctx, sensor, EventInputs(
+        ev.timing, ev.K, ev.params, ev.row_poses, ev.ref_pose, labels["instance_id"], labels["camera_z"], ev.lens,
+        labels.get("policy_mask")))
+    arrays.update(obj_arrays)
+    seconds.update(obj_seconds)
+    return object_block, assets
+
+
+def _method(ctx, sensor: CameraSensor, ev: _Event, labels, stats, verification, rays, residual,
+            display: bool) -> dict:
+    """The manifest's method block of the label render (rgb_render is added by the caller)."""
+    scene, shutter, lens = ctx.scene, ev.shutter, ev.lens
     method = {
         "label_render": LABEL_METHOD,
-        "row_poses": ROW_POSE_METHOD + pose_method(scene, [cam]),
+        "row_poses": ROW_POSE_METHOD + pose_method(scene, [ev.cam]),
         "cycles": {"samples": 1, "pixel_filter": "GAUSSIAN", "filter_width_px": 0.01,
                    "rolling_shutter_type": "TOP" if shutter.uses_motion_blur else "none (global shutter)",
                    "rolling_shutter_duration": 0.0, "motion_steps": sensor.motion_steps,
                    "shutter_centre_ns": float(shutter.centre_ns), "shutter_duration_ns": float(shutter.duration_ns),
-                   "half_row_correction_ns": float(timing.period_ns / 2),
+                   "half_row_correction_ns": float(ev.timing.period_ns / 2),
                    "render_camera": LENS_CAMERA_METHOD if lens is not None else "sensor camera"
                    if sensor.readout_direction == "top_to_bottom"
                    else "child camera rolled 180 deg about the optical axis, image flipped back"},
@@ -215,26 +288,17 @@ def export_camera_event(ctx, sensor: CameraSensor, index: int, write_early=None)
         "surface_policy": {**sensor.surface_policy.manifest_block(),
                            "decided_pixels": int(np.count_nonzero(labels.get("policy_mask", 0))),
                            "unseen_materials": unseen_materials(label_materials(ctx.render_objects()))},
-        **({"rgb_display": display_settings(scene)} if "rgb_display" in arrays else {}),
+        **({"rgb_display": display_settings(scene)} if display else {}),
     }
     if lens is not None:
         method["lens"] = {"model": lens.model, "osl_newton_steps": OSL_NEWTON_STEPS,
                           "unprojection": "rowbeam.model.lens.unproject: Newton's method in float64 per pixel centre",
-                          "max_unprojection_residual_px": unproject_residual,
+                          "max_unprojection_residual_px": residual,
                           "invalid_domain_pixels": int(np.count_nonzero(~np.isfinite(rays.length)))}
-    if deform_steps:
-        method["deformation"] = {"method": STEPS_METHOD, "objects": deform_steps,
+    if ev.deform_steps:
+        method["deformation"] = {"method": STEPS_METHOD, "objects": ev.deform_steps,
                                  "tolerance": {"m": qa_profile.DEFORM_MAX_ERROR_M, "px": qa_profile.DEFORM_MAX_ERROR_PX}}
-    if sensor.rgb_samples > 0:
-        method["rgb_render"] = {"samples": sensor.rgb_samples, "shutter_duration_ns": float(rgb_shutter(timing).duration_ns),
-                                "rolling_shutter_duration": rgb_shutter(timing).rolling_duration,
-                                "pixel_filter": scene.cycles.pixel_filter_type, "denoising": False,
-                                "filter_width_px": scene.cycles.filter_width,
-                                "seed": seed, "seed_rule": RGB_SEED_RULE, **rgb_options}
-        if sensor.rgb_storage != "float32":
-            method["rgb_render"]["storage"] = sensor.rgb_storage
-    return CameraEventOutput(arrays, timing, K, params, ref_pose, method, seconds, render_device=device,
-                             object_labels=object_block, assets=assets, lens=lens)
+    return method
 
 
 # Label renders above this many pixels run as horizontal bands (border renders, same shutter and settings; every
