@@ -84,9 +84,49 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     idx, u, v, P = source_points(src)
     rows = v.astype(np.int64)
     render = src.instance_id.ravel()[idx].astype(np.int64)
+    motion = source_motion(src, P, rows, render)
+    vd, iterations, (Pd, Xc, ud, vn) = solve_landing_rows(Landing(dst, motion, P, H), v, H)
+    defined, in_bounds, visible, resid = _flags(src, dst, render, Xc, ud, vn, vd, depth_abs_m, depth_rel)
+    kept = np.flatnonzero(defined)
+    at = idx[kept]                                 # flat pixel index of each defined source pixel
+    flow = np.full((H * W, 2), np.nan, np.float32)
+    flow[at, 0] = ud[kept] - u[kept]
+    flow[at, 1] = vn[kept] - v[kept]
+    sf, sfc = _scene_flows(src, Pd[kept] - P[kept], at, rows[kept]) if scene_flow else (None, None)
+
+    def plane(mask_pixels):
+        out = np.zeros(H * W, np.uint8)
+        out[idx[mask_pixels]] = 1
+        return out.reshape(H, W)
+    stats = {"iterations": iterations, "max_row_residual": float(resid.max(initial=0.0)),
+             "defined_pixels": int(defined.sum()), "visible_pixels": int(visible.sum())}
+    if motion.deforming:
+        stats["deforming_pixels"] = int(sum(sel.size for _, sel in motion.deforming))
+        stats["max_material_point_distance_m"] = motion.worst_locate
+    source_valid = np.isfinite(src.camera_z).astype(np.uint8)      # = plane(every valid source pixel)
+    return FlowResult(flow.reshape(H, W, 2), source_valid, plane(in_bounds), plane(visible),
+                      plane(defined), sf, sfc, stats)
+
+
+@dataclass
+class SourceMotion:
+    """How each valid source point (N of them) moves with its object: `slot` (N,) its tracked object's slot (-1:
+    static), `X_o` (N, 3) its coordinates in that object's frame (world for the others), `dslot` (N,) its deforming
+    mesh (-1: none), `deforming` [(mesh, selected point indices)], `material` {mesh: (triangle, barycentric)} at the
+    source row, `worst_locate` the largest point-to-mesh distance of that location (m)."""
+    slot: np.ndarray
+    X_o: np.ndarray
+    dslot: np.ndarray
+    deforming: list
+    material: dict
+    worst_locate: float
+
+
+def source_motion(src: EventGeometry, P: np.ndarray, rows: np.ndarray, render: np.ndarray) -> SourceMotion:
+    """Material coordinates of the source points P (N, 3) world m, on rows `rows` (N,), of render indices `render`."""
+    H = src.shape[0]
     slot = src.object_slot[render]
     moving = slot >= 0
-    # material coordinates of points on tracked (moving) objects
     X_o = P.copy()
     dslot = src.deform_slot[render] if src.deform_slot is not None else np.full(render.size, -1)
     deforming = [(d, np.flatnonzero(dslot == d)) for d in np.unique(dslot[dslot >= 0])]
@@ -99,66 +139,90 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
         S = src.object_matrices.shape[0]
         M_inv = np.linalg.inv(src.object_matrices.reshape(S * H, 4, 4))
         X_o[moving] = apply_per_row(M_inv, P[moving], slot[moving] * H + rows[moving])
-    T_cw_dst = np.linalg.inv(dst.row_T_world_camera)           # (H, 4, 4)
-    S = dst.object_matrices.shape[0]
-    moving_idx = np.flatnonzero(moving)
-    # points whose world position depends on the destination time; every other point is P itself, so its
-    # camera-frame terms are kept from one iteration to the next (RowTerms)
-    dynamic = np.flatnonzero(moving | (dslot >= 0))
-    fixed_in_camera = RowTerms(T_cw_dst, P)
-    # per tracked object and destination row, one matrix: flatten (slot, row) into one row index
-    M_rows = dst.object_matrices.reshape(S * H, 4, 4) if S else np.zeros((0, 4, 4))
+    return SourceMotion(slot, X_o, dslot, deforming, material, worst_locate)
 
-    Pd = P.copy()       # world points at the destination time: the dynamic ones are rewritten by each evaluation
 
-    def row_and_fraction(vd):
-        vc = np.clip(vd, 0.0, H - 1.0)
+class Landing:
+    """Where the source points land in `dst` when evaluated at (fractional) destination rows vd (N,): calling it
+    gives (the row each lands on (N,) -- its current row where it projects behind the camera or off the lens --,
+    (world points at those times (N, 3) m, destination camera-frame points (N, 3) m, u (N,), v (N,) px)).
+    Rows outside [0, H - 1] use the edge row's time."""
+
+    def __init__(self, dst: EventGeometry, motion: SourceMotion, P: np.ndarray, H: int):
+        self.dst, self.motion, self.H = dst, motion, H
+        self.T_cw = np.linalg.inv(dst.row_T_world_camera)           # (H, 4, 4)
+        S = dst.object_matrices.shape[0]
+        self.moving_idx = np.flatnonzero(motion.slot >= 0)
+        # points whose world position depends on the destination time; every other point is P itself, so its
+        # camera-frame terms are kept from one iteration to the next (RowTerms)
+        self.dynamic = np.flatnonzero((motion.slot >= 0) | (motion.dslot >= 0))
+        self.fixed_in_camera = RowTerms(self.T_cw, P)
+        # per tracked object and destination row, one matrix: flatten (slot, row) into one row index
+        self.M_rows = dst.object_matrices.reshape(S * H, 4, 4) if S else np.zeros((0, 4, 4))
+        self.Pd = P.copy()      # world points at the destination time: the dynamic ones are rewritten each call
+
+    def _row_and_fraction(self, vd):
+        vc = np.clip(vd, 0.0, self.H - 1.0)
         r0 = np.floor(vc).astype(np.int64)                   # <= H - 1: vc is clipped
         return r0, vc - r0
 
-    def destination(vd):
-        r0, a = blockwise(row_and_fraction, vd)
-        if moving_idx.size:
-            m = moving_idx
+    def destination(self, vd):
+        """(world points (N, 3), destination camera-frame points (N, 3), u (N,), v (N,)) at rows vd."""
+        m_, Pd = self.motion, self.Pd
+        r0, a = blockwise(self._row_and_fraction, vd)
+        if self.moving_idx.size:
+            m = self.moving_idx
             # a slot's last row (r0 = H - 1) has a == 0, so interpolation never reaches the next slot
-            Pd[m] = apply_per_row(M_rows, X_o[m], slot[m] * H + r0[m], a[m])
-        for d, sel in deforming:
-            Pd[sel] = dst.meshes[d].at(r0[sel], *material[d], a[sel])
-        Xc = fixed_in_camera.at(r0, a)
-        if dynamic.size:
-            Xc[dynamic] = apply_per_row(T_cw_dst, Pd[dynamic], r0[dynamic], a[dynamic])
-        ud, vn = blockwise(lambda X: project_uv(dst.camera, X), Xc)
+            Pd[m] = apply_per_row(self.M_rows, m_.X_o[m], m_.slot[m] * self.H + r0[m], a[m])
+        for d, sel in m_.deforming:
+            Pd[sel] = self.dst.meshes[d].at(r0[sel], *m_.material[d], a[sel])
+        Xc = self.fixed_in_camera.at(r0, a)
+        if self.dynamic.size:
+            dyn = self.dynamic
+            Xc[dyn] = apply_per_row(self.T_cw, Pd[dyn], r0[dyn], a[dyn])
+        ud, vn = blockwise(lambda X: project_uv(self.dst.camera, X), Xc)
         return Pd, Xc, ud, vn
 
-    def landing_row(vd):
-        Pd, Xc, ud, vn = destination(vd)
+    def __call__(self, vd):
+        Pd, Xc, ud, vn = self.destination(vd)
         g = blockwise(lambda n, z, d: np.where(np.isfinite(n) & (z > 0), n, d), vn, Xc[:, 2], vd)  # behind: keep the row
         return g, (Pd, Xc, ud, vn)
 
-    def row_change(g, v):
-        return np.abs(np.clip(g, 0.0, H - 1.0) - np.clip(v, 0.0, H - 1.0))
 
-    def secant_step(v0, g0, v1, g1):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            slope = np.where(np.abs(v1 - v0) > 1e-12, (g1 - g0) / (v1 - v0), 0.0)
-        if not np.isfinite(slope).all():
-            slope = np.nan_to_num(slope)
-        return v1 + (g1 - v1) / (1.0 - np.clip(slope, -0.9, 0.9))
+def _row_change(g, v, H: int):
+    return np.abs(np.clip(g, 0.0, H - 1.0) - np.clip(v, 0.0, H - 1.0))
 
-    # Secant iteration on v = g(v): g is nearly affine in v (slope = image speed x row period), so two
-    # evaluations predict the fixed point; rows outside the image use the edge row's time.
-    v0, (g0, _) = v, landing_row(v)
-    v1, (g1, out) = g0, landing_row(g0)
+
+def _secant_step(v0, g0, v1, g1):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.where(np.abs(v1 - v0) > 1e-12, (g1 - g0) / (v1 - v0), 0.0)
+    if not np.isfinite(slope).all():
+        slope = np.nan_to_num(slope)
+    return v1 + (g1 - v1) / (1.0 - np.clip(slope, -0.9, 0.9))
+
+
+def solve_landing_rows(landing: Landing, v: np.ndarray, H: int):
+    """Secant iteration on v = g(v) from the source rows `v` (N,): g is nearly affine in v (slope = image speed x
+    row period), so two evaluations predict the fixed point. Returns (rows used (N,), iterations, landing's
+    outputs at those rows); stops when no row moves by CONVERGED_ROWS or after MAX_ITERATIONS."""
+    v0, (g0, _) = v, landing(v)
+    v1, (g1, out) = g0, landing(g0)
     iterations = 2
     while True:
-        if blockwise(row_change, g1, v1).max(initial=0.0) < CONVERGED_ROWS or iterations >= MAX_ITERATIONS:
+        if blockwise(lambda g, x: _row_change(g, x, H), g1, v1).max(initial=0.0) < CONVERGED_ROWS \
+                or iterations >= MAX_ITERATIONS:
             break
-        v2 = blockwise(secant_step, v0, g0, v1, g1)
+        v2 = blockwise(_secant_step, v0, g0, v1, g1)
         v0, g0 = v1, g1
-        v1, (g1, out) = v2, landing_row(v2)
+        v1, (g1, out) = v2, landing(v2)
         iterations += 1
-    vd = v1
-    Pd, Xc, ud, vn = out
+    return v1, iterations, out
+
+
+def _flags(src: EventGeometry, dst: EventGeometry, render, Xc, ud, vn, vd, depth_abs_m: float, depth_rel: float):
+    """Per source point (N,) bool: correspondence defined, destination in bounds, destination visible (depth test
+    inside the image); and the row residual |v_landed - v_used| of the in-bounds points."""
+    H, W = src.shape
     if src.undefined.shape == dst.undefined.shape:
         undefined = (src.undefined.astype(bool) | dst.undefined.astype(bool))[render]
     else:
@@ -172,34 +236,19 @@ def geometric_flow(src: EventGeometry, dst: EventGeometry, depth_abs_m: float, d
     # residual, where it is reported (in bounds: vn finite): rows between the row whose time was used and the row
     # the point lands on
     resid = np.abs(np.clip(vn[tested], 0.0, H - 1.0) - np.clip(vd[tested], 0.0, H - 1.0))
+    return defined, in_bounds, visible, resid
 
-    kept = np.flatnonzero(defined)
-    at = idx[kept]                                 # flat pixel index of each defined source pixel
-    flow = np.full((H * W, 2), np.nan, np.float32)
-    flow[at, 0] = ud[kept] - u[kept]
-    flow[at, 1] = vn[kept] - v[kept]
-    sf = sfc = None
-    if scene_flow:
-        sf = np.full((H * W, 3), np.nan, np.float32)
-        sfc = np.full((H * W, 3), np.nan, np.float32)
-        d = Pd[kept] - P[kept]
-        sf[at] = d
-        R_cw = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))          # camera <- world, per row
-        sfc[at] = blockwise(lambda x, r: rotate_per_row(R_cw, x, r), d, rows[kept])
-        sf, sfc = sf.reshape(H, W, 3), sfc.reshape(H, W, 3)
 
-    def plane(mask_pixels):
-        out = np.zeros(H * W, np.uint8)
-        out[idx[mask_pixels]] = 1
-        return out.reshape(H, W)
-    stats = {"iterations": iterations, "max_row_residual": float(resid.max(initial=0.0)),
-             "defined_pixels": int(defined.sum()), "visible_pixels": int(visible.sum())}
-    if deforming:
-        stats["deforming_pixels"] = int(sum(sel.size for _, sel in deforming))
-        stats["max_material_point_distance_m"] = worst_locate
-    source_valid = np.isfinite(src.camera_z).astype(np.uint8)      # = plane(every valid source pixel)
-    return FlowResult(flow.reshape(H, W, 2), source_valid, plane(in_bounds), plane(visible),
-                      plane(defined), sf, sfc, stats)
+def _scene_flows(src: EventGeometry, d: np.ndarray, at: np.ndarray, rows: np.ndarray):
+    """Scene flow images (H, W, 3) float32 m, NaN elsewhere: the world displacement `d` (K, 3) of the defined source
+    pixels at flat indices `at` (K,), and the same rotated into the source camera frame of each pixel's row."""
+    H, W = src.shape
+    sf = np.full((H * W, 3), np.nan, np.float32)
+    sfc = np.full((H * W, 3), np.nan, np.float32)
+    sf[at] = d
+    R_cw = np.transpose(src.row_T_world_camera[:, :3, :3], (0, 2, 1))          # camera <- world, per row
+    sfc[at] = blockwise(lambda x, r: rotate_per_row(R_cw, x, r), d, rows)
+    return sf.reshape(H, W, 3), sfc.reshape(H, W, 3)
 
 
 class RowTerms:

@@ -153,15 +153,7 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path, early=None) -> tuple[di
             samples[(e, j)][r] = mesh
         meshes = [[mesh_from_samples(samples[(e, j)], timings[e].rows, row_times[e]) for j in range(len(deforming))]
                   for e in (0, 1)]
-        und, ds, now = undefined.copy(), dslot.copy(), dict(reasons)
-        for j, name in enumerate(deforming):
-            a, b = meshes[0][j], meshes[1][j]
-            reason = a if isinstance(a, str) else b if isinstance(b, str) else (
-                same_topology(a, b) if a is not None and b is not None else None)
-            if reason:
-                now.setdefault(name, reason)
-                und[index_of[name]] = 1
-                ds[index_of[name]] = -1
+        und, ds, now = _undefined_meshes(meshes, deforming, index_of, undefined, dslot, reasons)
         if now != why:                       # which objects are undefined changed: both directions solve again
             if early is not None and results[0] is not None:
                 early.withdraw(list(_direction_arrays("forward", results[0])))
@@ -173,17 +165,7 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path, early=None) -> tuple[di
         t2 = time.perf_counter()
         poses_s += t2 - (t0 if solves == 0 else t1)
         todo_dirs = [d for d in (0, 1) if results[d] is None]
-        missing = []
-        # one direction after the other: on two threads (numpy releases the GIL) the pair cost 26-60 % more CPU
-        # (hand-offs between the solve's short, cache-sized numpy calls) and gave no wall gain at load >= 4 on 2 cores
-        for d in todo_dirs:
-            try:
-                results[d] = geometric_flow(geoms[d], geoms[1 - d], *tol, d == 0)
-            except MissingMeshRows as gap:
-                missing.append(gap)
-                continue
-            if early is not None and d == 0:
-                early.submit(_direction_arrays("forward", results[0]))
+        missing = _solve_directions(geoms, results, todo_dirs, tol, early)
         solves += len(todo_dirs)
         flow_s += time.perf_counter() - t2
         if not missing:
@@ -192,11 +174,53 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path, early=None) -> tuple[di
             e, j = next((e, j) for e in (0, 1) for j, x in enumerate(meshes[e]) if x is gap.mesh)
             wanted[(e, j)] |= _with_margin(gap.rows, timings[e].rows)
     fwd, bwd = results
-    reasons = why
     solved = {**_direction_arrays("forward", fwd), **_direction_arrays("backward", bwd)}
     arrays = {name: solved[name] for name in PAYLOADS}
+    method = _pair_method(ctx, timings, tol, rigid, deforming, constant, samples, solves, why, results,
+                          (poses_s, flow_s))
+    return arrays, method, ((m0, a0), (m1, a1))
+
+
+def _undefined_meshes(meshes: list, deforming: list, index_of: dict, undefined: np.ndarray, dslot: np.ndarray,
+                      reasons: dict) -> tuple:
+    """(undefined LUT, deforming-slot LUT, {object: reason}) with every deforming object whose mesh cannot be
+    followed between the two events (a sampling refusal, or a topology change) marked undefined."""
+    und, ds, now = undefined.copy(), dslot.copy(), dict(reasons)
+    for j, name in enumerate(deforming):
+        a, b = meshes[0][j], meshes[1][j]
+        reason = a if isinstance(a, str) else b if isinstance(b, str) else (
+            same_topology(a, b) if a is not None and b is not None else None)
+        if reason:
+            now.setdefault(name, reason)
+            und[index_of[name]] = 1
+            ds[index_of[name]] = -1
+    return und, ds, now
+
+
+def _solve_directions(geoms: list, results: list, todo_dirs: list, tol: tuple, early) -> list:
+    """Solve each direction in `todo_dirs` (0 forward, 1 backward) into `results`; the forward one is handed to
+    `early` as soon as it is solved. Returns the MissingMeshRows of the solves that reached unsampled rows."""
+    missing = []
+    # one direction after the other: on two threads (numpy releases the GIL) the pair cost 26-60 % more CPU
+    # (hand-offs between the solve's short, cache-sized numpy calls) and gave no wall gain at load >= 4 on 2 cores
+    for d in todo_dirs:
+        try:
+            results[d] = geometric_flow(geoms[d], geoms[1 - d], *tol, d == 0)
+        except MissingMeshRows as gap:
+            missing.append(gap)
+            continue
+        if early is not None and d == 0:
+            early.submit(_direction_arrays("forward", results[0]))
+    return missing
+
+
+def _pair_method(ctx, timings, tol, rigid, deforming, constant, samples, solves, reasons, results, seconds) -> dict:
+    """The flow manifest's method block: definition, depth test, object poses and meshes, both directions' stats
+    (row residuals also in ns of the destination's row period) and seconds (poses, flow)."""
+    fwd, bwd = results
     row_ns = float(timings[1].period_ns)
-    method = {
+    poses_s, flow_s = seconds
+    return {
         "definition": DEFINITION,
         "depth_test": {"abs_m": tol[0], "rel": tol[1]},
         "object_poses": "matrix_world of every rigidly moving object at every row's exact time of both events: "
@@ -212,7 +236,6 @@ def compute_flow_pair(ctx, src_dir: Path, dst_dir: Path, early=None) -> tuple[di
         "backward": {**bwd.stats, "max_row_time_residual_ns": bwd.stats["max_row_residual"] * row_ns},
         "seconds": {"poses": round(poses_s, 3), "flow": round(flow_s, 3)},
     }
-    return arrays, method, ((m0, a0), (m1, a1))
 
 
 def _rigid_row_matrices(ctx, rigid: list, times: list) -> np.ndarray:
