@@ -241,6 +241,26 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
     add("objects:listed", seen <= listed, "every visible instance has an object-label entry" if seen <= listed
         else f"visible instances {sorted(seen - listed)[:5]} have no object-label entry")
     _check_instance_ids(manifest, add)
+    if not _check_mask_rows(objs, arrays, add, H):
+        return
+    problems = {"subset": [], "counts": [], "boxes": [], "fractions": [], "poses": []}
+    flat = np.asarray(inst).ravel()                  # visible pixels of every instance id, grouped once
+    order = np.argsort(flat, kind="stable")
+    ids, start, n = np.unique(flat[order], return_index=True, return_counts=True)
+    visible = {int(i): order[a:a + c] for i, a, c in zip(ids, start, n, strict=True)}
+    for o in objs:
+        _object_problems(o, arrays, visible.get(o["instance_id"], np.zeros(0, dtype=np.int64)), W, H, problems)
+    for key, what in (("subset", "modal within amodal; canvas agrees with image"), ("counts", "counts equal mask sums"),
+                      ("boxes", "boxes are tight"), ("fractions", "fractions follow from the counts"),
+                      ("poses", "poses rigid, centroid rows consistent")):
+        p = problems[key]
+        add(f"objects:{key}", not p, what if not p else f"{p[0]}" + (f" (+{len(p) - 1} more)" if len(p) > 1 else ""))
+    _check_assets(manifest, arrays, objs, block, add, root)
+
+
+def _check_mask_rows(objs: list, arrays: dict, add, H: int) -> bool:
+    """objects:mask_index (mask indices map one-to-one onto the mask payloads' rows) and objects:canvas_rows (canvas
+    rows H..2H-1 are the image rows' times and poses); False when the masks cannot be looked up."""
     index_rows = [o["mask_index"] for o in objs if o["mask_index"] is not None]
     canvas_rows = [o["canvas_mask_index"] for o in objs if o.get("canvas_mask_index") is not None]
     ok = (sorted(index_rows) == list(range(arrays["amodal_masks"].shape[0]))
@@ -248,80 +268,79 @@ def check_object_labels(manifest: dict, arrays: dict, add, root) -> None:
     add("objects:mask_index", ok, "mask indices cover the mask payloads once each" if ok
         else "mask_index / canvas_mask_index do not map one-to-one onto the mask payload rows")
     if not ok:
-        return
+        return False
     cam_ok = np.allclose(arrays["canvas_row_T_world_camera"][H:2 * H], arrays["row_T_world_camera"], rtol=0.0,
                          atol=1e-9)
     t_ok = np.array_equal(arrays["canvas_row_time_ns"][H:2 * H], arrays["row_time_ns"]) if "row_time_ns" in arrays \
         else True
     add("objects:canvas_rows", bool(cam_ok and t_ok), "canvas rows H..2H-1 equal the image rows' times and poses"
         if cam_ok and t_ok else "canvas rows H..2H-1 differ from row_time_ns / row_T_world_camera")
+    return True
 
-    problems = {"subset": [], "counts": [], "boxes": [], "fractions": [], "poses": []}
-    flat = np.asarray(inst).ravel()                  # visible pixels of every instance id, grouped once
-    order = np.argsort(flat, kind="stable")
-    ids, start, n = np.unique(flat[order], return_index=True, return_counts=True)
-    visible = {int(i): order[a:a + c] for i, a, c in zip(ids, start, n, strict=True)}
-    for o in objs:
-        name = f"object {o['instance_id']}"
-        # the image mask in the window of its set pixels (packed_extent): sums, boxes and lookups cost its size
-        packed = arrays["amodal_masks"][o["mask_index"]] if o["mask_index"] is not None else None
-        ext = packed_extent(packed, W) if packed is not None else None
-        r0, r1, c0, c1 = ext or (0, 0, 0, 0)
-        img = unpack(packed[r0:r1], W)[:, c0:c1] if ext else np.zeros((0, 0), dtype=bool)
-        canvas = unpack(arrays["amodal_masks_canvas"][o["canvas_mask_index"]], 3 * W) \
-            if o.get("canvas_mask_index") is not None else None      # None: the silhouette is inside the image
-        pix = visible.get(o["instance_id"], np.zeros(0, dtype=np.int64))
-        rows, cols = pix // W, pix % W
-        inside = (rows >= r0) & (rows < r1) & (cols >= c0) & (cols < c1)
-        covered = np.zeros(pix.size, dtype=bool)
-        covered[inside] = img[rows[inside] - r0, cols[inside] - c0]
-        outside = int(np.count_nonzero(~covered))
-        if outside:
-            problems["subset"].append(f"{name}: {outside} modal pixel(s) outside the amodal mask")
-        if canvas is not None:
-            full = np.zeros((H, W), dtype=bool)
-            full[r0:r1, c0:c1] = img
-            if not np.array_equal(canvas[H:2 * H, W:2 * W], full):
-                problems["subset"].append(f"{name}: canvas mask differs from the image mask inside the image")
-        n_img = int(np.count_nonzero(img))
-        counts = {"px_count_all": int(np.count_nonzero(canvas)) if canvas is not None else n_img,
-                  "px_count_in_image": n_img, "px_count_visib": int(pix.size)}
-        for key, value in counts.items():
-            if o[key] != value:
-                problems["counts"].append(f"{name}: {key} {o[key]} != mask sum {value}")
-        modal_box = [int(cols.min()), int(rows.min()), int(cols.max() - cols.min() + 1),
-                     int(rows.max() - rows.min() + 1)] if pix.size else None
-        img_box = tight_box(img, c0, r0)
-        boxes = {"bbox_modal": modal_box, "bbox_amodal_clipped": img_box,
-                 "bbox_amodal_unclipped": tight_box(canvas, -W, -H) if canvas is not None else img_box}
-        for key, value in boxes.items():
-            if o[key] != value:
-                problems["boxes"].append(f"{name}: {key} {o[key]} is not the tight box {value}")
-        n_all, n_img, n_vis = (o["px_count_all"], o["px_count_in_image"], o["px_count_visib"])
-        expect = {"visib_fract": n_vis / n_all if n_all else 0.0,
-                  "truncation_fraction": 1 - n_img / n_all if n_all else 0.0,
-                  "occlusion_fraction": 1 - n_vis / n_img if n_img else 0.0}
-        for key, value in expect.items():
-            if abs(o[key] - value) > 1e-12:
-                problems["fractions"].append(f"{name}: {key} {o[key]} != {value} from the counts")
-        for key in ("T_camera_object_reference", "T_camera_object_centroid_row"):
-            if o[key] is not None and not is_rigid(np.array(o[key], dtype=np.float64), 1e-6):
-                problems["poses"].append(f"{name}: {key} is not rigid")
-        if (o["centroid_row"] is None) != (n_vis == 0):
-            problems["poses"].append(f"{name}: centroid_row must be null exactly when no pixel is visible")
-        elif o["centroid_row"] is not None and not pix.size:
-            problems["poses"].append(f"{name}: centroid_row given but none of its pixels is visible")
-        elif o["centroid_row"] is not None:
-            rows = pix // W
-            if o["centroid_row"] != int(np.floor(rows.mean() + 0.5)) or \
-                    o["centroid_row_time_ns"] != int(arrays["canvas_row_time_ns"][H + o["centroid_row"]]):
-                problems["poses"].append(f"{name}: centroid_row / centroid_row_time_ns do not match the modal mask")
-    for key, what in (("subset", "modal within amodal; canvas agrees with image"), ("counts", "counts equal mask sums"),
-                      ("boxes", "boxes are tight"), ("fractions", "fractions follow from the counts"),
-                      ("poses", "poses rigid, centroid rows consistent")):
-        p = problems[key]
-        add(f"objects:{key}", not p, what if not p else f"{p[0]}" + (f" (+{len(p) - 1} more)" if len(p) > 1 else ""))
-    _check_assets(manifest, arrays, objs, block, add, root)
+
+def _object_problems(o: dict, arrays: dict, pix: np.ndarray, W: int, H: int, problems: dict) -> None:
+    """Append to `problems` (by check) what is wrong with object entry `o` whose visible pixels are the flat indices
+    `pix` of the (H, W) image."""
+    name = f"object {o['instance_id']}"
+    # the image mask in the window of its set pixels (packed_extent): sums, boxes and lookups cost its size
+    packed = arrays["amodal_masks"][o["mask_index"]] if o["mask_index"] is not None else None
+    ext = packed_extent(packed, W) if packed is not None else None
+    r0, r1, c0, c1 = ext or (0, 0, 0, 0)
+    img = unpack(packed[r0:r1], W)[:, c0:c1] if ext else np.zeros((0, 0), dtype=bool)
+    canvas = unpack(arrays["amodal_masks_canvas"][o["canvas_mask_index"]], 3 * W) \
+        if o.get("canvas_mask_index") is not None else None      # None: the silhouette is inside the image
+    rows, cols = pix // W, pix % W
+    inside = (rows >= r0) & (rows < r1) & (cols >= c0) & (cols < c1)
+    covered = np.zeros(pix.size, dtype=bool)
+    covered[inside] = img[rows[inside] - r0, cols[inside] - c0]
+    outside = int(np.count_nonzero(~covered))
+    if outside:
+        problems["subset"].append(f"{name}: {outside} modal pixel(s) outside the amodal mask")
+    if canvas is not None:
+        full = np.zeros((H, W), dtype=bool)
+        full[r0:r1, c0:c1] = img
+        if not np.array_equal(canvas[H:2 * H, W:2 * W], full):
+            problems["subset"].append(f"{name}: canvas mask differs from the image mask inside the image")
+    n_img = int(np.count_nonzero(img))
+    counts = {"px_count_all": int(np.count_nonzero(canvas)) if canvas is not None else n_img,
+              "px_count_in_image": n_img, "px_count_visib": int(pix.size)}
+    for key, value in counts.items():
+        if o[key] != value:
+            problems["counts"].append(f"{name}: {key} {o[key]} != mask sum {value}")
+    modal_box = [int(cols.min()), int(rows.min()), int(cols.max() - cols.min() + 1),
+                 int(rows.max() - rows.min() + 1)] if pix.size else None
+    img_box = tight_box(img, c0, r0)
+    boxes = {"bbox_modal": modal_box, "bbox_amodal_clipped": img_box,
+             "bbox_amodal_unclipped": tight_box(canvas, -W, -H) if canvas is not None else img_box}
+    for key, value in boxes.items():
+        if o[key] != value:
+            problems["boxes"].append(f"{name}: {key} {o[key]} is not the tight box {value}")
+    _fraction_and_pose_problems(o, name, arrays, pix, W, H, problems)
+
+
+def _fraction_and_pose_problems(o: dict, name: str, arrays: dict, pix: np.ndarray, W: int, H: int,
+                                problems: dict) -> None:
+    """Fractions that do not follow from the declared counts; poses that are not rigid; a centroid row (and its
+    time) that is not the modal mask's rounded mean row."""
+    n_all, n_img, n_vis = (o["px_count_all"], o["px_count_in_image"], o["px_count_visib"])
+    expect = {"visib_fract": n_vis / n_all if n_all else 0.0,
+              "truncation_fraction": 1 - n_img / n_all if n_all else 0.0,
+              "occlusion_fraction": 1 - n_vis / n_img if n_img else 0.0}
+    for key, value in expect.items():
+        if abs(o[key] - value) > 1e-12:
+            problems["fractions"].append(f"{name}: {key} {o[key]} != {value} from the counts")
+    for key in ("T_camera_object_reference", "T_camera_object_centroid_row"):
+        if o[key] is not None and not is_rigid(np.array(o[key], dtype=np.float64), 1e-6):
+            problems["poses"].append(f"{name}: {key} is not rigid")
+    if (o["centroid_row"] is None) != (n_vis == 0):
+        problems["poses"].append(f"{name}: centroid_row must be null exactly when no pixel is visible")
+    elif o["centroid_row"] is not None and not pix.size:
+        problems["poses"].append(f"{name}: centroid_row given but none of its pixels is visible")
+    elif o["centroid_row"] is not None:
+        rows = pix // W
+        if o["centroid_row"] != int(np.floor(rows.mean() + 0.5)) or \
+                o["centroid_row_time_ns"] != int(arrays["canvas_row_time_ns"][H + o["centroid_row"]]):
+            problems["poses"].append(f"{name}: centroid_row / centroid_row_time_ns do not match the modal mask")
 
 
 def _check_instance_ids(manifest: dict, add) -> None:
@@ -396,29 +415,12 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
             except (RowbeamError, OSError, ValueError) as exc:
                 problems.append(f"{name}: {exc}")
                 continue
-        try:              # in one window of the canvas: the mask's box (+2 px for the ray cast) and the rasterisations'
-            mbox = canvas_mask_box(arrays, W, H, o)
-            if lens is not None or row_mesh is not None:   # per-pixel rays (a deforming object: on any camera
-                exported = _paste(mbox, (0, 3 * H, 0, 3 * W))  # model); whole-canvas masks, bands EDGE_MARGIN_PX away
-                if canvas_rays_ is None:
-                    canvas_rays_ = CanvasRays(make_lens(LensSpec(), manifest["calibration"]["K"], W, H), W, H)
-                band = lambda e, o=o, V=V, F=F, x=exported, rm=row_mesh, cr=canvas_rays_: (  # noqa: E731
-                    0, 0, rasterise_object_lens(manifest, arrays, o, V, F, cr.lens, x, e, cr, rm))
-            else:
-                band = lambda e, o=o, V=V, F=F: rasterise_object_box(manifest, arrays, o, V, F, e, T_cw=T_cw)  # noqa: E731
-            nominal = band(0.0)
-            m_ext = _extent(mbox)
-            pad = None if m_ext is None else (max(m_ext[0] - 2, 0), min(m_ext[1] + 2, 3 * H),
-                                              max(m_ext[2] - 2, 0), min(m_ext[3] + 2, 3 * W))
-            window = _union(pad, _extent(nominal)) or (0, 0, 0, 0)
-            m = _paste(mbox, window)
-            mismatch, violation = int(np.count_nonzero(m ^ _paste(nominal, window))), 0
-            if mismatch:          # inner <= nominal <= outer: only a mismatch needs the edge bands
-                bands = [band(EDGE_MARGIN_PX), band(-EDGE_MARGIN_PX)]
-                window = _union(window, *map(_extent, bands))
-                m = _paste(mbox, window)
-                outer, inner = (_paste(b, window) for b in bands)
-                violation = int(np.count_nonzero(inner & ~m) + np.count_nonzero(m & ~outer))
+        try:
+            if (lens is not None or row_mesh is not None) and canvas_rays_ is None:
+                canvas_rays_ = CanvasRays(make_lens(LensSpec(), manifest["calibration"]["K"], W, H), W, H)
+            m, window, mismatch, violation = _compare_rasterised(manifest, arrays, o, V, F, row_mesh,
+                                                                 canvas_rays_ if lens is not None or row_mesh is not None
+                                                                 else None, T_cw)
         except ValueError as exc:
             skipped.append(f"{o['instance_id']} ({exc})")
             continue
@@ -428,6 +430,41 @@ def _check_assets(manifest, arrays, objs, block, add, root) -> None:
         if violation:
             problems.append(f"{name}: amodal mask differs from the rasterised asset by {mismatch} px, "
                             f"{violation} px farther than {EDGE_MARGIN_PX} px from an edge")
+    _report_assets(objs, lens, add, checked, skipped, problems, rays, worst, worst_violation)
+
+
+def _compare_rasterised(manifest, arrays, o, V, F, row_mesh, canvas_rays_, T_cw):
+    """Object `o`'s exported canvas mask against its asset (V, F) rasterised independently: through per-pixel
+    rays (`canvas_rays_`, a lens or a deforming object's row meshes) or the pinhole box rasteriser (T_cw). Compared
+    in one window of the canvas (the mask's box + 2 px for the ray cast, and the rasterisation's); on a mismatch
+    the rasterisations EDGE_MARGIN_PX outside and inside decide. Returns (mask in the window, window (r0, r1, c0,
+    c1), mismatched px, px that differ farther than EDGE_MARGIN_PX from an edge). ValueError: not comparable."""
+    W, H = manifest["calibration"]["image_size_px"]
+    mbox = canvas_mask_box(arrays, W, H, o)
+    if canvas_rays_ is not None:     # per-pixel rays (a deforming object: on any camera model); whole-canvas masks
+        exported = _paste(mbox, (0, 3 * H, 0, 3 * W))
+        band = lambda e, x=exported, cr=canvas_rays_: (  # noqa: E731
+            0, 0, rasterise_object_lens(manifest, arrays, o, V, F, cr.lens, x, e, cr, row_mesh))
+    else:
+        band = lambda e: rasterise_object_box(manifest, arrays, o, V, F, e, T_cw=T_cw)  # noqa: E731
+    nominal = band(0.0)
+    m_ext = _extent(mbox)
+    pad = None if m_ext is None else (max(m_ext[0] - 2, 0), min(m_ext[1] + 2, 3 * H),
+                                      max(m_ext[2] - 2, 0), min(m_ext[3] + 2, 3 * W))
+    window = _union(pad, _extent(nominal)) or (0, 0, 0, 0)
+    m = _paste(mbox, window)
+    mismatch, violation = int(np.count_nonzero(m ^ _paste(nominal, window))), 0
+    if mismatch:          # inner <= nominal <= outer: only a mismatch needs the edge bands
+        bands = [band(EDGE_MARGIN_PX), band(-EDGE_MARGIN_PX)]
+        window = _union(window, *map(_extent, bands))
+        m = _paste(mbox, window)
+        outer, inner = (_paste(b, window) for b in bands)
+        violation = int(np.count_nonzero(inner & ~m) + np.count_nonzero(m & ~outer))
+    return m, window, mismatch, violation
+
+
+def _report_assets(objs, lens, add, checked, skipped, problems, rays, worst, worst_violation) -> None:
+    """Add objects:rasterisation and (when rays were cast) objects:ray_cast from _check_assets' findings."""
     n_rows = sum("row_mesh" in o and o["instance_id"] not in skipped for o in objs)
     msg = (f"{checked} object(s) re-rasterised from their assets at the exported per-row poses and K"
            + (f" ({n_rows} deforming, from their per-row meshes)" if n_rows else "")

@@ -116,7 +116,6 @@ def rasterize_rows_box(vertices, triangles, K, T_camera_object, rows, width: int
     step = max(1, CHUNK // F)
     for r0 in range(0, R, step):
         r1 = min(R, r0 + step)
-        y = rows[r0:r1, None]                                                # (r, 1)
         if clip:
             ct, valid = clip_triangles((P[r0:r1] if per_row else P[None])[:, tris], near, far)
             ct = np.where(valid[..., None, None], ct, 1.0)                  # placeholders: finite, z = 1
@@ -127,35 +126,49 @@ def rasterize_rows_box(vertices, triangles, K, T_camera_object, rows, width: int
                 p = uv[None][:, tris[_reaching(reach, rows[r0:r1])]]           # (1, F', 3, 2)
             else:
                 p = (uv[r0:r1] if per_row else uv[None])[:, tris]            # (r|1, F, 3, 2)
-        x0, y0 = p[..., 0, 0], p[..., 0, 1]
-        x1, y1 = p[..., 1, 0], p[..., 1, 1]
-        x2, y2 = p[..., 2, 0], p[..., 2, 1]
-        area = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0)
-        s = np.sign(area)
-        lo = np.full(np.broadcast_shapes(y.shape, area.shape), -np.inf)
-        hi = np.full_like(lo, np.inf)
-        ok = np.broadcast_to(s != 0 if valid is None else (s != 0) & valid, lo.shape).copy()
-        for (xa, ya), (xb, yb) in (((x0, y0), (x1, y1)), ((x1, y1), (x2, y2)), ((x2, y2), (x0, y0))):
-            # s * edge function at (u, y):  a * u + b ; inside where >= -margin * |edge|
-            a = -s * (yb - ya)
-            b = s * ((xb - xa) * (y - ya) + (yb - ya) * xa)
-            t = -margin_px * np.hypot(xb - xa, yb - ya)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                bound = (t - b) / a
-            lo = np.where(a > 0, np.maximum(lo, bound), lo)
-            hi = np.where(a < 0, np.minimum(hi, bound), hi)
-            ok &= np.where(a == 0, b >= t, True)
-        first = np.ceil(lo) - u0
-        last = np.floor(hi) - u0
-        first = np.clip(first, 0, width)
-        last = np.clip(last, -1, width - 1)
-        ok &= last >= first
-        ri, fi = np.nonzero(ok)
-        if ri.size == 0:
-            continue
-        spans.append((ri + r0, first[ri, fi].astype(np.int64), last[ri, fi].astype(np.int64) + 1))
-    if not spans:
+        span = _row_spans(p, valid, rows[r0:r1, None], u0, width, margin_px)
+        if span is not None:
+            spans.append((span[0] + r0, span[1], span[2]))
+    return None if not spans else _spans_block(spans, sel)
+
+
+def _row_spans(p: np.ndarray, valid, y: np.ndarray, u0: int, width: int, margin_px: float):
+    """The column span each projected triangle covers on each row: p (r|1, F, 3, 2) px triangle corners, `valid`
+    (r|1, F) or None, y (r, 1) row coordinates v; a pixel centre (u, y) is covered where every edge function is
+    >= -margin_px x |edge|. Returns (row indices, first columns, stop columns) relative to u0, within [0, width),
+    or None when no row is covered."""
+    x0, y0 = p[..., 0, 0], p[..., 0, 1]
+    x1, y1 = p[..., 1, 0], p[..., 1, 1]
+    x2, y2 = p[..., 2, 0], p[..., 2, 1]
+    area = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0)
+    s = np.sign(area)
+    lo = np.full(np.broadcast_shapes(y.shape, area.shape), -np.inf)
+    hi = np.full_like(lo, np.inf)
+    ok = np.broadcast_to(s != 0 if valid is None else (s != 0) & valid, lo.shape).copy()
+    for (xa, ya), (xb, yb) in (((x0, y0), (x1, y1)), ((x1, y1), (x2, y2)), ((x2, y2), (x0, y0))):
+        # s * edge function at (u, y):  a * u + b ; inside where >= -margin * |edge|
+        a = -s * (yb - ya)
+        b = s * ((xb - xa) * (y - ya) + (yb - ya) * xa)
+        t = -margin_px * np.hypot(xb - xa, yb - ya)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound = (t - b) / a
+        lo = np.where(a > 0, np.maximum(lo, bound), lo)
+        hi = np.where(a < 0, np.minimum(hi, bound), hi)
+        ok &= np.where(a == 0, b >= t, True)
+    first = np.ceil(lo) - u0
+    last = np.floor(hi) - u0
+    first = np.clip(first, 0, width)
+    last = np.clip(last, -1, width - 1)
+    ok &= last >= first
+    ri, fi = np.nonzero(ok)
+    if ri.size == 0:
         return None
+    return ri, first[ri, fi].astype(np.int64), last[ri, fi].astype(np.int64) + 1
+
+
+def _spans_block(spans: list, sel) -> tuple:
+    """(first row index, first column index, bool block) covering the union of `spans` [(row indices, first
+    columns, stop columns)]; `sel` maps the row indices back to the caller's rows (None: identity)."""
     ri, start, stop = (np.concatenate(x) for x in zip(*spans, strict=True))
     if sel is not None:
         ri = sel[ri]
