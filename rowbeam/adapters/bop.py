@@ -153,84 +153,104 @@ def export_bop(bundle_path, out_dir, split: str = "test") -> dict:
     depth_scale = _depth_scale(events)
     sensors = sorted({e.sensor for e in events})
     err = {"depth_mm": 0.0, "model_mm": 0.0, "pose_mm": 0.0}
-    gt_table, rs_table, displays = [], [], {}
+    out = {"gt": [], "rolling_shutter": [], "displays": {}, "err": err}
     with staged_dir(out_dir) as stage:
-        (stage / "models").mkdir()
-        info = {}
-        for sha, obj_id in obj_ids.items():
-            verts, faces = assets[sha]
-            mm = verts * 1000.0
-            err["model_mm"] = max(err["model_mm"], float(np.abs(mm.astype(np.float32) - mm).max(initial=0.0)))
-            write_file(stage / "models" / f"obj_{obj_id:06d}.ply",
-                       mesh_ply_bytes(mm, faces, "float", (f"rowbeam asset sha256 {sha}", "units mm")))
-            lo, hi = mm.min(axis=0), mm.max(axis=0)
-            info[str(obj_id)] = {"diameter": diameter(mm), "min_x": float(lo[0]), "min_y": float(lo[1]),
-                                 "min_z": float(lo[2]), "size_x": float(hi[0] - lo[0]),
-                                 "size_y": float(hi[1] - lo[1]), "size_z": float(hi[2] - lo[2])}
-        write_file(stage / "models" / "models_info.json", _json(info))
+        _write_models(stage, assets, obj_ids, err)
         K0 = np.asarray(events[0].manifest["calibration"]["K"], np.float64)
         W0, H0 = image_size(events[0])
         write_file(stage / "camera.json", _json({"cx": K0[0, 2], "cy": K0[1, 2], "fx": K0[0, 0], "fy": K0[1, 1],
                                                  "width": W0, "height": H0, "depth_scale": depth_scale}))
         for scene_id, sensor in enumerate(sensors, start=1):
-            scene = stage / split / f"{scene_id:06d}"
-            for sub in ("depth", "rgb", "mask", "mask_visib"):
-                (scene / sub).mkdir(parents=True)
-            cams, gts, gt_infos = {}, {}, {}
-            for e in (ev for ev in events if ev.sensor == sensor):
-                im = e.index
-                K = np.asarray(e.manifest["calibration"]["K"], np.float64)
-                T_cw = _camera_pose_at_reference(e)
-                cams[str(im)] = {"cam_K": _flat(K), "depth_scale": depth_scale, "cam_R_w2c": _flat(T_cw[:3, :3]),
-                                 "cam_t_w2c": _flat(T_cw[:3, 3] * 1000.0),
-                                 "rowbeam_time_ns": e.reference_time_ns, "rowbeam_sample_id": e.sample_id}
-                depth, derr = depth_png(e.array("camera_z"), e.array("valid"), depth_scale)
-                err["depth_mm"] = max(err["depth_mm"], derr)
-                write_file(scene / "depth" / f"{im:06d}.png", png_bytes(depth, 16))
-                image, how = display_image(e)
-                if image is not None:
-                    write_file(scene / "rgb" / f"{im:06d}.png", png_bytes(image, 8))
-                    displays[e.sample_id] = how
-                valid = e.array("valid").astype(bool)
-                gts[str(im)], gt_infos[str(im)] = [], []
-                for gt_id, label in enumerate(e.object_labels):
-                    T = np.asarray(label["T_camera_object_reference"], np.float64)
-                    obj_id = obj_ids[label["asset"]["sha256"]]
-                    gts[str(im)].append({"cam_R_m2c": _flat(T[:3, :3]), "cam_t_m2c": _flat(T[:3, 3] * 1000.0),
-                                         "obj_id": obj_id})
-                    amodal, modal = amodal_mask(e, label), modal_mask(e, label)
-                    all_px, visib = int(label["px_count_all"]), int(modal.sum())
-                    gt_infos[str(im)].append({
-                        "bbox_obj": bop_box(label.get("bbox_amodal_unclipped")), "bbox_visib": _mask_bop_box(modal),
-                        "px_count_all": all_px, "px_count_valid": int((amodal & valid).sum()),
-                        "px_count_visib": visib, "visib_fract": visib / all_px if all_px else 0.0})
-                    write_file(scene / "mask" / f"{im:06d}_{gt_id:06d}.png", png_bytes(amodal.astype(np.uint8) * 255, 8))
-                    write_file(scene / "mask_visib" / f"{im:06d}_{gt_id:06d}.png",
-                               png_bytes(modal.astype(np.uint8) * 255, 8))
-                    rows = np.flatnonzero(amodal.any(axis=1))
-                    bound = rolling_shutter_bound(e, label, rows, assets[label["asset"]["sha256"]][0])
-                    gt_table.append({"scene_id": scene_id, "im_id": im, "gt_id": gt_id, "obj_id": obj_id,
-                                     "rowbeam_id": str(label["id"]), "sample_id": e.sample_id})
-                    rs_table.append({"scene_id": scene_id, "im_id": im, "gt_id": gt_id, "rowbeam_id": str(label["id"]),
-                                     **bound})
-            write_file(scene / "scene_camera.json", _json(cams))
-            write_file(scene / "scene_gt.json", _json(gts))
-            write_file(scene / "scene_gt_info.json", _json(gt_infos))
-            for sub in ("rgb",):
-                if not any((scene / sub).iterdir()):
-                    (scene / sub).rmdir()
+            _write_scene(stage / split / f"{scene_id:06d}", scene_id, [ev for ev in events if ev.sensor == sensor],
+                         assets, obj_ids, depth_scale, out)
+        rs_table = out["rolling_shutter"]
         doc = sidecar("bop_scene", out_dir.name, {"bundle": str(bundle.path), "events": [e.sample_id for e in events]},
                       LOST, err, files=folder_listing(stage), split=split,
                       scenes={str(i): s for i, s in enumerate(sensors, start=1)},
                       pose_time="each event's reference_time_ns (event.reference_time_definition)",
-                      obj_ids={str(i): sha for sha, i in obj_ids.items()}, gt=gt_table, rolling_shutter=rs_table,
+                      obj_ids={str(i): sha for sha, i in obj_ids.items()}, gt=out["gt"], rolling_shutter=rs_table,
                       rolling_shutter_worst={"max_row_time_skew_ns": max((r["max_row_time_skew_ns"] for r in rs_table),
                                                                          default=0),
                                              "pixel_displacement_bound_px": max(
                                                  (r["pixel_displacement_bound_px"] for r in rs_table), default=0.0)},
-                      depth_scale=depth_scale, units="mm", rgb_display=displays)
+                      depth_scale=depth_scale, units="mm", rgb_display=out["displays"])
         write_file(stage / FOLDER_SIDECAR, sidecar_bytes(doc))
     return doc
+
+
+def _write_models(stage, assets: dict, obj_ids: dict, err: dict) -> None:
+    """models/obj_NNNNNN.ply (vertices in mm, float32; the rounding's worst error into err["model_mm"]) and
+    models/models_info.json (diameter and bounding box in mm) of every asset."""
+    (stage / "models").mkdir()
+    info = {}
+    for sha, obj_id in obj_ids.items():
+        verts, faces = assets[sha]
+        mm = verts * 1000.0
+        err["model_mm"] = max(err["model_mm"], float(np.abs(mm.astype(np.float32) - mm).max(initial=0.0)))
+        write_file(stage / "models" / f"obj_{obj_id:06d}.ply",
+                   mesh_ply_bytes(mm, faces, "float", (f"rowbeam asset sha256 {sha}", "units mm")))
+        lo, hi = mm.min(axis=0), mm.max(axis=0)
+        info[str(obj_id)] = {"diameter": diameter(mm), "min_x": float(lo[0]), "min_y": float(lo[1]),
+                             "min_z": float(lo[2]), "size_x": float(hi[0] - lo[0]),
+                             "size_y": float(hi[1] - lo[1]), "size_z": float(hi[2] - lo[2])}
+    write_file(stage / "models" / "models_info.json", _json(info))
+
+
+def _write_scene(scene, scene_id: int, events: list, assets: dict, obj_ids: dict, depth_scale: float,
+                 out: dict) -> None:
+    """One BOP scene folder (one sensor's events): depth/rgb/mask/mask_visib images and scene_camera / scene_gt /
+    scene_gt_info JSON. Appends to out["gt"], out["rolling_shutter"], out["displays"]; worst depth rounding into
+    out["err"]."""
+    for sub in ("depth", "rgb", "mask", "mask_visib"):
+        (scene / sub).mkdir(parents=True)
+    cams, gts, gt_infos = {}, {}, {}
+    for e in events:
+        im = e.index
+        K = np.asarray(e.manifest["calibration"]["K"], np.float64)
+        T_cw = _camera_pose_at_reference(e)
+        cams[str(im)] = {"cam_K": _flat(K), "depth_scale": depth_scale, "cam_R_w2c": _flat(T_cw[:3, :3]),
+                         "cam_t_w2c": _flat(T_cw[:3, 3] * 1000.0),
+                         "rowbeam_time_ns": e.reference_time_ns, "rowbeam_sample_id": e.sample_id}
+        depth, derr = depth_png(e.array("camera_z"), e.array("valid"), depth_scale)
+        out["err"]["depth_mm"] = max(out["err"]["depth_mm"], derr)
+        write_file(scene / "depth" / f"{im:06d}.png", png_bytes(depth, 16))
+        image, how = display_image(e)
+        if image is not None:
+            write_file(scene / "rgb" / f"{im:06d}.png", png_bytes(image, 8))
+            out["displays"][e.sample_id] = how
+        gts[str(im)], gt_infos[str(im)] = _write_objects(scene, scene_id, e, assets, obj_ids, out)
+    write_file(scene / "scene_camera.json", _json(cams))
+    write_file(scene / "scene_gt.json", _json(gts))
+    write_file(scene / "scene_gt_info.json", _json(gt_infos))
+    for sub in ("rgb",):
+        if not any((scene / sub).iterdir()):
+            (scene / sub).rmdir()
+
+
+def _write_objects(scene, scene_id: int, e, assets: dict, obj_ids: dict, out: dict) -> tuple[list, list]:
+    """Event `e`'s object masks (amodal, visible) as PNGs; its scene_gt and scene_gt_info lists (poses in mm)."""
+    im = e.index
+    valid = e.array("valid").astype(bool)
+    gts, gt_infos = [], []
+    for gt_id, label in enumerate(e.object_labels):
+        T = np.asarray(label["T_camera_object_reference"], np.float64)
+        obj_id = obj_ids[label["asset"]["sha256"]]
+        gts.append({"cam_R_m2c": _flat(T[:3, :3]), "cam_t_m2c": _flat(T[:3, 3] * 1000.0), "obj_id": obj_id})
+        amodal, modal = amodal_mask(e, label), modal_mask(e, label)
+        all_px, visib = int(label["px_count_all"]), int(modal.sum())
+        gt_infos.append({
+            "bbox_obj": bop_box(label.get("bbox_amodal_unclipped")), "bbox_visib": _mask_bop_box(modal),
+            "px_count_all": all_px, "px_count_valid": int((amodal & valid).sum()),
+            "px_count_visib": visib, "visib_fract": visib / all_px if all_px else 0.0})
+        write_file(scene / "mask" / f"{im:06d}_{gt_id:06d}.png", png_bytes(amodal.astype(np.uint8) * 255, 8))
+        write_file(scene / "mask_visib" / f"{im:06d}_{gt_id:06d}.png", png_bytes(modal.astype(np.uint8) * 255, 8))
+        rows = np.flatnonzero(amodal.any(axis=1))
+        bound = rolling_shutter_bound(e, label, rows, assets[label["asset"]["sha256"]][0])
+        out["gt"].append({"scene_id": scene_id, "im_id": im, "gt_id": gt_id, "obj_id": obj_id,
+                          "rowbeam_id": str(label["id"]), "sample_id": e.sample_id})
+        out["rolling_shutter"].append({"scene_id": scene_id, "im_id": im, "gt_id": gt_id,
+                                       "rowbeam_id": str(label["id"]), **bound})
+    return gts, gt_infos
 
 
 def _arguments(p) -> None:

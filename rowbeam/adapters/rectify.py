@@ -388,16 +388,7 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
                      alpha=None, fmt: str = "exr", png: bool = False, interpolation: str = "bilinear") -> dict:
     """Rectified pinhole views of every distorted camera event (one sensor, or every camera with a lens) and of
     the flows between them; one staged folder renamed into place (nothing half-written)."""
-    fx_fy_cx_cy, wh, alpha = parse_pinhole(K, "--K"), parse_pinhole(size, "--size"), parse_alpha(alpha)
-    if fx_fy_cx_cy is not None and len(fx_fy_cx_cy) != 4:
-        raise RowbeamError(f"--K {K!r}: give fx,fy,cx,cy")
-    if wh is not None and (len(wh) != 2 or any(int(x) != x or not 4 <= x <= 16384 for x in wh)):
-        raise RowbeamError(f"--size {size!r}: give WxH, whole numbers 4 .. 16384")
-    if alpha is not None and fx_fy_cx_cy is not None:
-        raise RowbeamError("--alpha and --K both choose the rectified intrinsics; give one")
-    if fmt not in FORMATS or interpolation not in INTERPOLATIONS:
-        raise RowbeamError(f"--format {fmt!r} / --interpolation {interpolation!r}: choose {'|'.join(FORMATS)} / "
-                           f"{'|'.join(INTERPOLATIONS)}")
+    choice = _intrinsics_choice(K, size, alpha, fmt, interpolation)
     bundle = Bundle.open(bundle_path)
     out_dir = check_output_dir(out_dir, bundle.path)
     events = [e for e in bundle.events(sensor) if sensor_type(e.sensor_type).has_rows
@@ -406,78 +397,15 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
         raise RowbeamError(f"{bundle.path}: no camera event with a lens model (a pinhole bundle has nothing to "
                            "rectify)" + (f" for sensor {sensor!r}" if sensor else ""))
     cameras: dict[str, dict] = {}
-    worst, per_event, per_flow, rounding, png_info = 0.0, [], [], {}, {}
+    worst, per_event, rounding, png_info = 0.0, [], {}, {}
     with staged_dir(out_dir) as stage:
         for e in events:
-            cal = e.manifest["calibration"]
-            lens = lens_from_calibration(cal)
-            size_out = tuple(cal["image_size_px"]) if wh is None else (int(wh[0]), int(wh[1]))
-            if fx_fy_cx_cy is not None:
-                f = fx_fy_cx_cy
-                K_out = np.array([[f[0], 0, f[2]], [0, f[1], f[3]], [0, 0, 1.0]])
-            elif alpha is not None:
-                K_out = rectified_K(lens, alpha, size_out, where=f"{e.sample_id}: ")
-            else:
-                K_out = np.array(cal["K"], np.float64)
-            cam = cameras.setdefault(e.sensor, {"K": K_out.tolist(), "image_size_px": list(size_out),
-                                                "alpha": alpha, "lens": lens, "key": _lens_key(cal),
-                                                "map": RectMap(lens, K_out, size_out),
-                                                "source_K": cal["K"],
-                                                "rule": ALPHA_RULE.get(lens.model, ALPHA_RULE["opencv"]) if alpha is not None else
-                                                ("given --K" if fx_fy_cx_cy is not None else "the event's K")})
-            if cam["key"] != _lens_key(cal) or cam["K"] != K_out.tolist() or cam["image_size_px"] != list(size_out):
-                raise RowbeamError(f"{e.path}: calibration differs from the sensor's first event; rectify one event "
-                                   "range of constant calibration at a time")
-            names = [n for n in EVENT_NEEDED + EVENT_OPTIONAL if n in EVENT_NEEDED or n in e.names]
-            arrays, stats = rectify_event(cam["map"], e.arrays(names), interpolation)
-            folder = stage / e.sensor / f"{e.index:06d}"
-            _write_arrays(folder, arrays, e.manifest["modalities"], fmt)
-            amodal = {}
-            if e.object_labels and "amodal_masks" in e.names:
-                labels = [lb for lb in e.object_labels if lb.get("mask_index") is not None]
-                rect = rectify_amodal(cam["map"], [e.canvas_mask(lb) for lb in labels])
-                amodal = {int(lb["instance_id"]): (k, rect[k]) for k, lb in enumerate(labels)}
-                buf = io.BytesIO()
-                np.save(buf, np.packbits(rect, axis=-1), allow_pickle=False)
-                write_file(folder / "amodal_masks.npy", buf.getvalue())
-            boxes = object_boxes(arrays["instance_id"], e.objects, amodal)
-            write_file(folder / "objects.json", _json({"objects": boxes, "box": OBJECTS_BOX_TEXT}))
-            if png:
-                scale, err = _depth_png(folder, arrays["camera_z"], arrays["valid"])
-                png_info.setdefault("depth_scale_mm", {})[f"{e.sensor}/{e.index:06d}"] = scale
-                rounding["depth_png_mm"] = max(rounding.get("depth_png_mm", 0.0), err)
-            worst = max(worst, stats["nearest_neighbour_px"])
-            per_event.append({"sample_id": e.sample_id, "folder": f"{e.sensor}/{e.index:06d}",
-                              "lens": cal["distortion"]["model"], "objects": len(boxes), **stats})
-        rectified = {(e.sensor, e.index) for e in events}
-        for fl in bundle.flows(sensor):
-            if fl.sensor not in cameras:
-                continue
-            src, dst = (int(fl.manifest["endpoints"][r]["index"]) for r in ("source", "destination"))
-            if (fl.sensor, src) not in rectified or (fl.sensor, dst) not in rectified:
-                continue
-            cam = cameras[fl.sensor]
-            if _lens_key(fl.manifest["calibration"]) != cam["key"]:
-                raise RowbeamError(f"{fl.path}: the flow's calibration differs from its events'")
-            out = {}
-            for direction in ("forward", "backward"):
-                names = [f"flow_{direction}"] + [f"flow_{direction}_{f}" for f in FLAG_NAMES] + (
-                    [n for n in ("scene_flow_world", "scene_flow_source_camera") if n in fl.names]
-                    if direction == "forward" else [])
-                out.update(rectify_flow(cam["map"], fl.arrays(names), direction))
-            folder = stage / fl.sensor / f"{src:06d}-{dst:06d}"
-            _write_arrays(folder, out, fl.manifest["modalities"], fmt)
-            if png:
-                from rowbeam.adapters.flow_formats import write_kitti
-
-                for direction in ("forward", "backward"):
-                    f = out[f"flow_{direction}"]
-                    known = np.isfinite(f).all(-1) & (out[f"flow_{direction}_correspondence_defined"] == 1)
-                    err = write_kitti(folder / f"flow_{direction}.png", f, known)
-                    rounding["kitti_flow_png_px"] = max(rounding.get("kitti_flow_png_px", 0.0), err)
-            per_flow.append({"flow_id": fl.flow_id, "folder": f"{fl.sensor}/{src:06d}-{dst:06d}",
-                             "forward_defined_fraction": float(np.isfinite(out["flow_forward"]).all(-1).mean()),
-                             "backward_defined_fraction": float(np.isfinite(out["flow_backward"]).all(-1).mean())})
+            cam = _event_camera(e, cameras, choice)
+            row = _rectify_event(e, cam, stage, fmt, interpolation, png, png_info, rounding)
+            worst = max(worst, row["nearest_neighbour_px"])
+            per_event.append(row)
+        per_flow = _rectify_flows(bundle, sensor, cameras, {(e.sensor, e.index) for e in events}, stage, fmt, png,
+                                  rounding)
         pinhole = {s: {k: v for k, v in c.items() if k not in ("lens", "key", "map")} for s, c in cameras.items()}
         doc = sidecar("rectified_pinhole", out_dir.name, {"bundle": str(bundle.path), "sensor": events[0].sensor,
                                                           "events": [e.sample_id for e in events],
@@ -490,6 +418,108 @@ def export_rectified(bundle_path, out_dir, sensor: str | None = None, K: str | N
                       grid="opencv pixel convention of the rectified K (pixel centres at integers)")
         write_file(stage / FOLDER_SIDECAR, sidecar_bytes(doc))
     return doc
+
+
+def _intrinsics_choice(K, size, alpha, fmt: str, interpolation: str) -> dict:
+    """The parsed options that choose the rectified camera: {"f": (fx, fy, cx, cy) or None, "wh": (W, H) or None,
+    "alpha": float or None}; RowbeamError (one line) for a malformed or conflicting option."""
+    fx_fy_cx_cy, wh, alpha = parse_pinhole(K, "--K"), parse_pinhole(size, "--size"), parse_alpha(alpha)
+    if fx_fy_cx_cy is not None and len(fx_fy_cx_cy) != 4:
+        raise RowbeamError(f"--K {K!r}: give fx,fy,cx,cy")
+    if wh is not None and (len(wh) != 2 or any(int(x) != x or not 4 <= x <= 16384 for x in wh)):
+        raise RowbeamError(f"--size {size!r}: give WxH, whole numbers 4 .. 16384")
+    if alpha is not None and fx_fy_cx_cy is not None:
+        raise RowbeamError("--alpha and --K both choose the rectified intrinsics; give one")
+    if fmt not in FORMATS or interpolation not in INTERPOLATIONS:
+        raise RowbeamError(f"--format {fmt!r} / --interpolation {interpolation!r}: choose {'|'.join(FORMATS)} / "
+                           f"{'|'.join(INTERPOLATIONS)}")
+    return {"f": fx_fy_cx_cy, "wh": wh, "alpha": alpha}
+
+
+def _event_camera(e, cameras: dict, choice: dict) -> dict:
+    """The rectified camera of event `e`'s sensor (made from its first event and kept in `cameras`): K, image size,
+    the source lens and its RectMap; RowbeamError when a later event's calibration differs."""
+    cal = e.manifest["calibration"]
+    lens, f, wh, alpha = lens_from_calibration(cal), choice["f"], choice["wh"], choice["alpha"]
+    size_out = tuple(cal["image_size_px"]) if wh is None else (int(wh[0]), int(wh[1]))
+    if f is not None:
+        K_out = np.array([[f[0], 0, f[2]], [0, f[1], f[3]], [0, 0, 1.0]])
+    elif alpha is not None:
+        K_out = rectified_K(lens, alpha, size_out, where=f"{e.sample_id}: ")
+    else:
+        K_out = np.array(cal["K"], np.float64)
+    cam = cameras.setdefault(e.sensor, {"K": K_out.tolist(), "image_size_px": list(size_out),
+                                        "alpha": alpha, "lens": lens, "key": _lens_key(cal),
+                                        "map": RectMap(lens, K_out, size_out),
+                                        "source_K": cal["K"],
+                                        "rule": ALPHA_RULE.get(lens.model, ALPHA_RULE["opencv"]) if alpha is not None else
+                                        ("given --K" if f is not None else "the event's K")})
+    if cam["key"] != _lens_key(cal) or cam["K"] != K_out.tolist() or cam["image_size_px"] != list(size_out):
+        raise RowbeamError(f"{e.path}: calibration differs from the sensor's first event; rectify one event "
+                           "range of constant calibration at a time")
+    return cam
+
+
+def _rectify_event(e, cam: dict, stage, fmt: str, interpolation: str, png: bool, png_info: dict,
+                   rounding: dict) -> dict:
+    """Write event `e` rectified through `cam` under stage/SENSOR/INDEX (arrays, amodal masks, objects.json, and
+    with `png` a depth PNG); returns its row of the sidecar's events list."""
+    cal = e.manifest["calibration"]
+    names = [n for n in EVENT_NEEDED + EVENT_OPTIONAL if n in EVENT_NEEDED or n in e.names]
+    arrays, stats = rectify_event(cam["map"], e.arrays(names), interpolation)
+    folder = stage / e.sensor / f"{e.index:06d}"
+    _write_arrays(folder, arrays, e.manifest["modalities"], fmt)
+    amodal = {}
+    if e.object_labels and "amodal_masks" in e.names:
+        labels = [lb for lb in e.object_labels if lb.get("mask_index") is not None]
+        rect = rectify_amodal(cam["map"], [e.canvas_mask(lb) for lb in labels])
+        amodal = {int(lb["instance_id"]): (k, rect[k]) for k, lb in enumerate(labels)}
+        buf = io.BytesIO()
+        np.save(buf, np.packbits(rect, axis=-1), allow_pickle=False)
+        write_file(folder / "amodal_masks.npy", buf.getvalue())
+    boxes = object_boxes(arrays["instance_id"], e.objects, amodal)
+    write_file(folder / "objects.json", _json({"objects": boxes, "box": OBJECTS_BOX_TEXT}))
+    if png:
+        scale, err = _depth_png(folder, arrays["camera_z"], arrays["valid"])
+        png_info.setdefault("depth_scale_mm", {})[f"{e.sensor}/{e.index:06d}"] = scale
+        rounding["depth_png_mm"] = max(rounding.get("depth_png_mm", 0.0), err)
+    return {"sample_id": e.sample_id, "folder": f"{e.sensor}/{e.index:06d}", "lens": cal["distortion"]["model"],
+            "objects": len(boxes), **stats}
+
+
+def _rectify_flows(bundle, sensor, cameras: dict, rectified: set, stage, fmt: str, png: bool, rounding: dict) -> list:
+    """Rectify every flow of the bundle (of `sensor`) whose two events were rectified ({(sensor, index)}) under
+    stage/SENSOR/SRC-DST (with `png` KITTI flow PNGs too); returns the sidecar's flows list."""
+    per_flow = []
+    for fl in bundle.flows(sensor):
+        if fl.sensor not in cameras:
+            continue
+        src, dst = (int(fl.manifest["endpoints"][r]["index"]) for r in ("source", "destination"))
+        if (fl.sensor, src) not in rectified or (fl.sensor, dst) not in rectified:
+            continue
+        cam = cameras[fl.sensor]
+        if _lens_key(fl.manifest["calibration"]) != cam["key"]:
+            raise RowbeamError(f"{fl.path}: the flow's calibration differs from its events'")
+        out = {}
+        for direction in ("forward", "backward"):
+            names = [f"flow_{direction}"] + [f"flow_{direction}_{f}" for f in FLAG_NAMES] + (
+                [n for n in ("scene_flow_world", "scene_flow_source_camera") if n in fl.names]
+                if direction == "forward" else [])
+            out.update(rectify_flow(cam["map"], fl.arrays(names), direction))
+        folder = stage / fl.sensor / f"{src:06d}-{dst:06d}"
+        _write_arrays(folder, out, fl.manifest["modalities"], fmt)
+        if png:
+            from rowbeam.adapters.flow_formats import write_kitti
+
+            for direction in ("forward", "backward"):
+                f = out[f"flow_{direction}"]
+                known = np.isfinite(f).all(-1) & (out[f"flow_{direction}_correspondence_defined"] == 1)
+                err = write_kitti(folder / f"flow_{direction}.png", f, known)
+                rounding["kitti_flow_png_px"] = max(rounding.get("kitti_flow_png_px", 0.0), err)
+        per_flow.append({"flow_id": fl.flow_id, "folder": f"{fl.sensor}/{src:06d}-{dst:06d}",
+                         "forward_defined_fraction": float(np.isfinite(out["flow_forward"]).all(-1).mean()),
+                         "backward_defined_fraction": float(np.isfinite(out["flow_backward"]).all(-1).mean())})
+    return per_flow
 
 
 def _arguments(p) -> None:
