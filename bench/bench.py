@@ -845,6 +845,8 @@ def report_scale(scale: dict) -> None:
             print(f"    {size:>10}: export {r['wall_s']:7.2f} s wall, {r['cpu_s']:7.2f} s CPU; process incl. start-up "
                   f"{r['process_wall_s']:7.2f} s; peak RSS {r['peak_rss_mb']:6.0f} MB (target <= {limit_mb:.0f} MB)")
             figure(f"camera peak RSS {size}", r["peak_rss_mb"], "MB", f"<= {limit_mb:.0f}")
+            figure(f"scale curve, pixels: camera labels event {size} CPU s", r["cpu_s"], "s", None,
+                   f"wall {r['wall_s']:.2f} s; labels only, one event, fresh process")
         if len(cam) > 1:
             figure("camera time ~ pixels^k (CPU s)", fit_exponent(px, [r["cpu_s"] for _, r in cam]), "", "<= 1.0",
                    f"wall exponent {fit_exponent(px, [r['wall_s'] for _, r in cam]):.2f}")
@@ -858,6 +860,8 @@ def report_scale(scale: dict) -> None:
         for c, r in scale["lidar"]:
             print(f"    {c:4d} channels: export {r['wall_s']:7.2f} s wall, {r['cpu_s']:7.2f} s CPU, peak RSS "
                   f"{r['peak_rss_mb']:6.0f} MB; {r['seconds']}")
+            figure(f"scale curve, beams: LiDAR sweep {c} x 2048 CPU s", r["cpu_s"], "s", None,
+                   f"wall {r['wall_s']:.2f} s; peak RSS {r['peak_rss_mb']:.0f} MB; fresh process")
         if len(scale["lidar"]) > 1:
             cs_ = [c for c, _ in scale["lidar"]]
             figure("lidar time ~ channels^k (CPU s)", fit_exponent(cs_, [r["cpu_s"] for _, r in scale["lidar"]]))
@@ -867,6 +871,8 @@ def report_scale(scale: dict) -> None:
         for _n, r in scale["objects"]:
             print(f"    {r['objects']:5d} objects: export {r['wall_s']:7.2f} s wall, {r['cpu_s']:7.2f} s CPU, "
                   f"peak RSS {r['peak_rss_mb']:6.0f} MB; {r['seconds']}")
+            figure(f"scale curve, objects: camera labels event 1280x720 with {r['objects']} objects CPU s", r["cpu_s"],
+                   "s", None, f"wall {r['wall_s']:.2f} s; peak RSS {r['peak_rss_mb']:.0f} MB; fresh process")
         if len(scale["objects"]) > 1:
             ns = [r["objects"] for _, r in scale["objects"]]
             figure("camera time ~ objects^k (CPU s)", fit_exponent(ns, [r["cpu_s"] for _, r in scale["objects"]]))
