@@ -10,6 +10,9 @@
                                 labels = stable 64-bit id)
   world/points/<lidar>          Points3D, world coordinates, one row per firing time (that firing's returns)
   world/points/<radar>          Points3D, world coordinates, one row per chirp time (that chirp's returns)
+  world/<imu>                   Transform3D at each sample time (T_world_imu)
+  imu/<imu>/<quantity>          Scalars at each sample time, three series x, y, z in the IMU frame: angular_velocity
+                                (rad/s), specific_force (m/s^2), and their *_measured versions when exported
 
 A point row shows only its own firing / chirp: widen a 3D view's visible time range (e.g. one sweep) to see a
 sweep build up. Nothing here needs Blender.
@@ -112,7 +115,21 @@ def log_returns(rr, rec, event: Event) -> None:
                     np.stack([p["x_world"], p["y_world"], p["z_world"]], -1))
 
 
-VIEWS = {"rolling_shutter_camera": log_camera, "spinning_lidar": log_returns, "radar": log_returns}
+IMU_SERIES = ("angular_velocity", "specific_force", "angular_velocity_measured", "specific_force_measured")
+
+
+def log_imu(rr, rec, event: Event) -> None:
+    """IMU samples at their own times: the IMU pose, and each exported IMU_SERIES quantity as three scalar series."""
+    s, t = event.sensor, event.array("sample_time_ns")
+    _transforms(rr, rec, f"world/{s}", t, event.array("sample_T_world_imu"))
+    for name in (n for n in IMU_SERIES if n in event.names):
+        v = np.asarray(event.array(name), np.float64).reshape(-1, 3)
+        rec.send_columns(f"imu/{s}/{name}", indexes=_times(rr, t),
+                         columns=rr.Scalars.columns(scalars=v.ravel()).partition([3] * len(v)))
+        rec.log(f"imu/{s}/{name}", rr.SeriesLines(names=["x", "y", "z"]), static=True)
+
+
+VIEWS = {"rolling_shutter_camera": log_camera, "spinning_lidar": log_returns, "radar": log_returns, "imu": log_imu}
 
 
 def write_recording(bundle_path, out, sensors=None, spawn: bool = False) -> dict:

@@ -1,7 +1,7 @@
 """`rowbeam view`: the small all-sensor bundle as a rerun recording, loaded back with rerun's own reader
 (rerun.chunk.RrdReader): every timed entity's times and values against the bundle (LiDAR points at their firing
 times, radar returns at their chirp times, camera poses at their row times, images and depth at the reference time,
-state-log bodies at their sample times); bad input: one line, exit 2, nothing written."""
+state-log bodies at their sample times, IMU samples as scalar series at theirs); bad input: one line, exit 2, nothing written."""
 from __future__ import annotations
 
 import subprocess
@@ -79,6 +79,19 @@ def test_recording_reloads_with_every_entity_at_its_acquisition_times(recording,
             assert bytes(buf[0]) == np.ascontiguousarray(e.array(array)).tobytes()
     boxes = recording[("/world/camera_front/boxes", "Boxes3D:labels")]
     assert [sorted(v) for _, v in boxes] == [sorted(o["id"] for o in e.object_labels if o.get("box3d")) for e in cams]
+    imu = next(bundle.events("imu_shuttle"))
+    t_imu = imu.array("sample_time_ns").tolist()
+    names = ("angular_velocity", "specific_force", "angular_velocity_measured", "specific_force_measured")
+    assert set(names) <= set(imu.names)
+    assert len(np.unique(imu.array("angular_velocity_measured"), axis=0)) == 20     # noisy: a sample's time matters
+    for name in names:
+        rows = recording[(f"/imu/imu_shuttle/{name}", "Scalars:scalars")]
+        assert [t for t, _ in rows] == t_imu and len(t_imu) == 20
+        assert np.array_equal(np.array([v for _, v in rows]), imu.array(name))        # float64, bit for bit
+    rows = recording[("/world/imu_shuttle", "Transform3D:translation")]
+    assert [t for t, _ in rows] == t_imu
+    worst["imu pose (m)"] = _worst([v[0] for _, v in rows], imu.array("sample_T_world_imu")[:, :3, 3])
+    assert worst["imu pose (m)"] < 1e-5
     samples = {}                                    # every export run's log: the union of their samples
     for e in bundle.events():
         track = load_state_log(bundle.path, e.manifest["state"])[1]["pedestrian"]
