@@ -439,7 +439,11 @@ def test_fisheye_rgb_is_black_where_no_ray_reaches(exports, denoise):
 
     from tests.helpers import load_event
 
-    m, a = load_event(_board(exports, "opencv_fisheye", **({"rgb_denoise": True} if denoise else {})).event)
+    from rowbeam.check.runner import check_bundle
+
+    e = _board(exports, "opencv_fisheye", **({"rgb_denoise": True} if denoise else {}))
+    assert check_bundle(e.bundle)["status"] == "pass"
+    m, a = load_event(e.event)
     lens, render = _event_lens(m), m["method"]["rgb_render"]
     reached = pixels_reached(lens, half_support_px(render["pixel_filter"], render["filter_width_px"]))
     lit = (a["rgb"] != 0).any(-1)
