@@ -215,67 +215,100 @@ def compile_check(schema, strict_int: bool = False):
     for key, value in schema.items():
         if key in _IGNORED:
             continue
-        if key == "type":
-            names = [value] if isinstance(value, str) else value
-            fs = [_type_test(n, strict_int) for n in names]
-            if not isinstance(names, list) or any(f is None for f in fs):
-                return None
-            tests.append(fs[0] if len(fs) == 1 else (lambda x, fs=fs: any(f(x) for f in fs)))
-        elif key == "enum":
-            if not isinstance(value, list) or not all(_literal(v) for v in value):
-                return None
-            tests.append(lambda x, vs=value: any(type(x) is type(v) and x == v for v in vs))
-        elif key == "const":
-            if not _literal(value):
-                return None
-            tests.append(lambda x, v=value: type(x) is type(v) and x == v)
-        elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-            if type(value) not in (int, float):
-                return None
-            op = {"minimum": lambda x, b: x >= b, "maximum": lambda x, b: x <= b,
-                  "exclusiveMinimum": lambda x, b: x > b, "exclusiveMaximum": lambda x, b: x < b}[key]
-            tests.append(lambda x, op=op, b=value: type(x) not in (int, float) or op(x, b))
-        elif key in ("minItems", "maxItems", "minLength", "maxLength"):
-            if type(value) is not int:
-                return None
-            kind = list if key.endswith("Items") else str
-            op = (lambda n, b: n >= b) if key.startswith("min") else (lambda n, b: n <= b)
-            tests.append(lambda x, kind=kind, op=op, b=value: type(x) is not kind or op(len(x), b))
-        elif key == "pattern":
-            rx = re.compile(value)
-            tests.append(lambda x, rx=rx: type(x) is not str or rx.search(x) is not None)
-        elif key == "items":
-            f = compile_check(value, strict_int)
-            if f is None:
-                return None
-            if isinstance(value, dict) and value.keys() == {"type"} and value["type"] in ("number", "string"):
-                kinds = (int, float) if value["type"] == "number" else (str,)     # the common leaf: a type only
-                tests.append(lambda x, kinds=kinds: type(x) is not list or all(type(i) in kinds for i in x))
-            else:
-                tests.append(lambda x, f=f: type(x) is not list or all(map(f, x)))
-        elif key == "required":
-            tests.append(lambda x, r=frozenset(value): type(x) is not dict or r.issubset(x))
-        elif key == "properties":
-            props = {k: compile_check(v, strict_int) for k, v in value.items()}
-            if any(f is None for f in props.values()):
-                return None
-            tests.append(_properties(tuple(props.items())))
-        elif key == "additionalProperties":
-            if value is not False:
-                return None
-            known = frozenset(schema.get("properties", {}))
-            tests.append(lambda x, known=known: type(x) is not dict or known.issuperset(x))
-        elif key in ("oneOf", "anyOf"):
-            fs = [compile_check(v, strict_int) for v in value]
-            if any(f is None for f in fs):
-                return None
-            if key == "oneOf":
-                tests.append(lambda x, fs=fs: sum(1 for f in fs if f(x)) == 1)
-            else:
-                tests.append(lambda x, fs=fs: any(f(x) for f in fs))
-        else:
+        build = _KEYWORDS.get(key)
+        test = None if build is None else build(key, value, schema, strict_int)
+        if test is None:
             return None
+        tests.append(test)
     return _all_of(tuple(tests))
+
+
+def _kw_type(key, value, schema, strict_int):
+    names = [value] if isinstance(value, str) else value
+    fs = [_type_test(n, strict_int) for n in names]
+    if not isinstance(names, list) or any(f is None for f in fs):
+        return None
+    return fs[0] if len(fs) == 1 else (lambda x, fs=fs: any(f(x) for f in fs))
+
+
+def _kw_enum(key, value, schema, strict_int):
+    if not isinstance(value, list) or not all(_literal(v) for v in value):
+        return None
+    return lambda x, vs=value: any(type(x) is type(v) and x == v for v in vs)
+
+
+def _kw_const(key, value, schema, strict_int):
+    if not _literal(value):
+        return None
+    return lambda x, v=value: type(x) is type(v) and x == v
+
+
+_BOUNDS = {"minimum": lambda x, b: x >= b, "maximum": lambda x, b: x <= b,
+           "exclusiveMinimum": lambda x, b: x > b, "exclusiveMaximum": lambda x, b: x < b}
+
+
+def _kw_bound(key, value, schema, strict_int):
+    if type(value) not in (int, float):
+        return None
+    return lambda x, op=_BOUNDS[key], b=value: type(x) not in (int, float) or op(x, b)
+
+
+def _kw_length(key, value, schema, strict_int):
+    if type(value) is not int:
+        return None
+    kind = list if key.endswith("Items") else str
+    op = (lambda n, b: n >= b) if key.startswith("min") else (lambda n, b: n <= b)
+    return lambda x, kind=kind, op=op, b=value: type(x) is not kind or op(len(x), b)
+
+
+def _kw_pattern(key, value, schema, strict_int):
+    rx = re.compile(value)
+    return lambda x, rx=rx: type(x) is not str or rx.search(x) is not None
+
+
+def _kw_items(key, value, schema, strict_int):
+    f = compile_check(value, strict_int)
+    if f is None:
+        return None
+    if isinstance(value, dict) and value.keys() == {"type"} and value["type"] in ("number", "string"):
+        kinds = (int, float) if value["type"] == "number" else (str,)     # the common leaf: a type only
+        return lambda x, kinds=kinds: type(x) is not list or all(type(i) in kinds for i in x)
+    return lambda x, f=f: type(x) is not list or all(map(f, x))
+
+
+def _kw_required(key, value, schema, strict_int):
+    return lambda x, r=frozenset(value): type(x) is not dict or r.issubset(x)
+
+
+def _kw_properties(key, value, schema, strict_int):
+    props = {k: compile_check(v, strict_int) for k, v in value.items()}
+    if any(f is None for f in props.values()):
+        return None
+    return _properties(tuple(props.items()))
+
+
+def _kw_additional(key, value, schema, strict_int):
+    if value is not False:
+        return None
+    known = frozenset(schema.get("properties", {}))
+    return lambda x, known=known: type(x) is not dict or known.issuperset(x)
+
+
+def _kw_combination(key, value, schema, strict_int):
+    fs = [compile_check(v, strict_int) for v in value]
+    if any(f is None for f in fs):
+        return None
+    if key == "oneOf":
+        return lambda x, fs=fs: sum(1 for f in fs if f(x)) == 1
+    return lambda x, fs=fs: any(f(x) for f in fs)
+
+
+# keyword -> builder(keyword, value, the whole schema, strict_int) -> predicate, or None when not compilable
+_KEYWORDS = {"type": _kw_type, "enum": _kw_enum, "const": _kw_const, "pattern": _kw_pattern, "items": _kw_items,
+             "required": _kw_required, "properties": _kw_properties, "additionalProperties": _kw_additional,
+             **dict.fromkeys(_BOUNDS, _kw_bound),
+             **dict.fromkeys(("minItems", "maxItems", "minLength", "maxLength"), _kw_length),
+             **dict.fromkeys(("oneOf", "anyOf"), _kw_combination)}
 
 
 def _properties(items: tuple):
