@@ -65,6 +65,8 @@ def camera_page(ev, page: PageContext) -> str:
     _id_images(cam, page, parts)
     if "rgb_coverage" in a:
         parts.append(_surface_policy(cam, page))
+    if "layer_camera_z" in a:
+        parts.append(_surface_layers(cam, page))
     parts.append(_timing_band(cam, page))
     base = None                                     # the grey backdrop, only for overlays drawn on it
     if ev.object_labels or lidars:
@@ -138,6 +140,30 @@ def _surface_policy(cam: _View, page: PageContext) -> str:
         f"magenta: pixels decided by transparency or the surface policy (alpha_threshold "
         f"{policy.get('alpha_threshold', '?')}, transmission {policy.get('transmission', '?')}, volumes "
         f"{policy.get('volumes', '?')}); red: label holes or labels where the rgb saw no surface (label_coverage)")
+
+
+def _surface_layers(cam: _View, page: PageContext) -> str:
+    """The surface-layer stack (rig surface_policy.layers = L): for each layer l, the camera_z (linear and log) and
+    opacity (colour map over [0, 1]) of the l-th surface each label ray crossed, and its instance ids; NO_DATA colour
+    where the ray crossed fewer than l + 1 surfaces."""
+    a, w, rel, m = cam.a, page.w, page.rel, cam.ev.manifest
+    L = a["layer_camera_z"].shape[2]
+    parts = [f"<h2>Surface layers</h2><p>the first {L} surfaces along each pixel-centre label ray, nearest first; the "
+             "label is the first layer whose opacity reaches the alpha threshold</p>"]
+    bar = w.image(f"{rel}/layer_opacity_bar", colour.colour_bar())
+    for k in range(L):
+        z = np.ascontiguousarray(a["layer_camera_z"][..., k])
+        present = np.isfinite(z)
+        parts.append(_scalar_block(w, rel, f"layer_{k}_camera_z", z, present, "camera_z [m]",
+                                   f"layer {k} camera_z ({int(np.count_nonzero(present))} px)"))
+        op = np.ascontiguousarray(a["layer_opacity"][..., k])
+        parts.append(html.figure(w.image(f"{rel}/layer_{k}_opacity", lambda op=op, p=present: colour.colour_indices(
+            op, 0.0, 1.0, False, p), shape=(cam.H, cam.W)), f"layer {k} opacity",
+            html.colour_bar(bar, {"lo": 0.0, "hi": 1.0, "log": False}, "opacity")))
+        ids = np.ascontiguousarray(a["layer_instance_id"][..., k])
+        parts.append(html.figure(w.image(f"{rel}/layer_{k}_instance_id", lambda ids=ids: overlays.id_indexed(
+            ids, m["objects"]), shape=(cam.H, cam.W)), f"layer {k} instance_id (colour of the stable 64-bit id)"))
+    return "".join(parts)
 
 
 def _timing_band(cam: _View, page: PageContext) -> str:

@@ -231,3 +231,35 @@ def test_stack_through_a_lens(tmp_path):
     two = np.isfinite(a["layer_camera_z"]).sum(-1) == 2
     partial = (a["layer_opacity"][..., 0] > 0) & (a["layer_opacity"][..., 0] < 1)
     assert two.sum() > 10_000 and partial.sum() > 5_000 and (partial <= two).all()
+
+
+def test_report_draws_every_layer_of_the_stack(layered, tmp_path):
+    """`rowbeam report` of the two-veil export: for each of the 3 layers the camera_z and opacity images are the
+    colour maps of that layer's exported values (opacity over [0, 1]), NO_DATA exactly where the ray crossed fewer
+    surfaces; the page names the section."""
+    import subprocess
+    import sys
+
+    import cv2
+
+    from rowbeam.report import colour
+    from tests.conftest import REPO
+
+    manifest, a, *_, event = layered
+    out = tmp_path / "report"
+    r = subprocess.run([sys.executable, "-m", "rowbeam", "report", str(event.parents[2]), "--out", str(out)], cwd=REPO,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    img_dir = out / "img" / "bundle" / "events" / "camera_front" / "000000"
+    page = next(p for p in out.rglob("*.html") if "layer_0_opacity" in p.read_text())
+    assert "Surface layers" in page.read_text()
+    for k in range(LAYERS):
+        z, op = a["layer_camera_z"][..., k], a["layer_opacity"][..., k]
+        present = np.isfinite(z)
+        assert present.any()
+        opacity = cv2.imread(str(img_dir / f"layer_{k}_opacity.png"))[..., ::-1]
+        assert (opacity[~present] == colour.NO_DATA).all()
+        assert np.array_equal(opacity[present], colour.colourise(op, 0.0, 1.0)[present])
+        depth = cv2.imread(str(img_dir / f"layer_{k}_camera_z.png"))[..., ::-1]
+        assert (depth[~present] == colour.NO_DATA).all() and (depth[present] != colour.NO_DATA).any(-1).all()
+        assert (img_dir / f"layer_{k}_instance_id.png").exists()
