@@ -168,14 +168,14 @@ class Landing:
 
     def destination(self, vd):
         """(world points (N, 3), destination camera-frame points (N, 3), u (N,), v (N,)) at rows vd."""
-        m_, Pd = self.motion, self.Pd
+        motion, Pd = self.motion, self.Pd
         r0, a = blockwise(self._row_and_fraction, vd)
         if self.moving_idx.size:
             m = self.moving_idx
             # a slot's last row (r0 = H - 1) has a == 0, so interpolation never reaches the next slot
-            Pd[m] = apply_per_row(self.M_rows, m_.X_o[m], m_.slot[m] * self.H + r0[m], a[m])
-        for d, sel in m_.deforming:
-            Pd[sel] = self.dst.meshes[d].at(r0[sel], *m_.material[d], a[sel])
+            Pd[m] = apply_per_row(self.M_rows, motion.X_o[m], motion.slot[m] * self.H + r0[m], a[m])
+        for d, sel in motion.deforming:
+            Pd[sel] = self.dst.meshes[d].at(r0[sel], *motion.material[d], a[sel])
         Xc = self.fixed_in_camera.at(r0, a)
         if self.dynamic.size:
             dyn = self.dynamic
